@@ -1,0 +1,1 @@
+"""Backends: one package per broker, each importing only ``broker`` and its own SDK."""

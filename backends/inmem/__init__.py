@@ -1,0 +1,24 @@
+"""In-memory broker: a partitioned log AND a message queue, for tests, demos and examples.
+
+``broker.connect("inmem://orders")`` opens the process-wide broker called ``orders``.
+Message-queue semantics: competing consumers, ack, nack with delay, ack deadline with automatic
+redelivery, ``in_progress``, delivery attempts, dead-lettering after ``max_attempts``.
+Log semantics: key-hashed partitions (murmur2), offsets, consumer groups with assignment and
+commits, watermarks, replay from an offset, transactions. ``backend.log()`` gives the
+``broker.log`` port.
+"""
+
+from backends.inmem.backend import InmemBackend
+from backends.inmem.log import InmemLog
+from backends.inmem.settings import ConsumerOptions, InmemSettings
+from backends.inmem.store import InmemBroker, forget, get_broker
+
+__all__ = [
+    "ConsumerOptions",
+    "InmemBackend",
+    "InmemBroker",
+    "InmemLog",
+    "InmemSettings",
+    "forget",
+    "get_broker",
+]

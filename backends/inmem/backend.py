@@ -1,0 +1,141 @@
+"""The in-memory backend: ``inmem://NAME``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
+from backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
+from backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
+from backends.inmem.settings import ConsumerOptions, InmemSettings
+from backends.inmem.store import InmemBroker, get_broker, resolve_partitioner
+from broker.backend import BackendBase, topics_tuple
+from broker.capabilities import Capabilities
+from broker.errors import ConfigError
+from broker.settings import build_settings
+
+__all__ = ["InmemBackend"]
+
+CAPABILITIES = Capabilities(
+    persistent=False,
+    per_key_order=True,
+    messages=True,
+    records=True,
+    nack_redelivers=True,
+    delayed_nack=True,
+    ack_deadline=True,
+    in_progress=True,
+    delivery_attempt=True,
+    dead_letter=True,
+    competing_consumers=True,
+    transactions=True,
+    replay=True,
+    max_message_bytes=None,
+)
+
+
+class InmemBackend(BackendBase):
+    """A connection to the process-local broker named by ``settings.name``."""
+
+    name = "inmem"
+    capabilities = CAPABILITIES
+
+    def __init__(self, settings: InmemSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or InmemSettings()
+        self.broker: InmemBroker = get_broker(self.settings.name)
+        self._partitioner = resolve_partitioner(self.settings.partitioner)
+
+    def __repr__(self) -> str:
+        return f"<InmemBackend {self.settings.name!r}>"
+
+    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+        values = self.settings.consumer_defaults()
+        values.update(options)
+        return build_settings(ConsumerOptions, values, backend="inmem")
+
+    def publisher(self) -> InmemPublisher:
+        """A publisher; topics are created on first publish with ``settings.partitions``."""
+        return self._track(InmemPublisher(self.broker, self.settings.partitions, self._partitioner))  # type: ignore[no-any-return]
+
+    def transactional_publisher(self, **options: Any) -> InmemTransactionalPublisher:
+        """A publisher whose messages appear on commit and vanish on abort."""
+        if options:
+            raise ConfigError(f"unknown transactional publisher options: {', '.join(sorted(options))}")
+        return self._track(  # type: ignore[no-any-return]
+            InmemTransactionalPublisher(self.broker, self.settings.partitions, self._partitioner)
+        )
+
+    def _subscription(self, topic: str, subscription: str, options: ConsumerOptions) -> Subscription:
+        if not subscription:
+            raise ConfigError("a subscription name is needed")
+        state = self.broker.topic(topic, self.settings.partitions)
+        existing = state.subscriptions.get(subscription)
+        if existing is not None:
+            if (
+                existing.ack_deadline != options.ack_deadline
+                or existing.options.max_attempts != options.max_attempts
+            ):
+                raise ConfigError(
+                    f"subscription {subscription!r} of {topic!r} exists with ack_deadline="
+                    f"{existing.ack_deadline} and max_attempts={existing.options.max_attempts}"
+                )
+            return existing
+        created = Subscription(self.broker, state, subscription, options, self._partitioner)
+        state.subscriptions[subscription] = created
+        return created
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> InmemMessageIterator:
+        """Consume ``topic`` through ``subscription`` (created on first use).
+
+        Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``start``, ``batch_size``.
+        """
+        opts = self._options(options)
+        return self._track(InmemMessageIterator(self._subscription(topic, subscription, opts)))  # type: ignore[no-any-return]
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> InmemBatchedMessageIterator:
+        """Batches of whatever is ready, up to ``batch_size`` (default: ``settings.batch_size``)."""
+        opts = self._options(options)
+        size = batch_size or opts.batch_size
+        sub = self._subscription(topic, subscription, opts)
+        return self._track(InmemBatchedMessageIterator(sub, size, batch_timeout))  # type: ignore[no-any-return]
+
+    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> InmemRecordIterator:
+        """Join consumer ``group`` on ``topics`` (comma-separated or a list)."""
+        opts = self._options(options)
+        names = topics_tuple(topics)
+        for name in names:
+            self.broker.topic(name, self.settings.partitions)
+        consumer = self.log().consumer(group, names, start=opts.start)
+        return self._track(InmemRecordIterator(consumer, opts.batch_size, 1.0))  # type: ignore[no-any-return]
+
+    def batched_records(
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> InmemBatchedRecordIterator:
+        """Batches of the records that are ready, up to ``batch_size``."""
+        opts = self._options(options)
+        names = topics_tuple(topics)
+        for name in names:
+            self.broker.topic(name, self.settings.partitions)
+        consumer = self.log().consumer(group, names, start=opts.start)
+        iterator = InmemBatchedRecordIterator(consumer, batch_size or opts.batch_size, batch_timeout)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def log(self) -> InmemLog:
+        """The ``broker.log`` port on this broker."""
+        return self._track(InmemLog(self.broker, self._partitioner, self.settings.partitions))  # type: ignore[no-any-return]

@@ -1,0 +1,359 @@
+"""Message-queue semantics over an in-memory topic.
+
+A subscription is a cursor over the topic's partitions plus delivery state: messages in
+flight with their ack deadlines, messages to redeliver (nacked or expired), delayed nacks,
+and delivery attempts. Consumers of one subscription compete for its messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Self
+
+from backends.inmem.settings import ConsumerOptions
+from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
+from broker.errors import AckError, ClosedError, ConfigError, Timeout
+from broker.message import Message, OutboundMessage
+from broker.partitioning import Partitioner
+
+__all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"]
+
+log = logging.getLogger("backends.inmem")
+
+_PENDING = 0
+_ACKED = 1
+
+
+class Lease:
+    """The messages handed out together by one ``take()``, sharing one ack deadline.
+
+    ``Message.raw`` is the lease currently holding the message; ``in_progress()`` moves a message
+    to a new lease of its own, and an expired lease only redelivers the messages it still holds.
+    """
+
+    __slots__ = ("deadline", "expired", "messages", "pending")
+
+    def __init__(self, deadline: float, messages: list[Message]) -> None:
+        self.deadline = deadline
+        self.messages = messages
+        self.pending = len(messages)
+        self.expired = False
+
+
+class Subscription:
+    """Delivery state of one subscription; also the :class:`~broker.message.Acker` of its messages."""
+
+    def __init__(
+        self,
+        broker: InmemBroker,
+        topic: TopicState,
+        name: str,
+        options: ConsumerOptions,
+        partitioner: Partitioner,
+    ) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.name = name
+        self.options = options
+        self.ack_deadline = options.ack_deadline
+        self._partitioner = partitioner
+        if options.start == "latest":
+            self.cursors = [p.high for p in topic.partitions]
+        else:
+            self.cursors = [p.base for p in topic.partitions]
+        self.ready: deque[Message] = deque()
+        self.delayed: list[tuple[float, int, Message]] = []
+        self.leases: deque[Lease] = deque()
+        self._seq = itertools.count()
+        self._rotation = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Messages delivered and not yet settled or expired."""
+        return sum(lease.pending for lease in self.leases if not lease.expired)
+
+    # -- delivery -------------------------------------------------------------------------
+    def _expire(self, now: float) -> None:
+        leases = self.leases
+        while leases:
+            lease = leases[0]
+            if lease.pending > 0 and lease.deadline > now:
+                break
+            leases.popleft()
+            if lease.pending > 0:
+                lease.expired = True
+                for message in lease.messages:
+                    if message.raw is lease and message._state == _PENDING:
+                        self.ready.append(message)
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            self.ready.append(heapq.heappop(delayed)[2])
+
+    def next_due(self) -> float | None:
+        """The monotonic time of the next deadline or delayed redelivery (None: nothing pending)."""
+        due = None
+        for lease in self.leases:
+            if lease.pending > 0:
+                due = lease.deadline
+                break
+        if self.delayed and (due is None or self.delayed[0][0] < due):
+            due = self.delayed[0][0]
+        return due
+
+    def take(self, limit: int) -> list[Message]:
+        """Up to ``limit`` messages ready now: redeliveries first, then new ones."""
+        now = time.monotonic()
+        if self.leases or self.delayed:
+            self._expire(now)
+        wall = time.time()
+        ready = self.ready
+        if limit == 1 and not ready and len(self.cursors) == 1:
+            # The one-at-a-time path, kept lean: no slices, no rotation.
+            part = self.topic.partitions[0]
+            cursor = self.cursors[0]
+            index = cursor - part.base
+            if index < 0:
+                index, cursor = 0, part.base
+            if index >= len(part.values):
+                return []
+            self.cursors[0] = cursor + 1
+            single: list[Message] = []
+            lease = Lease(now + self.ack_deadline, single)
+            message = Message(
+                "0:" + str(cursor),
+                part.values[index],  # type: ignore[arg-type]
+                part.keys[index],
+                part.attributes[index],
+                part.times[index],
+                wall,
+                1,
+                lease,
+                self,
+            )
+            single.append(message)
+            self.leases.append(lease)
+            return single
+        out: list[Message] = []
+        lease = Lease(now + self.ack_deadline, out)
+        while ready and len(out) < limit:
+            old = ready.popleft()
+            attempt = (old.delivery_attempt or 1) + 1
+            if self.options.max_attempts is not None and attempt > self.options.max_attempts:
+                self._dead_letter(old, f"delivered {attempt - 1} times")
+                continue
+            out.append(
+                Message(
+                    old.id, old.data, old.key, old.attributes, old.publish_time, wall, attempt, lease, self
+                )
+            )
+        if len(out) < limit:
+            parts = self.topic.partitions
+            count = len(parts)
+            cursors = self.cursors
+            for step in range(count):
+                p = (self._rotation + step) % count
+                part = parts[p]
+                cursor = cursors[p]
+                base = part.base
+                high = base + len(part.values)
+                if cursor >= high:
+                    continue
+                if cursor < base:
+                    cursor = base
+                end = min(high, cursor + limit - len(out))
+                prefix = f"{p}:"
+                lo, hi = cursor - base, end - base
+                out.extend(
+                    [
+                        Message(prefix + str(offset), data, key, attributes, published, wall, 1, lease, self)  # type: ignore[arg-type]
+                        for offset, data, key, attributes, published in zip(
+                            range(cursor, end),
+                            part.values[lo:hi],
+                            part.keys[lo:hi],
+                            part.attributes[lo:hi],
+                            part.times[lo:hi],
+                            strict=True,
+                        )
+                    ]
+                )
+                cursors[p] = end
+                if len(out) >= limit:
+                    self._rotation = (p + 1) % count
+                    break
+        if not out:
+            return out
+        lease.pending = len(out)
+        self.leases.append(lease)
+        return list(out)
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        target = self.options.dead_letter_topic
+        if target is None:
+            log.warning(
+                "dropping message %s of subscription %r (%s) and no dead_letter_topic is set",
+                message.id,
+                self.name,
+                reason,
+            )
+            return
+        attributes = dict(message.attributes)
+        attributes.update(
+            {
+                "dead_letter_reason": reason,
+                "dead_letter_source": f"{self.topic.name}/{self.name}",
+                "delivery_attempts": str(message.delivery_attempt or 1),
+            }
+        )
+        topic = self.broker.topic(target, len(self.topic.partitions))
+        self.broker.append(topic, [OutboundMessage(message.data, message.key, attributes)], self._partitioner)
+
+    # -- the Acker protocol ---------------------------------------------------------------
+    @staticmethod
+    def _release(message: Message) -> bool:
+        """Take ``message`` out of its lease; False if the lease expired (it was redelivered)."""
+        lease: Lease = message.raw
+        if lease.expired:
+            return False
+        lease.pending -= 1
+        return True
+
+    async def ack(self, message: Message) -> None:
+        """Settle ``message`` for good (an ack of an expired, redelivered copy is ignored)."""
+        self._release(message)
+
+    async def ack_many(self, messages: list[Message]) -> list[Message]:
+        """Ack this subscription's pending messages among ``messages``; returns the others."""
+        others: list[Message] = []
+        for message in messages:
+            if message.acker is self:
+                if message._state == _PENDING:
+                    message._state = _ACKED
+                    lease = message.raw
+                    if not lease.expired:
+                        lease.pending -= 1
+            else:
+                others.append(message)
+        return others
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        """Redeliver ``message``, after ``delay`` seconds if given."""
+        if not self._release(message):
+            return
+        if delay:
+            heapq.heappush(self.delayed, (time.monotonic() + delay, next(self._seq), message))
+        else:
+            self.ready.append(message)
+        wake(self.topic.waiters)
+
+    async def in_progress(self, message: Message) -> None:
+        """Push ``message``'s deadline ``ack_deadline`` seconds from now."""
+        lease: Lease = message.raw
+        if lease.expired:
+            raise AckError(f"message {message.id} is no longer in flight: its ack deadline passed")
+        lease.pending -= 1
+        renewed = Lease(time.monotonic() + self.ack_deadline, [message])
+        message.raw = renewed
+        self.leases.append(renewed)
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Stop redelivering ``message``; publish it to the dead-letter topic if one is set."""
+        if self._release(message):
+            self._dead_letter(message, reason or "dead-lettered by the consumer")
+
+
+class _Consumer:
+    """What the single and batched iterators share: waiting, closing."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self._subscription = subscription
+        self._closed = False
+
+    async def _take(self, limit: int, timeout: float | None) -> list[Message]:
+        subscription = self._subscription
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self._closed:
+                raise ClosedError("the in-memory consumer is closed")
+            messages = subscription.take(limit)
+            if messages:
+                return messages
+            wait = None if deadline is None else deadline - loop.time()
+            if wait is not None and wait <= 0:
+                raise Timeout(
+                    f"no message on {subscription.topic.name}/{subscription.name} within {timeout}s"
+                )
+            due = subscription.next_due()
+            if due is not None:
+                until_due = max(0.0, due - time.monotonic()) + 0.001
+                wait = until_due if wait is None else min(wait, until_due)
+            await wait_for_change([subscription.topic.waiters], wait)
+
+    async def close(self) -> None:
+        """Stop consuming; messages in flight stay in flight until acked or their deadline passes."""
+        if not self._closed:
+            self._closed = True
+            wake(self._subscription.topic.waiters)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class InmemMessageIterator(_Consumer):
+    """A MessageIterator on an in-memory subscription."""
+
+    async def next_message(self, timeout: float | None = None) -> Message:
+        """The next message (``Timeout`` if none within ``timeout`` seconds)."""
+        return (await self._take(1, timeout))[0]
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message; the iteration ends when the iterator is closed."""
+        try:
+            return (await self._take(1, None))[0]
+        except ClosedError:
+            raise StopAsyncIteration from None
+
+
+class InmemBatchedMessageIterator(_Consumer):
+    """A BatchedMessageIterator: returns what is ready at once, up to ``batch_size``."""
+
+    def __init__(self, subscription: Subscription, batch_size: int, batch_timeout: float) -> None:
+        super().__init__(subscription)
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    async def next_batch(self, timeout: float | None = None) -> list[Message]:
+        """Up to ``batch_size`` messages: as soon as any are ready, or ``[]`` after the timeout."""
+        try:
+            return await self._take(self.batch_size, self.batch_timeout if timeout is None else timeout)
+        except Timeout:
+            return []
+
+    def __aiter__(self) -> AsyncIterator[list[Message]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[list[Message]]:
+        while True:
+            try:
+                batch = await self.next_batch()
+            except ClosedError:
+                return
+            if batch:
+                yield batch

@@ -1,0 +1,69 @@
+"""polybroker: one asyncio API for message brokers.
+
+>>> import broker
+>>> backend = broker.connect("inmem://demo")          # or kafka://, nats://, pubsub://, ...
+
+Publishing goes through ``backend.publisher().topic(name)``; consuming through
+``backend.messages(topic, subscription)`` (per-message ack) or ``backend.records(topics, group)``
+(partitioned log). See :mod:`broker.interfaces` for the protocols, :mod:`broker.adapt` for the
+conversions between them, :mod:`broker.errors` for what can go wrong.
+"""
+
+from broker import adapt, codecs, errors
+from broker.backend import Backend, BackendBase, BackendFactory
+from broker.capabilities import Capabilities
+from broker.connect import available_backends, connect, register_backend
+from broker.interfaces import (
+    BatchedIterator,
+    BatchedMessageIterator,
+    BatchedMessageStream,
+    BatchedReceiver,
+    BatchHandler,
+    Handler,
+    MessageIterator,
+    MessageStream,
+    Publisher,
+    Receiver,
+    RecordIterator,
+    Topic,
+    TransactionalPublisher,
+)
+from broker.message import Acker, Committer, Message, OutboundMessage, Record
+from broker.settle import ack_all, commit_highest_offsets, nack_all
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Acker",
+    "Backend",
+    "BackendBase",
+    "BackendFactory",
+    "BatchHandler",
+    "BatchedIterator",
+    "BatchedMessageIterator",
+    "BatchedMessageStream",
+    "BatchedReceiver",
+    "Capabilities",
+    "Committer",
+    "Handler",
+    "Message",
+    "MessageIterator",
+    "MessageStream",
+    "OutboundMessage",
+    "Publisher",
+    "Receiver",
+    "Record",
+    "RecordIterator",
+    "Topic",
+    "TransactionalPublisher",
+    "__version__",
+    "ack_all",
+    "adapt",
+    "available_backends",
+    "codecs",
+    "commit_highest_offsets",
+    "connect",
+    "errors",
+    "nack_all",
+    "register_backend",
+]

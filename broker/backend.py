@@ -1,0 +1,221 @@
+"""The ``Backend`` contract, the factory a backend registers, and a base class with the shared parts.
+
+A backend package registers a :class:`BackendFactory` under the ``broker.backends``
+entry-point group; :func:`broker.connect` finds it by URL scheme. The factory's module must
+import no SDK: :meth:`BackendFactory.open` imports it and raises
+:class:`~broker.errors.MissingDependency` when it is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+from broker import adapt
+from broker.capabilities import Capabilities
+from broker.errors import ClosedError, NotSupported
+from broker.interfaces import (
+    BatchedIterator,
+    BatchedMessageIterator,
+    MessageIterator,
+    Publisher,
+    Receiver,
+    RecordIterator,
+    TransactionalPublisher,
+)
+from broker.settings import ParsedUrl
+
+__all__ = ["Backend", "BackendBase", "BackendFactory"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A connection to one broker, handing out publishers and consumers."""
+
+    @property
+    def name(self) -> str:
+        """The URL scheme this backend was chosen by (``inmem``, ``kafka``, ...)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend supports."""
+
+    def publisher(self) -> Publisher:
+        """A publisher (topics are cheap handles on it)."""
+
+    def transactional_publisher(self, **options: Any) -> TransactionalPublisher:
+        """A publisher with transactions (``capabilities.transactions``)."""
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> MessageIterator:
+        """Per-message consumption of ``topic`` through ``subscription`` (competing consumers share it)."""
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> BatchedMessageIterator:
+        """Like :meth:`messages`, in batches of up to ``batch_size``."""
+
+    def receiver(self, topic: str, subscription: str, *, concurrency: int = 1, **options: Any) -> Receiver:
+        """Callback-style consumption with ``concurrency`` handlers at a time."""
+
+    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> RecordIterator:
+        """Partitioned-log consumption of ``topics`` in consumer group ``group``."""
+
+    def batched_records(
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> BatchedIterator:
+        """Like :meth:`records`, in batches of up to ``batch_size``."""
+
+    async def close(self) -> None:
+        """Close every publisher and consumer handed out, then the connection."""
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+class BackendFactory(Protocol):
+    """What a backend registers under the ``broker.backends`` entry-point group."""
+
+    #: The pip extra that installs the backend's SDK (named in ``MissingDependency``).
+    extra: str
+
+    @property
+    def settings_type(self) -> type[Any]:
+        """The settings dataclass that URL query parameters and mapping keys fill."""
+
+    def url_options(self, url: ParsedUrl) -> dict[str, Any]:
+        """Settings named by the URL's hosts, path and credentials (the query is added by ``connect``)."""
+
+    def open(self, settings: Any) -> Backend:
+        """A backend for ``settings``; imports the SDK (``MissingDependency`` when it is absent)."""
+
+
+class BackendBase:
+    """Shared behaviour for backends: resource tracking, idempotent close, adapter defaults.
+
+    Subclasses implement what is native to their broker and call :meth:`_track` on every
+    resource they hand out; what they leave out comes from :mod:`broker.adapt` or raises
+    :class:`~broker.errors.NotSupported`.
+    """
+
+    name: str = "backend"
+    capabilities: Capabilities = Capabilities()
+
+    def __init__(self) -> None:
+        self._resources: list[Any] = []
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the {self.name} backend is closed")
+
+    def _track(self, resource: Any) -> Any:
+        self._check_open()
+        self._resources.append(resource)
+        return resource
+
+    def _not_supported(self, what: str) -> NotSupported:
+        return NotSupported(
+            f"the {self.name} backend has no {what}; see its capabilities: {self.capabilities}"
+        )
+
+    def publisher(self) -> Publisher:
+        """A publisher (see :class:`Backend`)."""
+        raise self._not_supported("publisher")
+
+    def transactional_publisher(self, **options: Any) -> TransactionalPublisher:
+        """A transactional publisher (see :class:`Backend`)."""
+        raise self._not_supported("transactions")
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> MessageIterator:
+        """Per-message consumption (see :class:`Backend`)."""
+        raise self._not_supported("per-message consumption")
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> BatchedMessageIterator:
+        """Batches over :meth:`messages` (backends with native batches override this)."""
+        return adapt.batched_messages(
+            self.messages(topic, subscription, **options), batch_size, batch_timeout
+        )
+
+    def receiver(self, topic: str, subscription: str, *, concurrency: int = 1, **options: Any) -> Receiver:
+        """A receiver over :meth:`messages` with ``concurrency`` workers."""
+        return adapt.receiver(self.messages(topic, subscription, **options), concurrency)
+
+    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> RecordIterator:
+        """Partitioned-log consumption (see :class:`Backend`)."""
+        raise self._not_supported("partitioned-log consumption")
+
+    def batched_records(
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> BatchedIterator:
+        """Batches over :meth:`records` (backends with native batches override this)."""
+        return adapt.batched_records(self.records(topics, group, **options), batch_size, batch_timeout)
+
+    async def _close_connection(self) -> None:
+        """Close the backend's own connection, after every resource was closed."""
+
+    async def close(self) -> None:
+        """Close everything handed out, then the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        resources, self._resources = self._resources, []
+        results = await asyncio.gather(*(r.close() for r in reversed(resources)), return_exceptions=True)
+        await self._close_connection()
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def topics_tuple(topics: str | Sequence[str]) -> tuple[str, ...]:
+    """``topics`` as a tuple; a comma-separated string names several topics."""
+    if isinstance(topics, str):
+        names = tuple(t.strip() for t in topics.split(",") if t.strip())
+    else:
+        names = tuple(topics)
+    if not names:
+        raise ValueError("at least one topic is needed")
+    return names
+
+
+def options_mapping(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain dict copy of keyword options."""
+    return dict(options)

@@ -1,0 +1,45 @@
+"""Capability flags: what a backend can do, read by users and by the conformance suite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["Capabilities"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend supports. Every flag defaults to False (or None for limits)."""
+
+    #: Messages survive a restart of the broker.
+    persistent: bool = False
+    #: Messages with the same key are delivered in publish order (to a single consumer).
+    per_key_order: bool = False
+    #: Per-message consumption (``Backend.messages``) exists.
+    messages: bool = False
+    #: Partitioned-log consumption (``Backend.records``) exists.
+    records: bool = False
+    #: ``Message.nack()`` redelivers the message.
+    nack_redelivers: bool = False
+    #: ``Message.nack(delay=...)`` honours the delay.
+    delayed_nack: bool = False
+    #: An unsettled message is redelivered after the consumer's ack deadline.
+    ack_deadline: bool = False
+    #: ``Message.in_progress()`` extends the deadline.
+    in_progress: bool = False
+    #: ``Message.delivery_attempt`` counts deliveries.
+    delivery_attempt: bool = False
+    #: ``Message.dead_letter()`` and dead-lettering after a maximum of delivery attempts.
+    dead_letter: bool = False
+    #: Several consumers of one subscription split the messages between them.
+    competing_consumers: bool = False
+    #: ``Backend.transactional_publisher()`` exists.
+    transactions: bool = False
+    #: Records can be re-read from an earlier offset.
+    replay: bool = False
+    #: The largest payload the broker accepts, in bytes (None: not known or unlimited).
+    max_message_bytes: int | None = None
+
+    def supported(self) -> list[str]:
+        """Names of the flags that are set."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is True]

@@ -1,0 +1,129 @@
+"""One typed error hierarchy for every backend.
+
+Every error the library raises derives from :class:`BrokerError`. Where a Python built-in
+exception names the same kind of problem, the error also derives from it (``ConfigError`` is a
+``ValueError``, ``InvalidAttributes`` a ``TypeError``, ``Timeout`` a ``TimeoutError``), so code
+written against the built-ins keeps working. Errors raised by a broker SDK are wrapped in the
+closest class here, with the SDK's exception chained as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AckError",
+    "BrokerError",
+    "ClosedError",
+    "ConfigError",
+    "ConnectionFailed",
+    "DecodeError",
+    "EncodeError",
+    "InvalidAttributes",
+    "MessageTooLarge",
+    "MissingDependency",
+    "NotSupported",
+    "PublishError",
+    "ReceiveError",
+    "Timeout",
+    "TransactionError",
+    "UnknownBackend",
+    "UnknownSetting",
+    "UnknownTopic",
+]
+
+
+class BrokerError(Exception):
+    """Base class of every error raised by polybroker."""
+
+
+class ConfigError(BrokerError, ValueError):
+    """A URL, mapping or setting is invalid."""
+
+
+class UnknownBackend(ConfigError):
+    """No backend is registered for the URL scheme or ``backend`` key."""
+
+    def __init__(self, scheme: str, available: list[str]) -> None:
+        self.scheme = scheme
+        self.available = sorted(available)
+        names = ", ".join(f"{name}://" for name in self.available) or "none"
+        super().__init__(
+            f"no backend is registered for {scheme!r}; registered backends: {names}. "
+            "Backends register under the 'broker.backends' entry-point group."
+        )
+
+
+class UnknownSetting(ConfigError):
+    """A URL query parameter or mapping key names no field of the backend's settings."""
+
+    def __init__(self, backend: str, keys: list[str], valid: list[str]) -> None:
+        self.backend = backend
+        self.keys = sorted(keys)
+        self.valid = sorted(valid)
+        super().__init__(
+            f"unknown setting(s) for backend {backend!r}: {', '.join(self.keys)}; "
+            f"valid settings: {', '.join(self.valid)}"
+        )
+
+
+class MissingDependency(BrokerError, ImportError):
+    """A backend's SDK is not installed; the message names the extra to install."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"the {extra!r} backend needs the Python package that provides {module!r}; "
+            f"install it with: pip install 'polybroker[{extra}]'"
+        )
+
+
+class ClosedError(BrokerError, RuntimeError):
+    """The resource (publisher, topic, consumer, backend) was closed before this call."""
+
+
+class ConnectionFailed(BrokerError, ConnectionError):
+    """The broker could not be reached or dropped the connection."""
+
+
+class Timeout(BrokerError, TimeoutError):
+    """An operation did not finish within its ``timeout=``."""
+
+
+class NotSupported(BrokerError, NotImplementedError):
+    """The backend has no such feature (see ``Backend.capabilities``)."""
+
+
+class PublishError(BrokerError):
+    """The broker did not accept a message."""
+
+
+class MessageTooLarge(PublishError, ValueError):
+    """A single message is larger than the broker accepts."""
+
+
+class InvalidAttributes(BrokerError, TypeError):
+    """Attributes are not a ``str -> str`` mapping (and the backend documents nothing richer)."""
+
+
+class ReceiveError(BrokerError):
+    """Receiving from the broker failed."""
+
+
+class AckError(BrokerError):
+    """An acknowledgement was refused: settled twice in conflicting ways, or the broker failed."""
+
+
+class TransactionError(BrokerError):
+    """A transaction was misused (commit without begin, begin twice) or the broker failed it."""
+
+
+class UnknownTopic(BrokerError, LookupError):
+    """The topic, subscription or partition does not exist."""
+
+
+class EncodeError(BrokerError, ValueError):
+    """A codec could not encode a value."""
+
+
+class DecodeError(BrokerError, ValueError):
+    """A codec could not decode bytes."""

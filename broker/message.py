@@ -1,0 +1,202 @@
+"""The three data types that cross every layer: OutboundMessage, Message and Record.
+
+``Message`` and ``Record`` carry no broker logic of their own: a backend attaches an
+:class:`Acker` (per-message settlement) or a :class:`Committer` (offset commits), and the
+methods here enforce the portable rules (acking twice is a no-op, ack after nack raises, ...)
+before delegating. Times are POSIX seconds (``time.time()``), ``None`` where the broker
+does not say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from broker.errors import AckError, NotSupported
+
+__all__ = [
+    "EMPTY_ATTRIBUTES",
+    "Acker",
+    "Committer",
+    "Message",
+    "OutboundMessage",
+    "Record",
+]
+
+#: A shared, read-only empty attribute mapping (avoids one dict per message).
+EMPTY_ATTRIBUTES: Final[Mapping[str, str]] = {}
+
+_PENDING: Final = 0
+_ACKED: Final = 1
+_NACKED: Final = 2
+_DEAD: Final = 3
+_STATE_NAMES: Final = ("pending", "acked", "nacked", "dead-lettered")
+
+
+@dataclass(slots=True)
+class OutboundMessage:
+    """A message to publish.
+
+    ``key`` orders messages (same key, same partition or ordering key) and is not an identity;
+    ``attributes`` are portable ``str -> str`` metadata (headers, properties).
+    """
+
+    data: bytes
+    key: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+
+
+class Acker(Protocol):
+    """What a backend attaches to a :class:`Message` to settle it with the broker."""
+
+    async def ack(self, message: Message) -> None:
+        """Tell the broker the message was handled; it will not be delivered again."""
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        """Ask the broker to redeliver the message, after ``delay`` seconds where it can."""
+
+    async def in_progress(self, message: Message) -> None:
+        """Extend the message's ack deadline (lock, lease) while it is still being handled."""
+
+
+class _DetachedAcker:
+    """The acker of a Message built by hand: every settlement is refused."""
+
+    async def ack(self, message: Message) -> None:
+        raise AckError("this Message was not received from a broker; there is nothing to ack")
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        raise AckError("this Message was not received from a broker; there is nothing to nack")
+
+    async def in_progress(self, message: Message) -> None:
+        raise AckError("this Message was not received from a broker")
+
+
+_DETACHED: Final = _DetachedAcker()
+
+
+@dataclass(slots=True)
+class Message:
+    """One delivery from a broker with per-message acknowledgement.
+
+    ``delivery_attempt`` is 1 on the first delivery where the broker counts deliveries.
+    ``raw`` is the SDK's own object, an escape hatch for broker-specific features.
+    Acking twice is a no-op; acking after a nack (or nacking after an ack) raises
+    :class:`~broker.errors.AckError`.
+    """
+
+    id: str
+    data: bytes
+    key: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    publish_time: float | None = None
+    ingestion_time: float | None = None
+    delivery_attempt: int | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+    acker: Acker = field(default=_DETACHED, repr=False, compare=False)
+    _state: int = field(default=_PENDING, repr=False, compare=False)
+
+    @property
+    def state(self) -> str:
+        """``"pending"``, ``"acked"``, ``"nacked"`` or ``"dead-lettered"``."""
+        return _STATE_NAMES[self._state]
+
+    @property
+    def settled(self) -> bool:
+        """True once the message was acked, nacked or dead-lettered."""
+        return self._state != _PENDING
+
+    async def ack(self) -> None:
+        """Acknowledge successful handling; the broker will not deliver it again."""
+        state = self._state
+        if state == _ACKED:
+            return
+        if state != _PENDING:
+            raise AckError(f"cannot ack message {self.id!r}: it was already {_STATE_NAMES[state]}")
+        self._state = _ACKED
+        try:
+            await self.acker.ack(self)
+        except BaseException:
+            self._state = _PENDING
+            raise
+
+    async def nack(self, delay: float | None = None) -> None:
+        """Report failed handling: the broker redelivers it (after ``delay`` seconds where it can)."""
+        if delay is not None and delay < 0:
+            raise ValueError(f"nack delay must be >= 0, got {delay!r}")
+        state = self._state
+        if state == _NACKED:
+            return
+        if state != _PENDING:
+            raise AckError(f"cannot nack message {self.id!r}: it was already {_STATE_NAMES[state]}")
+        self._state = _NACKED
+        try:
+            await self.acker.nack(self, delay)
+        except BaseException:
+            self._state = _PENDING
+            raise
+
+    async def in_progress(self) -> None:
+        """Extend the ack deadline: handling goes on, do not redeliver yet."""
+        if self._state != _PENDING:
+            raise AckError(f"message {self.id!r} is already {_STATE_NAMES[self._state]}")
+        await self.acker.in_progress(self)
+
+    async def dead_letter(self, reason: str | None = None) -> None:
+        """Stop redelivering a poison message (dead-letter queue where configured, else drop it).
+
+        Raises :class:`~broker.errors.NotSupported` on backends that cannot do this.
+        """
+        if self._state == _DEAD:
+            return
+        if self._state != _PENDING:
+            raise AckError(f"message {self.id!r} is already {_STATE_NAMES[self._state]}")
+        dead_letter = getattr(self.acker, "dead_letter", None)
+        if dead_letter is None:
+            raise NotSupported(f"{type(self.acker).__name__} cannot dead-letter messages")
+        self._state = _DEAD
+        try:
+            await dead_letter(self, reason)
+        except BaseException:
+            self._state = _PENDING
+            raise
+
+
+class Committer(Protocol):
+    """What a backend attaches to a :class:`Record` to commit offsets."""
+
+    async def commit(self, record: Record) -> None:
+        """Commit ``record.offset + 1`` for the record's partition (acks every lower offset)."""
+
+
+class _DetachedCommitter:
+    async def commit(self, record: Record) -> None:
+        raise AckError("this Record was not read from a broker; there is nothing to commit")
+
+
+_DETACHED_COMMITTER: Final = _DetachedCommitter()
+
+
+@dataclass(slots=True)
+class Record:
+    """One entry of a partitioned log.
+
+    ``ack()`` commits this offset and, implicitly, every lower offset of the same partition.
+    ``value`` is ``None`` for a tombstone (a deletion on a compacted topic).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    key: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    publish_time: float | None = None
+    ingestion_time: float | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+    committer: Committer = field(default=_DETACHED_COMMITTER, repr=False, compare=False)
+
+    async def ack(self) -> None:
+        """Commit this record's offset (and so every lower offset of its partition)."""
+        await self.committer.commit(self)

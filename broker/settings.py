@@ -1,0 +1,198 @@
+"""Settings dataclasses: building them from URLs and mappings, and keeping secrets out of logs.
+
+A backend describes each role's settings as a dataclass. :func:`build_settings` fills one
+from a mapping whose values may be strings (URL query parameters) or already-typed values,
+coercing ``int``, ``float``, ``bool``, ``str``, ``tuple[str, ...]`` and ``X | None``.
+Unknown keys raise :class:`~broker.errors.UnknownSetting`; bad values raise
+:class:`~broker.errors.ConfigError`. Fields declared with :func:`secret` are hidden from
+``repr`` and from :func:`describe`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from broker.errors import ConfigError, UnknownSetting
+
+__all__ = ["ParsedUrl", "build_settings", "describe", "parse_url", "redact_url", "secret"]
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def secret(default: Any = None) -> Any:
+    """A dataclass field for a credential: excluded from ``repr`` and masked by :func:`describe`."""
+    return dataclasses.field(default=default, repr=False, metadata={"secret": True})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParsedUrl:
+    """A backend URL split into parts: ``scheme://[user[:password]@]host[,host...][/path][?query]``."""
+
+    scheme: str
+    hosts: tuple[str, ...]
+    path: str
+    query: Mapping[str, str]
+    username: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
+
+
+def parse_url(url: str) -> ParsedUrl:
+    """Split a backend URL; raises :class:`~broker.errors.ConfigError` when it is not one."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"not a broker URL (expected scheme://...): {redact_url(str(url))!r}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if not scheme or not scheme.replace("+", "").replace("-", "").isalnum():
+        raise ConfigError(f"not a broker URL (bad scheme): {redact_url(url)!r}")
+    netloc = parts.netloc
+    username = password = None
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        username, _, pw = userinfo.partition(":")
+        password = pw or None
+    hosts = tuple(h for h in netloc.split(",") if h)
+    query: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+        if key in query:
+            raise ConfigError(f"setting {key!r} is given twice in the URL")
+        query[key] = value
+    return ParsedUrl(scheme, hosts, parts.path, query, username or None, password)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password (and credential-like query values) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+    query = "&".join(
+        f"{k}=***" if _looks_secret(k) else (f"{k}={v}" if v else k)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    if url.lower().startswith("endpoint="):
+        return "Endpoint=***"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _looks_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in ("password", "secret", "token", "key", "credential", "sasl"))
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        if isinstance(value, str) and value.lower() in ("", "none", "null") and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(name, value, arg)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError("; ".join(errors) or f"setting {name!r}: bad value {value!r}")
+    if origin is typing.Literal:
+        allowed = typing.get_args(hint)
+        if value in allowed:
+            return value
+        raise ConfigError(f"setting {name!r} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    if origin in (tuple, list):
+        if isinstance(value, str):
+            items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(value, list | tuple):
+            items = list(value)
+        else:
+            raise ConfigError(f"setting {name!r} must be a list, got {type(value).__name__}")
+        args = typing.get_args(hint)
+        item_hint = args[0] if args else str
+        coerced = [_coerce(name, item, item_hint) for item in items]
+        return tuple(coerced) if origin is tuple else coerced
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise ConfigError(f"setting {name!r} must be a mapping, got {type(value).__name__}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        raise ConfigError(f"setting {name!r} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"setting {name!r} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"setting {name!r} must be an integer, got {value!r}") from None
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"setting {name!r} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"setting {name!r} must be a number, got {value!r}") from None
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"setting {name!r} must be a string, got {type(value).__name__}")
+    if hint is Any or hint is object:
+        return value
+    if isinstance(hint, type) and isinstance(value, hint):
+        return value
+    raise ConfigError(f"setting {name!r}: cannot use {value!r} as {hint!r}")
+
+
+def build_settings(cls: type[T], values: Mapping[str, Any], *, backend: str) -> T:
+    """An instance of the settings dataclass ``cls`` from ``values`` (strings are coerced).
+
+    Keys may use ``-`` or ``_``. Unknown keys raise :class:`~broker.errors.UnknownSetting`.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    valid = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    normalized: dict[str, Any] = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name in normalized:
+            raise ConfigError(f"setting {key!r} is given twice")
+        normalized[name] = value
+    unknown = [k for k in normalized if k not in valid]
+    if unknown:
+        raise UnknownSetting(backend, unknown, list(valid))
+    kwargs = {name: _coerce(name, value, hints[name]) for name, value in normalized.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"invalid settings for backend {backend!r}: {exc}") from exc
+
+
+def describe(settings: Any) -> dict[str, Any]:
+    """The settings as a dict safe to log: fields made with :func:`secret` read ``'***'``."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if f.metadata.get("secret") and value is not None:
+            value = "***"
+        out[f.name] = value
+    return out

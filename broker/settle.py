@@ -1,0 +1,57 @@
+"""Settle many messages or records at once, using a backend's bulk path where it has one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any
+
+from broker.message import Message, Record
+
+__all__ = ["ack_all", "commit_highest_offsets", "nack_all"]
+
+
+async def ack_all(messages: Sequence[Message]) -> None:
+    """Ack every unsettled message, one bulk call per backend where it supports bulk acks.
+
+    A bulk acker offers ``ack_many(messages) -> others``: it acks the pending messages that are
+    its own and returns the rest.
+    """
+    remaining: Sequence[Message] = messages
+    calls: list[Coroutine[Any, Any, None]] = []
+    while remaining:
+        acker = remaining[0].acker
+        bulk = getattr(acker, "ack_many", None)
+        if bulk is None:
+            calls.extend(m.ack() for m in remaining if m.acker is acker and not m.settled)
+            remaining = [m for m in remaining if m.acker is not acker]
+        else:
+            others = await bulk(remaining)
+            if len(others) >= len(remaining):  # the acker claimed none of them: settle one by one
+                calls.extend(m.ack() for m in remaining if m.acker is acker and not m.settled)
+                others = [m for m in remaining if m.acker is not acker]
+            remaining = others
+    if calls:
+        await asyncio.gather(*calls)
+
+
+async def nack_all(messages: Sequence[Message], delay: float | None = None) -> None:
+    """Nack every unsettled message; every nack is tried, then the first failure is raised."""
+    results = await asyncio.gather(
+        *(m.nack(delay) for m in messages if not m.settled), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def commit_highest_offsets(records: Iterable[Record]) -> None:
+    """Commit, per partition, the highest offset among ``records`` (one commit per partition)."""
+    highest: dict[tuple[str, int], Record] = {}
+    for record in records:
+        tp = (record.topic, record.partition)
+        best = highest.get(tp)
+        if best is None or record.offset > best.offset:
+            highest[tp] = record
+    if highest:
+        await asyncio.gather(*(r.ack() for r in highest.values()))

@@ -1,0 +1,1 @@
+"""Integrations on top of the core and the backends (nothing imports ``contrib``)."""
