@@ -105,6 +105,9 @@ class BackendFactory(Protocol):
     def open(self, settings: Any) -> Backend:
         """A backend for ``settings``; imports the SDK (``MissingDependency`` when it is absent)."""
 
+    # Optional: ``dev_server(port: int | None = None) -> broker.devserver.DevServer`` starts a local
+    # server for development (``broker dev SCHEME``) and tests; not started until entered/started.
+
 
 class BackendBase:
     """Shared behaviour for backends: resource tracking, idempotent close, adapter defaults.

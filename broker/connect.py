@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from broker.backend import Backend, BackendFactory
-from broker.errors import ConfigError, UnknownBackend
+from broker.errors import ConfigError, MissingDependency, UnknownBackend
 from broker.settings import build_settings, parse_url, redact_url
 
 __all__ = ["available_backends", "connect", "register_backend"]
@@ -45,7 +45,10 @@ def _factory(scheme: str) -> BackendFactory:
         ep = eps.get(scheme)
         if ep is None:
             raise UnknownBackend(scheme, sorted(set(eps) | set(_loaded)))
-        loaded: BackendFactory = ep.load()
+        try:
+            loaded: BackendFactory = ep.load()
+        except ImportError as exc:
+            raise MissingDependency(scheme, exc.name or ep.value) from exc
         _loaded[scheme] = loaded
         return loaded
 

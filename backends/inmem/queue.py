@@ -91,7 +91,7 @@ class Subscription:
                 lease.expired = True
                 for message in lease.messages:
                     if message.raw is lease and message._state == _PENDING:
-                        self.ready.append(message)
+                        self._requeue(message, "ack deadline passed")
         delayed = self.delayed
         while delayed and delayed[0][0] <= now:
             self.ready.append(heapq.heappop(delayed)[2])
@@ -145,9 +145,6 @@ class Subscription:
         while ready and len(out) < limit:
             old = ready.popleft()
             attempt = (old.delivery_attempt or 1) + 1
-            if self.options.max_attempts is not None and attempt > self.options.max_attempts:
-                self._dead_letter(old, f"delivered {attempt - 1} times")
-                continue
             out.append(
                 Message(
                     old.id, old.data, old.key, old.attributes, old.publish_time, wall, attempt, lease, self
@@ -192,6 +189,16 @@ class Subscription:
         lease.pending = len(out)
         self.leases.append(lease)
         return list(out)
+
+    def _requeue(self, message: Message, why: str, delay: float | None = None) -> None:
+        """Queue ``message`` for redelivery, or dead-letter it once it used up its attempts."""
+        limit = self.options.max_attempts
+        if limit is not None and (message.delivery_attempt or 1) >= limit:
+            self._dead_letter(message, f"{why} after {limit} deliveries")
+        elif delay:
+            heapq.heappush(self.delayed, (time.monotonic() + delay, next(self._seq), message))
+        else:
+            self.ready.append(message)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         target = self.options.dead_letter_topic
@@ -246,11 +253,9 @@ class Subscription:
         """Redeliver ``message``, after ``delay`` seconds if given."""
         if not self._release(message):
             return
-        if delay:
-            heapq.heappush(self.delayed, (time.monotonic() + delay, next(self._seq), message))
-        else:
-            self.ready.append(message)
-        wake(self.topic.waiters)
+        self._requeue(message, "nacked", delay)
+        if self.topic.waiters:
+            wake(self.topic.waiters)
 
     async def in_progress(self, message: Message) -> None:
         """Push ``message``'s deadline ``ack_deadline`` seconds from now."""

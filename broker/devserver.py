@@ -1,0 +1,167 @@
+"""Start a broker server process on loopback, for tests and for ``broker dev``.
+
+Every backend whose server can run locally offers a ``dev_server()`` on its registered
+factory, built on :class:`ProcessServer`: start the server's binary on a free 127.0.0.1
+port, wait until it accepts connections, and stop it (terminate, then kill) on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from broker.errors import ConnectionFailed
+
+__all__ = ["DevServer", "ProcessServer", "free_port", "wait_for_port"]
+
+
+@runtime_checkable
+class DevServer(Protocol):
+    """A running local server: its URL, and ``stop()``."""
+
+    @property
+    def url(self) -> str:
+        """The URL ``broker.connect`` takes to reach this server."""
+
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Wait until ``host:port`` accepts TCP connections; ``ConnectionFailed`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise ConnectionFailed(f"the server process exited before {host}:{port} opened")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.02)
+    raise ConnectionFailed(f"nothing accepted connections on {host}:{port} within {timeout}s")
+
+
+class ProcessServer:
+    """A server subprocess with a URL; a context manager that stops it on exit.
+
+    ``command`` is run with its output captured to a log file in ``workdir`` (a temporary
+    directory removed on stop unless one was given), which ``log_tail()`` returns for errors.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        url: str,
+        host: str,
+        port: int,
+        workdir: str | None = None,
+        start_timeout: float = 15.0,
+        env: dict[str, str] | None = None,
+        ready: Callable[[], None] | None = None,
+    ) -> None:
+        self.command = list(command)
+        self._url = url
+        self.host = host
+        self.port = port
+        self._own_dir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="polybroker-dev-"))
+        self.start_timeout = start_timeout
+        self.env = env
+        self._ready = ready
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_path = self.workdir / "server.log"
+
+    @property
+    def url(self) -> str:
+        """The server's URL."""
+        return self._url
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<ProcessServer {Path(self.command[0]).name} {self.host}:{self.port} {state}>"
+
+    @property
+    def running(self) -> bool:
+        """True while the process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> Self:
+        """Start the process and wait until it serves."""
+        if self.running:
+            return self
+        log = open(self._log_path, "ab")  # the child process writes to it
+        try:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                env={**os.environ, **self.env} if self.env else None,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        try:
+            wait_for_port(self.host, self.port, self.start_timeout, alive=lambda: self.running)
+            if self._ready is not None:
+                self._ready()
+        except BaseException as exc:
+            tail = self.log_tail()
+            self.stop()
+            if isinstance(exc, ConnectionFailed):
+                raise ConnectionFailed(f"{exc}; server output:\n{tail}") from None
+            raise
+        return self
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the server printed."""
+        try:
+            return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the process (kill after ``timeout``); remove a temporary workdir. Idempotent."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout)
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

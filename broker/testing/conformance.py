@@ -1,0 +1,424 @@
+"""The conformance tests: one body per behaviour, run against every backend.
+
+Each test states one behaviour users rely on and counts messages: nothing lost, duplicates
+only where the guarantee allows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+try:
+    import pytest
+except ImportError as exc:  # pragma: no cover - exercised only without the test extra
+    from broker.errors import MissingDependency
+
+    raise MissingDependency("test", "pytest") from exc
+
+import broker
+from broker import adapt
+from broker.errors import ClosedError, ConfigError, InvalidAttributes
+from broker.message import Message, OutboundMessage
+from broker.testing.harness import Harness, collect, collect_records, drain
+
+__all__ = ["ConformanceSuite"]
+
+
+def _need(harness: Harness, *flags: str) -> None:
+    caps = harness.capabilities
+    missing = [f for f in flags if not getattr(caps, f)]
+    if missing:
+        pytest.skip(f"backend {harness.backend.name!r} does not claim: {', '.join(missing)}")
+
+
+async def _open(
+    harness: Harness, *, ack_deadline: float | None = None, subscriptions: int = 1
+) -> tuple[str, list[str]]:
+    topic = harness.name("topic")
+    subs = [harness.name("sub") for _ in range(subscriptions)]
+    await harness.prepare(topic, subs)
+    return topic, subs
+
+
+class ConformanceSuite:
+    """Subclass in a backend's tests and provide an async ``harness`` fixture."""
+
+    # -- publishing and round trips -------------------------------------------------------
+    async def test_round_trip_data_key_attributes(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            publisher = harness.backend.publisher()
+            sent = [
+                OutboundMessage(b"hello", key="k1", attributes={"a": "1", "trace": "xyz"}),
+                OutboundMessage(b"", key=None),
+                OutboundMessage("naïve ☃ 東京".encode(), key="ключ", attributes={"lang": "ünï"}),
+            ]
+            for message in sent:
+                await publisher.topic(topic).publish(message)
+            got = await collect(consumer, len(sent), harness.patience)
+        by_data = {m.data: m for m in got}
+        assert set(by_data) == {m.data for m in sent}
+        for out in sent:
+            received = by_data[out.data]
+            assert received.key == out.key
+            assert dict(received.attributes) == dict(out.attributes)
+            assert isinstance(received.id, str) and received.id
+            assert received.publish_time is None or received.publish_time > 0
+
+    async def test_large_payload(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        limit = harness.capabilities.max_message_bytes
+        size = 1024 * 1024 if limit is None or limit >= 1024 * 1024 + 4096 else limit - 4096
+        payload = bytes(range(256)) * (size // 256)
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(payload))
+            (message,) = await collect(consumer, 1, harness.patience)
+        assert message.data == payload
+
+    async def test_batch_publish_delivers_every_message_once(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, (sub,) = await _open(harness)
+        count = 200
+        async with harness.messages(topic, sub) as consumer:
+            await (
+                harness.backend.publisher()
+                .topic(topic)
+                .batch_publish(*(OutboundMessage(str(i).encode(), key=f"k{i % 7}") for i in range(count)))
+            )
+            got = await collect(consumer, count, harness.patience)
+            extra = await drain(consumer, 0.3)
+        counts = Counter(int(m.data) for m in got + extra)
+        assert set(counts) == set(range(count))
+        assert max(counts.values()) == 1
+
+    async def test_per_key_order(self, harness: Harness) -> None:
+        _need(harness, "messages", "per_key_order")
+        topic, (sub,) = await _open(harness)
+        keys = [f"key-{k}" for k in range(5)]
+        sent = [OutboundMessage(f"{k}:{i}".encode(), key=k) for i in range(40) for k in keys]
+        async with harness.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).batch_publish(*sent)
+            got = await collect(consumer, len(sent), harness.patience)
+        for k in keys:
+            sequence = [int(m.data.split(b":")[1]) for m in got if m.key == k]
+            assert sequence == list(range(40)), f"order broken for {k}"
+
+    async def test_publish_after_close_raises(self, harness: Harness) -> None:
+        topic = harness.name("topic")
+        publisher = harness.backend.publisher()
+        handle = publisher.topic(topic)
+        await publisher.close()
+        await publisher.close()  # idempotent
+        with pytest.raises(ClosedError):
+            await handle.publish(OutboundMessage(b"late"))
+
+    async def test_bad_attributes_and_data_raise_type_errors(self, harness: Harness) -> None:
+        topic = harness.name("topic")
+        await harness.prepare(topic, [])
+        handle = harness.backend.publisher().topic(topic)
+        with pytest.raises(InvalidAttributes):
+            await handle.publish(OutboundMessage(b"x", attributes={"n": 1}))  # type: ignore[dict-item]
+        with pytest.raises(TypeError):
+            await handle.publish(OutboundMessage(b"x", attributes={"n": None}))  # type: ignore[dict-item]
+        with pytest.raises(TypeError):
+            await handle.publish(OutboundMessage("not bytes"))  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await handle.batch_publish(OutboundMessage(b"ok"), OutboundMessage(b"x", attributes={1: "v"}))  # type: ignore[dict-item]
+
+    async def test_bad_urls_raise_config_errors(self, harness: Harness) -> None:
+        for url in ["nosuchbroker://x", "not a url", *harness.bad_urls]:
+            with pytest.raises(ConfigError):
+                broker.connect(url)
+        scheme = harness.backend.name
+        with pytest.raises(ConfigError, match="no_such_setting"):
+            broker.connect({"backend": scheme, "no_such_setting": "1"})
+
+    # -- acknowledgement ------------------------------------------------------------------
+    async def test_acked_message_is_not_redelivered(self, harness: Harness) -> None:
+        _need(harness, "messages", "ack_deadline")
+        deadline = harness.short_ack_deadline
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"once"))
+            (message,) = await collect(consumer, 1, harness.patience)
+            await message.ack()  # a second ack is a no-op
+            assert message.state == "acked"
+            with pytest.raises(TimeoutError):
+                await consumer.next_message(timeout=deadline * 2.5)
+
+    async def test_ack_after_nack_raises(self, harness: Harness) -> None:
+        _need(harness, "messages", "nack_redelivers")
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"n"))
+            (message,) = await collect(consumer, 1, harness.patience, ack=False)
+            await message.nack()
+            with pytest.raises(broker.errors.AckError):
+                await message.ack()
+            (again,) = await collect(consumer, 1, harness.patience)
+            assert again.data == b"n"
+
+    async def test_nack_redelivers(self, harness: Harness) -> None:
+        _need(harness, "messages", "nack_redelivers")
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"retry-me"))
+            (first,) = await collect(consumer, 1, harness.patience, ack=False)
+            await first.nack()
+            (second,) = await collect(consumer, 1, harness.patience)
+        assert second.data == b"retry-me"
+        assert second.id == first.id
+        if harness.capabilities.delivery_attempt:
+            assert first.delivery_attempt == 1
+            assert second.delivery_attempt == 2
+
+    async def test_delayed_nack_waits(self, harness: Harness) -> None:
+        _need(harness, "messages", "delayed_nack")
+        delay = max(1.0, harness.short_ack_deadline)
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"later"))
+            (first,) = await collect(consumer, 1, harness.patience, ack=False)
+            started = time.monotonic()
+            await first.nack(delay=delay)
+            (second,) = await collect(consumer, 1, harness.patience + delay)
+            waited = time.monotonic() - started
+        assert second.data == b"later"
+        assert waited >= delay * 0.8, f"redelivered after {waited:.2f}s, delay was {delay}s"
+
+    async def test_ack_deadline_redelivers(self, harness: Harness) -> None:
+        _need(harness, "messages", "ack_deadline")
+        deadline = harness.short_ack_deadline
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"forgotten"))
+            await collect(consumer, 1, harness.patience, ack=False)
+            started = time.monotonic()
+            (second,) = await collect(consumer, 1, harness.patience + deadline * 3)
+            waited = time.monotonic() - started
+        assert second.data == b"forgotten"
+        assert waited >= deadline * 0.5
+        if harness.capabilities.delivery_attempt:
+            assert second.delivery_attempt == 2
+
+    async def test_in_progress_extends_the_deadline(self, harness: Harness) -> None:
+        _need(harness, "messages", "ack_deadline", "in_progress")
+        deadline = harness.short_ack_deadline
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"slow"))
+            (message,) = await collect(consumer, 1, harness.patience, ack=False)
+            held_until = time.monotonic() + deadline * 2.5
+            while time.monotonic() < held_until:
+                await message.in_progress()
+                with pytest.raises(TimeoutError):
+                    await consumer.next_message(timeout=deadline / 3)
+            await message.ack()
+            with pytest.raises(TimeoutError):
+                await consumer.next_message(timeout=deadline * 2)
+
+    async def test_dead_letter_after_max_attempts(self, harness: Harness) -> None:
+        _need(harness, "messages", "dead_letter", "nack_redelivers")
+        if harness.backend.name != "inmem":
+            pytest.skip("the dead-letter options differ per backend; covered by each backend's own tests")
+        topic, (sub,) = await _open(harness)
+        dlq = harness.name("dlq")
+        async with (
+            harness.backend.messages(topic, sub, max_attempts=2, dead_letter_topic=dlq) as consumer,
+            harness.backend.messages(dlq, "inspect") as dead,
+        ):
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"poison"))
+            for _ in range(2):
+                (message,) = await collect(consumer, 1, harness.patience, ack=False)
+                await message.nack()
+            (letter,) = await collect(dead, 1, harness.patience)
+            assert letter.data == b"poison"
+            with pytest.raises(TimeoutError):
+                await consumer.next_message(timeout=0.3)
+
+    # -- several consumers, restarts ------------------------------------------------------
+    async def test_competing_consumers_split_the_work(self, harness: Harness) -> None:
+        _need(harness, "messages", "competing_consumers")
+        topic, (sub,) = await _open(harness)
+        count = 100
+        async with harness.messages(topic, sub) as first, harness.messages(topic, sub) as second:
+            await (
+                harness.backend.publisher()
+                .topic(topic)
+                .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+            )
+            seen: dict[str, list[int]] = {"first": [], "second": []}
+            async with asyncio.timeout(harness.patience * 2):
+                while len(seen["first"]) + len(seen["second"]) < count:
+                    for name, consumer in (("first", first), ("second", second)):
+                        try:
+                            message = await consumer.next_message(timeout=0.2)
+                        except TimeoutError:
+                            continue
+                        await message.ack()
+                        seen[name].append(int(message.data))
+        everything = seen["first"] + seen["second"]
+        assert sorted(set(everything)) == list(range(count)), "messages were lost"
+        assert len(everything) == count, "messages were delivered twice"
+        assert seen["first"] and seen["second"], "one consumer got all the work"
+
+    async def test_no_loss_across_consumer_restart(self, harness: Harness) -> None:
+        _need(harness, "messages", "ack_deadline")
+        deadline = harness.short_ack_deadline
+        topic, (sub,) = await _open(harness)
+        count = 30
+        await (
+            harness.backend.publisher()
+            .topic(topic)
+            .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+        )
+        async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            handled = await collect(consumer, 10, harness.patience)
+            await collect(consumer, 1, harness.patience, ack=False)  # taken, never acked: the "crash"
+        async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            rest = await collect(consumer, count - 10, harness.patience + deadline * 3)
+            rest += await drain(consumer, deadline * 1.5)
+        values = Counter(int(m.data) for m in handled + rest)
+        assert set(values) == set(range(count)), f"lost: {set(range(count)) - set(values)}"
+        assert all(n == 1 for n in values.values()), "an acked message was delivered again"
+
+    # -- shutdown -------------------------------------------------------------------------
+    async def test_close_wakes_a_blocked_consumer(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, (sub,) = await _open(harness)
+        consumer = harness.messages(topic, sub)
+        waiting = asyncio.ensure_future(consumer.next_message())
+        await asyncio.sleep(0.2)
+        async with asyncio.timeout(harness.patience):
+            await consumer.close()
+            with pytest.raises(ClosedError):
+                await waiting
+        await consumer.close()  # idempotent
+        with pytest.raises(ClosedError):
+            await consumer.next_message(timeout=0.1)
+
+    async def test_cancel_does_not_hang_or_lose(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            waiting = asyncio.ensure_future(consumer.next_message())
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            async with asyncio.timeout(harness.patience):
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"after-cancel"))
+            (message,) = await collect(consumer, 1, harness.patience)
+        assert message.data == b"after-cancel"
+
+    async def test_receiver_handles_all_and_nacks_on_cancel(self, harness: Harness) -> None:
+        _need(harness, "messages", "nack_redelivers")
+        topic, (sub,) = await _open(harness)
+        count = 50
+        handled: list[int] = []
+        failed_once: set[int] = set()
+        blocked = asyncio.Event()
+        all_handled = asyncio.Event()
+
+        async def handler(message: Message) -> None:
+            value = int(message.data)
+            if value % 10 == 3 and value not in failed_once:
+                failed_once.add(value)
+                raise RuntimeError("handler failure: the receiver must nack and carry on")
+            if value == count:  # the last one blocks until the receiver is cancelled
+                blocked.set()
+                await asyncio.sleep(3600)
+            handled.append(value)
+            await message.ack()
+            if len(set(handled)) == count:
+                all_handled.set()
+
+        receiver = adapt.receiver(harness.messages(topic, sub), concurrency=4)
+        task = asyncio.ensure_future(receiver.receive(handler))
+        await (
+            harness.backend.publisher()
+            .topic(topic)
+            .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+        )
+        async with asyncio.timeout(harness.patience * 2):
+            await all_handled.wait()
+        await harness.backend.publisher().topic(topic).publish(OutboundMessage(str(count).encode()))
+        async with asyncio.timeout(harness.patience):
+            await blocked.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert sorted(set(handled)) == list(range(count))
+        assert failed_once == {3, 13, 23, 33, 43}
+        # The message whose handler was interrupted was nacked, so it comes back.
+        async with harness.messages(topic, sub) as consumer:
+            (again,) = await collect(consumer, 1, harness.patience)
+        assert int(again.data) == count
+
+    async def test_batched_messages(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, (sub,) = await _open(harness)
+        count = 25
+        async with harness.backend.batched_messages(topic, sub, batch_size=10, batch_timeout=0.5) as batches:
+            await (
+                harness.backend.publisher()
+                .topic(topic)
+                .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+            )
+            seen: list[int] = []
+            async with asyncio.timeout(harness.patience):
+                while len(seen) < count:
+                    batch = await batches.next_batch()
+                    assert len(batch) <= 10
+                    await broker.ack_all(batch)
+                    seen.extend(int(m.data) for m in batch)
+        assert sorted(seen) == list(range(count))
+
+    # -- partitioned log ------------------------------------------------------------------
+    async def test_records_in_a_group_resume_after_commit(self, harness: Harness) -> None:
+        _need(harness, "records")
+        topic = harness.name("log")
+        group = harness.name("group")
+        await harness.prepare(topic, [])
+        count = 20
+        await (
+            harness.backend.publisher()
+            .topic(topic)
+            .batch_publish(*(OutboundMessage(str(i).encode(), key=f"k{i % 3}") for i in range(count)))
+        )
+        async with harness.records(topic, group) as records:
+            first = await collect_records(records, 12, harness.patience)
+            last_by_partition: dict[int, int] = {}
+            for record in first:
+                assert record.offset > last_by_partition.get(record.partition, -1)
+                last_by_partition[record.partition] = record.offset
+            await broker.commit_highest_offsets(first)
+        async with harness.records(topic, group) as records:
+            rest = await collect_records(records, count - 12, harness.patience)
+        values = sorted(int(r.value or b"") for r in first + rest)
+        assert values == list(range(count)), "records were lost or re-read after commit"
+
+    async def test_transactions_commit_and_abort(self, harness: Harness) -> None:
+        _need(harness, "transactions", "records")
+        topic = harness.name("txn")
+        await harness.prepare(topic, [])
+        publisher = harness.backend.transactional_publisher()
+        try:
+            handle = publisher.topic(topic)
+            await publisher.begin()
+            await handle.publish(OutboundMessage(b"aborted"))
+            assert await publisher.abort()
+            await publisher.begin()
+            await handle.batch_publish(OutboundMessage(b"c1"), OutboundMessage(b"c2"))
+            assert await publisher.commit()
+        finally:
+            await publisher.close()
+        async with harness.records(topic, harness.name("group")) as records:
+            got = await collect_records(records, 2, harness.patience)
+            with pytest.raises(TimeoutError):
+                await records.next_record(timeout=0.5)
+        assert sorted(r.value or b"" for r in got) == [b"c1", b"c2"]

@@ -1,0 +1,101 @@
+"""The backend-specific side of the conformance suite, and helpers for writing tests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from broker.backend import Backend
+from broker.capabilities import Capabilities
+from broker.interfaces import MessageIterator, RecordIterator
+from broker.message import Message, Record
+
+__all__ = ["Harness", "collect", "drain"]
+
+
+class Harness:
+    """What the conformance suite needs from a backend, with defaults that fit most backends.
+
+    Override :meth:`messages` / :meth:`records` when the backend names its options differently
+    (the suite asks for an ack deadline in seconds), and :meth:`prepare` when topics or
+    subscriptions must exist before publishing.
+    """
+
+    #: Ack deadline (seconds) used by the redelivery tests; the shortest the server honours.
+    short_ack_deadline: float = 1.0
+    #: How long to wait for something that should happen (seconds).
+    patience: float = 10.0
+    #: URLs that must be rejected with a ConfigError by ``broker.connect``.
+    bad_urls: Sequence[str] = ()
+
+    def __init__(self, backend: Backend, **overrides: Any) -> None:
+        self.backend = backend
+        self._counter = itertools.count()
+        self._run = uuid.uuid4().hex[:8]
+        for name, value in overrides.items():
+            if not hasattr(self, name):
+                raise AttributeError(f"Harness has no setting {name!r}")
+            setattr(self, name, value)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The backend's capabilities."""
+        return self.backend.capabilities
+
+    def name(self, prefix: str = "t") -> str:
+        """A topic or subscription name not used before in this run."""
+        return f"{prefix}-{self._run}-{next(self._counter)}"
+
+    async def prepare(self, topic: str, subscriptions: Sequence[str] = ()) -> None:
+        """Make ``topic`` and ``subscriptions`` exist before anything is published (default: nothing)."""
+
+    def messages(
+        self, topic: str, subscription: str, *, ack_deadline: float | None = None
+    ) -> MessageIterator:
+        """A message iterator; ``ack_deadline`` in seconds when given."""
+        options: dict[str, Any] = {}
+        if ack_deadline is not None:
+            options["ack_deadline"] = ack_deadline
+        return self.backend.messages(topic, subscription, **options)
+
+    def records(self, topic: str, group: str) -> RecordIterator:
+        """A record iterator in consumer ``group`` starting from the earliest offset."""
+        return self.backend.records(topic, group)
+
+
+async def collect(
+    iterator: MessageIterator, count: int, timeout: float, *, ack: bool = True
+) -> list[Message]:
+    """Pull ``count`` messages (acking each unless ``ack=False``); fails after ``timeout`` seconds."""
+    out: list[Message] = []
+    async with asyncio.timeout(timeout):
+        while len(out) < count:
+            message = await iterator.next_message()
+            if ack:
+                await message.ack()
+            out.append(message)
+    return out
+
+
+async def collect_records(iterator: RecordIterator, count: int, timeout: float) -> list[Record]:
+    """Pull ``count`` records; fails after ``timeout`` seconds."""
+    out: list[Record] = []
+    async with asyncio.timeout(timeout):
+        while len(out) < count:
+            out.append(await iterator.next_record())
+    return out
+
+
+async def drain(iterator: MessageIterator, quiet: float) -> list[Message]:
+    """Pull (and ack) until nothing arrives for ``quiet`` seconds; what arrived."""
+    out: list[Message] = []
+    while True:
+        try:
+            message = await iterator.next_message(timeout=quiet)
+        except TimeoutError:
+            return out
+        await message.ack()
+        out.append(message)
