@@ -39,7 +39,7 @@ class ParsedUrl:
     scheme: str
     hosts: tuple[str, ...]
     path: str
-    query: Mapping[str, str]
+    query: Mapping[str, str] = dataclasses.field(repr=False)  # may carry credentials
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
 

@@ -138,8 +138,9 @@ class Subscription:
                 self,
             )
             single.append(message)
+            lease.pending = 1
             self.leases.append(lease)
-            return single
+            return [message]
         out: list[Message] = []
         lease = Lease(now + self.ack_deadline, out)
         while ready and len(out) < limit:

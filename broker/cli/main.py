@@ -1,5 +1,125 @@
-"""Placeholder replaced below."""
+"""The ``broker`` command: a demo, publish and consume from a terminal, and local dev servers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Sequence
+
+from broker.cli import commands
+
+DESCRIPTION = """\
+polybroker: one Python API for Kafka, NATS JetStream, Google Pub/Sub, Pulsar, Azure Service Bus
+and an in-memory broker. A broker is chosen by URL:
+
+  inmem://NAME              in-memory, inside this process (the default; nothing to install)
+  kafka://HOST:PORT         Kafka (pip install 'polybroker[kafka]')
+  nats://HOST:PORT          NATS JetStream (pip install 'polybroker[nats]')
+  pubsub://PROJECT          Google Cloud Pub/Sub (pip install 'polybroker[pubsub]')
+  pulsar://HOST:PORT        Apache Pulsar (pip install 'polybroker[pulsar]')
+
+Settings go in the query string: kafka://localhost:9092?group_id=orders
+"""
+
+EPILOG = """\
+examples:
+  broker demo                                   walk through publish, ack, nack and redelivery
+  broker dev kafka                              start a local Kafka-compatible broker, print its URL
+  echo hello | broker publish kafka://127.0.0.1:9092 greetings
+  broker consume kafka://127.0.0.1:9092 greetings --count 1
+  broker backends                               list installed backends and what they support
+"""
 
 
-def main() -> None:
-    """Entry point."""
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``broker`` command."""
+    parser = argparse.ArgumentParser(
+        prog="broker",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="log what the library does")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="a guided tour: publish, consume, ack, nack, redelivery")
+    demo.add_argument(
+        "--url",
+        default="inmem://demo?partitions=2",
+        help="broker to run the demo on (default: the in-memory one)",
+    )
+    demo.set_defaults(run=commands.demo)
+
+    publish = sub.add_parser(
+        "publish",
+        help="publish each line of standard input as one message",
+        description="Publish each line of standard input as one message.",
+    )
+    publish.add_argument("url", help="broker URL, e.g. kafka://127.0.0.1:9092")
+    publish.add_argument("topic", help="topic (subject, queue) to publish to")
+    publish.add_argument("--key", help="key of every message (ordering/partitioning)")
+    publish.add_argument(
+        "--attribute",
+        "-a",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an attribute (repeatable)",
+    )
+    publish.add_argument(
+        "--json",
+        action="store_true",
+        help='read JSON lines: {"data": "...", "key": "...", "attributes": {...}}',
+    )
+    publish.set_defaults(run=commands.publish)
+
+    consume = sub.add_parser(
+        "consume",
+        help="print messages as they arrive (acking each)",
+        description="Print messages as they arrive, acking each unless --no-ack.",
+    )
+    consume.add_argument("url", help="broker URL")
+    consume.add_argument("topic", help="topic to consume")
+    consume.add_argument("--subscription", "-s", default="broker-cli", help="subscription / consumer group")
+    consume.add_argument("--count", "-n", type=int, default=0, help="stop after N messages (default: run on)")
+    consume.add_argument("--timeout", type=float, default=None, help="stop after SECONDS with no message")
+    consume.add_argument("--json", action="store_true", help="print JSON lines with key, attributes and ids")
+    consume.add_argument("--no-ack", action="store_true", help="nack instead of ack (messages come back)")
+    consume.set_defaults(run=commands.consume)
+
+    dev = sub.add_parser(
+        "dev",
+        help="start a local broker server for development and print its URL",
+        description="Start a local server for a backend (bound to 127.0.0.1) and keep it up until Ctrl-C.",
+    )
+    dev.add_argument("backend", help="kafka, nats, pubsub or pulsar")
+    dev.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
+    dev.set_defaults(run=commands.dev)
+
+    backends = sub.add_parser("backends", help="list the installed backends and their capabilities")
+    backends.set_defaults(run=commands.backends)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``broker`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    commands.configure_logging(args.verbose)
+    with contextlib.suppress(KeyboardInterrupt):
+        try:
+            result: int = asyncio.run(args.run(args))
+        except commands.CommandError as exc:
+            print(f"broker {args.command}: {exc}", file=sys.stderr)
+            return 2
+        return result
+    return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,9 +12,10 @@ from broker.testing import ConformanceSuite, Harness
 
 
 class TestInmemConformance(ConformanceSuite):
-    @pytest.fixture
-    async def harness(self) -> AsyncIterator[Harness]:
-        async with broker.connect(f"inmem://conformance-{uuid.uuid4().hex}?partitions=3") as backend:
+    @pytest.fixture(params=[1, 3], ids=["1-partition", "3-partitions"])
+    async def harness(self, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+        url = f"inmem://conformance-{uuid.uuid4().hex}?partitions={request.param}"
+        async with broker.connect(url) as backend:
             yield Harness(
                 backend, short_ack_deadline=0.3, patience=5.0, bad_urls=["inmem://x?partitions=zero"]
             )

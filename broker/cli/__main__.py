@@ -1,0 +1,7 @@
+"""``python -m broker.cli``."""
+
+import sys
+
+from broker.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,303 @@
+"""What each ``broker`` sub-command does."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import signal
+import sys
+import time
+import uuid
+from typing import Any
+
+from broker.backend import Backend
+from broker.connect import _factory, available_backends, connect
+from broker.errors import BrokerError, ConfigError
+from broker.message import Message, OutboundMessage, Record
+from broker.settings import parse_url, redact_url
+
+__all__ = ["CommandError", "backends", "configure_logging", "consume", "demo", "dev", "publish"]
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed without a traceback, exit status 2."""
+
+
+def configure_logging(verbose: bool) -> None:
+    """Log to stderr: warnings, or everything with ``--verbose``."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _connect(url: str) -> Backend:
+    try:
+        return connect(url)
+    except BrokerError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+# -- demo ---------------------------------------------------------------------------------------
+async def demo(args: argparse.Namespace) -> int:
+    """Publish a few orders, consume them with ack and nack, show redelivery and replay."""
+    backend = _connect(args.url)
+    caps = backend.capabilities
+    run = uuid.uuid4().hex[:6]
+    topic = "orders" if backend.name == "inmem" else f"orders-{run}"
+    _say(f"polybroker demo on {redact_url(args.url)} (backend {backend.name!r})")
+    _say(f"capabilities: {', '.join(caps.supported()) or 'none'}")
+    _say()
+    orders = [
+        OutboundMessage(
+            json.dumps({"order": i, "item": item}).encode(), key=customer, attributes={"kind": "order"}
+        )
+        for i, (customer, item) in enumerate(
+            [("alice", "tea"), ("bob", "coffee"), ("alice", "cake"), ("carol", "bagel"), ("bob", "juice")], 1
+        )
+    ]
+    async with backend:
+        if caps.messages:
+            await _demo_messages(backend, topic, orders)
+        if caps.records:
+            await _demo_records(backend, topic, orders, publish=not caps.messages)
+        if not caps.messages and not caps.records:
+            raise CommandError(f"the {backend.name} backend offers no consumer to demo")
+    _say()
+    _say("Done. Every message was handled; none was lost. Next: `broker --help`, or the README.")
+    return 0
+
+
+async def _demo_messages(backend: Backend, topic: str, orders: list[OutboundMessage]) -> None:
+    caps = backend.capabilities
+    options: dict[str, Any] = {}
+    if caps.ack_deadline and backend.name == "inmem":
+        options["ack_deadline"] = 1.0
+    async with backend.messages(topic, "billing", **options) as consumer:
+        try:  # some brokers keep messages only for subscriptions that already exist
+            early = await consumer.next_message(timeout=0.2)
+            await early.nack()
+        except TimeoutError:
+            pass
+        _say(f"1. publish: {len(orders)} orders to topic {topic!r} in one batch_publish()")
+        await backend.publisher().topic(topic).batch_publish(*orders)
+        for order in orders:
+            _say(f"     sent   key={order.key:<6} {order.data.decode()}")
+        _say()
+        _say("2. consume with per-message acknowledgement (subscription 'billing')")
+        handled: set[bytes] = set()
+        failed_once = False
+        held: Message | None = None
+        started = time.monotonic()
+        while len(handled) < len(orders):
+            message = await consumer.next_message(timeout=30)
+            body = json.loads(message.data)
+            note = f"attempt {message.delivery_attempt}" if message.delivery_attempt else "delivered"
+            if body["order"] == 3 and not failed_once and caps.nack_redelivers:
+                failed_once = True
+                _say(f"     order {body['order']}: handler failed ({note}) -> nack(): it will be redelivered")
+                await message.nack()
+                continue
+            if body["order"] == 4 and held is None and caps.ack_deadline and backend.name == "inmem":
+                held = message
+                _say(
+                    f"     order {body['order']}: taken, never acked ({note}) -> back after the ack deadline"
+                )
+                continue
+            _say(f"     order {body['order']}: handled ({note}) -> ack()")
+            await message.ack()
+            handled.add(message.data)
+        _say(f"   all {len(orders)} orders handled in {time.monotonic() - started:.1f}s")
+
+
+async def _demo_records(
+    backend: Backend, topic: str, orders: list[OutboundMessage], *, publish: bool
+) -> None:
+    log_topic = f"{topic}-log"
+    _say()
+    _say(f"3. the same orders as a partitioned log (topic {log_topic!r}, consumer group 'audit')")
+    await backend.publisher().topic(log_topic).batch_publish(*orders)
+    async with backend.records(log_topic, "audit") as records:
+        seen: list[Record] = []
+        while len(seen) < len(orders):
+            record = await records.next_record(timeout=30)
+            seen.append(record)
+            value = (record.value or b"").decode(errors="replace")
+            _say(f"     partition {record.partition} offset {record.offset}: key={record.key:<6} {value}")
+        await seen[-1].ack()
+        _say("   record.ack() commits that offset and every earlier one of its partition")
+
+
+# -- publish ------------------------------------------------------------------------------------
+def _parse_attributes(pairs: list[str]) -> dict[str, str]:
+    attributes = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CommandError(f"attribute {pair!r} is not NAME=VALUE")
+        attributes[name] = value
+    return attributes
+
+
+def _message_from_json(line: str, number: int) -> OutboundMessage:
+    try:
+        doc = json.loads(line)
+    except ValueError as exc:
+        raise CommandError(f"line {number} is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or "data" not in doc:
+        raise CommandError(f'line {number}: expected an object with "data"')
+    data = doc["data"]
+    if doc.get("base64"):
+        payload = base64.b64decode(data)
+    elif isinstance(data, str):
+        payload = data.encode()
+    else:
+        payload = json.dumps(data).encode()
+    attributes = doc.get("attributes") or {}
+    if not isinstance(attributes, dict) or not all(isinstance(v, str) for v in attributes.values()):
+        raise CommandError(f"line {number}: attributes must be an object of strings")
+    return OutboundMessage(payload, key=doc.get("key"), attributes=attributes)
+
+
+async def publish(args: argparse.Namespace) -> int:
+    """Publish every line of stdin to the topic."""
+    attributes = _parse_attributes(args.attribute)
+    backend = _connect(args.url)
+    count = 0
+    async with backend:
+        topic = backend.publisher().topic(args.topic)
+        batch: list[OutboundMessage] = []
+        for number, raw in enumerate(sys.stdin, 1):
+            line = raw.rstrip("\n")
+            if args.json:
+                if not line.strip():
+                    continue
+                message = _message_from_json(line, number)
+                if args.key and message.key is None:
+                    message.key = args.key
+                if attributes:
+                    message.attributes = {**attributes, **message.attributes}
+            else:
+                message = OutboundMessage(line.encode(), key=args.key, attributes=attributes)
+            batch.append(message)
+            if len(batch) >= 500:
+                await topic.batch_publish(*batch)
+                count += len(batch)
+                batch = []
+        if batch:
+            await topic.batch_publish(*batch)
+            count += len(batch)
+    print(f"published {count} message(s) to {args.topic!r}", file=sys.stderr)
+    return 0
+
+
+# -- consume ------------------------------------------------------------------------------------
+def _render(item: Message | Record, as_json: bool) -> str:
+    if isinstance(item, Message):
+        data = item.data
+        doc: dict[str, Any] = {"id": item.id, "key": item.key, "attributes": dict(item.attributes)}
+        if item.delivery_attempt is not None:
+            doc["delivery_attempt"] = item.delivery_attempt
+    else:
+        data = item.value or b""
+        doc = {
+            "partition": item.partition,
+            "offset": item.offset,
+            "key": item.key,
+            "attributes": dict(item.attributes),
+        }
+    if not as_json:
+        return data.decode(errors="replace")
+    try:
+        doc["data"] = data.decode()
+    except UnicodeDecodeError:
+        doc["data"] = base64.b64encode(data).decode()
+        doc["base64"] = True
+    return json.dumps(doc, ensure_ascii=False)
+
+
+async def consume(args: argparse.Namespace) -> int:
+    """Print messages (or records) of the topic until --count, --timeout or Ctrl-C."""
+    backend = _connect(args.url)
+    seen = 0
+    async with backend:
+        caps = backend.capabilities
+        if caps.messages:
+            source: Any = backend.messages(args.topic, args.subscription)
+            pull = source.next_message
+        elif caps.records:
+            source = backend.records(args.topic, args.subscription)
+            pull = source.next_record
+        else:
+            raise CommandError(f"the {backend.name} backend offers no consumer")
+        async with source:
+            while not args.count or seen < args.count:
+                try:
+                    item = await pull(timeout=args.timeout)
+                except TimeoutError:
+                    break
+                print(_render(item, args.json), flush=True)
+                if isinstance(item, Message) and args.no_ack:
+                    await item.nack()
+                else:
+                    await item.ack()
+                seen += 1
+    print(f"consumed {seen} message(s)", file=sys.stderr)
+    return 0
+
+
+# -- dev ----------------------------------------------------------------------------------------
+async def dev(args: argparse.Namespace) -> int:
+    """Start the backend's local server and wait for Ctrl-C."""
+    scheme = args.backend.lower().removesuffix("://")
+    try:
+        factory = _factory(scheme)
+    except BrokerError as exc:
+        raise CommandError(str(exc)) from exc
+    start = getattr(factory, "dev_server", None)
+    if start is None:
+        raise CommandError(f"the {scheme} backend has no local development server")
+    server = start(port=args.port)
+    try:
+        await asyncio.to_thread(server.start)
+    except BrokerError as exc:
+        raise CommandError(f"could not start the {scheme} server: {exc}") from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        print(server.url, flush=True)
+        print(f"{scheme} server running at {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        await stop.wait()
+    finally:
+        server.stop()
+        print("stopped", file=sys.stderr)
+    return 0
+
+
+# -- backends -----------------------------------------------------------------------------------
+async def backends(args: argparse.Namespace) -> int:
+    """List registered backends and their capabilities (or why they can't load)."""
+    for scheme in available_backends():
+        try:
+            factory = _factory(scheme)
+            example = f"{scheme}://" + ("default" if scheme == "inmem" else "...")
+            parse_url(example)
+            backend = factory.open(factory.settings_type()) if scheme == "inmem" else None
+            caps = backend.capabilities.supported() if backend is not None else None
+            line = f"{scheme:<12} installed"
+            if caps is not None:
+                line += f"  ({', '.join(caps)})"
+            print(line)
+        except (BrokerError, ConfigError, TypeError) as exc:
+            print(f"{scheme:<12} unavailable: {exc}")
+    return 0

@@ -1,0 +1,136 @@
+"""In-memory message-queue semantics beyond the conformance suite."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+import broker
+from backends.inmem import InmemBackend
+from broker.errors import AckError, ClosedError, ConfigError, TransactionError
+from broker.log import TopicPartition
+from broker.message import OutboundMessage
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[InmemBackend]:
+    b = broker.connect(f"inmem://queue-{uuid.uuid4().hex}")
+    assert isinstance(b, InmemBackend)
+    async with b:
+        yield b
+
+
+async def test_dead_letters_carry_the_reason_and_attempts(backend: InmemBackend) -> None:
+    consumer = backend.messages("jobs", "w", max_attempts=1, dead_letter_topic="jobs.dead")
+    dead = backend.messages("jobs.dead", "inspect")
+    await backend.publisher().topic("jobs").publish(OutboundMessage(b"bad", key="k", attributes={"a": "1"}))
+    message = await consumer.next_message(timeout=1)
+    await message.nack()
+    letter = await dead.next_message(timeout=1)
+    assert letter.data == b"bad" and letter.key == "k"
+    assert letter.attributes["a"] == "1"
+    assert letter.attributes["delivery_attempts"] == "1"
+    assert "nacked" in letter.attributes["dead_letter_reason"]
+    poison = OutboundMessage(b"poison")
+    await backend.publisher().topic("jobs").publish(poison)
+    message = await consumer.next_message(timeout=1)
+    await message.dead_letter("unparseable")
+    letter = await dead.next_message(timeout=1)
+    assert letter.attributes["dead_letter_reason"] == "unparseable"
+
+
+async def test_expired_deliveries_ignore_stale_acks_and_refuse_in_progress(backend: InmemBackend) -> None:
+    consumer = backend.messages("t", "s", ack_deadline=0.1)
+    await backend.publisher().topic("t").publish(OutboundMessage(b"x"))
+    first = await consumer.next_message(timeout=1)
+    second = await consumer.next_message(timeout=1)  # redelivered after 0.1 s
+    assert second.delivery_attempt == 2
+    with pytest.raises(AckError):
+        await first.in_progress()
+    await first.ack()  # stale: ignored, the live delivery stays in flight
+    await asyncio.sleep(0.15)
+    third = await consumer.next_message(timeout=1)
+    assert third.delivery_attempt == 3
+    await third.ack()
+
+
+async def test_a_subscription_keeps_its_settings(backend: InmemBackend) -> None:
+    backend.messages("t", "s", ack_deadline=5)
+    with pytest.raises(ConfigError):
+        backend.messages("t", "s", ack_deadline=6)
+    with pytest.raises(ConfigError):
+        backend.messages("t", "s2", ack_deadline=0)
+    with pytest.raises(ConfigError):
+        backend.messages("t", "s3", bogus=1)
+
+
+async def test_start_latest_subscription_sees_only_new_messages(backend: InmemBackend) -> None:
+    await backend.publisher().topic("t").publish(OutboundMessage(b"old"))
+    consumer = backend.messages("t", "fresh", start="latest")
+    await backend.publisher().topic("t").publish(OutboundMessage(b"new"))
+    assert (await consumer.next_message(timeout=1)).data == b"new"
+
+
+async def test_batched_iterator_returns_what_is_ready_at_once(backend: InmemBackend) -> None:
+    batches = backend.batched_messages("t", "b", batch_size=4, batch_timeout=30)
+    await backend.publisher().topic("t").batch_publish(*(OutboundMessage(bytes([i])) for i in range(6)))
+    assert len(await batches.next_batch()) == 4
+    assert len(await batches.next_batch()) == 2
+    assert await batches.next_batch(timeout=0.05) == []
+
+
+async def test_closing_the_backend_closes_its_consumers(backend: InmemBackend) -> None:
+    consumer = backend.messages("t", "c")
+    waiting = asyncio.ensure_future(consumer.next_message())
+    await asyncio.sleep(0.05)
+    await backend.close()
+    with pytest.raises(ClosedError):
+        await asyncio.wait_for(waiting, 2)
+    with pytest.raises(ClosedError):
+        backend.publisher()
+
+
+async def test_transactions_also_commit_consumer_offsets(backend: InmemBackend) -> None:
+    records = backend.records("in", "processor")
+    await backend.publisher().topic("in").publish(OutboundMessage(b"1"))
+    record = await records.next_record(timeout=1)
+    publisher = backend.transactional_publisher()
+    with pytest.raises(TransactionError):
+        await publisher.topic("out").publish(OutboundMessage(b"outside"))
+    await publisher.begin()
+    with pytest.raises(TransactionError):
+        await publisher.begin()
+    await publisher.topic("out").publish(OutboundMessage(b"derived"))
+    await publisher.send_offsets("processor", {TopicPartition("in", 0): record.offset + 1})
+    log = backend.log()
+    tp = TopicPartition("in", 0)
+    assert await log.committed("processor", [tp]) == {tp: None}
+    assert await publisher.commit()
+    assert await log.committed("processor", [tp]) == {tp: 1}
+    assert await log.watermarks(TopicPartition("out", 0)) == (0, 1)
+    with pytest.raises(TransactionError):
+        await publisher.commit()
+
+
+async def test_batched_records_and_async_for(backend: InmemBackend) -> None:
+    await (
+        backend.publisher().topic("log").batch_publish(*(OutboundMessage(str(i).encode()) for i in range(5)))
+    )
+    batches = backend.batched_records("log", "g1", batch_size=2)
+    seen = []
+    async for batch in batches:
+        seen.extend(r.value for r in batch)
+        await broker.commit_highest_offsets(batch)
+        if len(seen) == 5:
+            await batches.close()
+    assert seen == [b"0", b"1", b"2", b"3", b"4"]
+    records = backend.records("log", "g2")
+    got = []
+    async for record in records:
+        got.append(record.offset)
+        if len(got) == 5:
+            await records.close()
+    assert got == [0, 1, 2, 3, 4]

@@ -1,0 +1,147 @@
+"""iterators -> receivers with N workers; fan-in."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from broker import adapt
+from broker.errors import ReceiveError
+from broker.message import Message
+from tests.unit.scripted import ScriptedIterator
+
+
+async def test_handlers_run_concurrently_up_to_the_limit() -> None:
+    source = ScriptedIterator()
+    source.feed(*range(12))
+    running = 0
+    peak = 0
+    done: list[str] = []
+    finished = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        done.append(message.id)
+        await message.ack()
+        if len(done) == 12:
+            finished.set()
+
+    task = asyncio.ensure_future(adapt.receiver(source, concurrency=4).receive(handler))
+    async with asyncio.timeout(5):
+        await finished.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert peak == 4
+    assert sorted(source.acker.acked, key=int) == [str(i) for i in range(12)]
+
+
+async def test_a_failing_handler_nacks_and_the_receiver_keeps_going() -> None:
+    source = ScriptedIterator()
+    source.feed(1, 2, 3, None)
+
+    async def handler(message: Message) -> None:
+        if message.id == "2":
+            raise ValueError("bad payload")
+        await message.ack()
+
+    await adapt.receiver(source, nack_delay=5.0).receive(handler)  # returns when the source closes
+    assert source.acker.acked == ["1", "3"]
+    assert source.acker.nacked == [("2", 5.0)]
+
+
+async def test_cancel_nacks_in_flight_and_queued_messages() -> None:
+    source = ScriptedIterator()
+    source.feed(*range(4))
+    started = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    task = asyncio.ensure_future(adapt.receiver(source, concurrency=2).receive(handler))
+    await started.wait()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    nacked = sorted(m for m, _ in source.acker.nacked)
+    # two in handlers, one queued, one held by the feeder: none handled, all nacked
+    assert nacked == ["0", "1", "2", "3"]
+    assert source.acker.acked == []
+
+
+async def test_a_source_error_stops_the_receiver_and_is_raised() -> None:
+    source = ScriptedIterator()
+    source.feed(1, ReceiveError("broker gone"))
+    handled: list[str] = []
+
+    async def handler(message: Message) -> None:
+        handled.append(message.id)
+        await message.ack()
+
+    with pytest.raises(ReceiveError, match="broker gone"):
+        await asyncio.wait_for(adapt.receiver(source, concurrency=3).receive(handler), 5)
+    assert handled == ["1"]
+
+
+async def test_receiver_from_batches_hands_out_single_messages() -> None:
+    source = ScriptedIterator()
+    source.feed(*range(6), None)
+    got: list[str] = []
+
+    async def handler(message: Message) -> None:
+        got.append(message.id)
+        await message.ack()
+
+    await adapt.receiver_from_batches(source, concurrency=2).receive(handler)  # type: ignore[arg-type]
+    assert sorted(got) == [str(i) for i in range(6)]
+
+
+async def test_batched_receiver_hands_out_whole_batches_and_nacks_failed_ones() -> None:
+    source = ScriptedIterator()
+    source.feed(*range(4), None)
+    seen: list[list[str]] = []
+
+    async def handler(batch: list[Message]) -> None:
+        seen.append([m.id for m in batch])
+        await batch[0].ack()
+        raise RuntimeError("half done")
+
+    await adapt.batched_receiver(source).receive_batch(handler)  # type: ignore[arg-type]
+    assert [i for b in seen for i in b] == ["0", "1", "2", "3"]
+    first_of_each = {b[0] for b in seen}
+    assert set(source.acker.acked) == first_of_each
+    assert {m for m, _ in source.acker.nacked} == {"0", "1", "2", "3"} - first_of_each
+
+
+async def test_fan_in_runs_all_and_the_first_error_stops_the_rest() -> None:
+    healthy = ScriptedIterator()
+    broken = ScriptedIterator()
+    healthy.feed(1)
+    received: list[str] = []
+
+    async def handler(message: Message) -> None:
+        received.append(message.id)
+        await message.ack()
+        broken.feed(ReceiveError("second receiver failed"))
+
+    combined = adapt.fan_in(adapt.receiver(healthy), adapt.receiver(broken))
+    with pytest.raises(ReceiveError):
+        await asyncio.wait_for(combined.receive(handler), 5)
+    assert received == ["1"]
+    with pytest.raises(ValueError):
+        adapt.fan_in()
+
+
+async def test_bad_concurrency_is_rejected() -> None:
+    async def handler(message: Message) -> None:
+        pass
+
+    with pytest.raises(ValueError):
+        await adapt.receiver(ScriptedIterator(), concurrency=0).receive(handler)

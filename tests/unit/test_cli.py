@@ -1,0 +1,71 @@
+"""The broker command line."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from broker.cli.main import main
+
+
+def run(args: list[str], stdin: str = "", monkeypatch: pytest.MonkeyPatch | None = None) -> int:
+    if monkeypatch is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    return main(args)
+
+
+def test_help_explains_urls_and_commands() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    for word in ("demo", "publish", "consume", "dev", "kafka://", "inmem://"):
+        assert word in result.stdout
+
+
+def test_demo_walks_through_ack_nack_and_redelivery() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "demo"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "nack()" in out and "attempt 2" in out and "ack deadline" in out
+    assert "none was lost" in out
+
+
+def test_publish_then_consume_json_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"inmem://cli-{uuid.uuid4().hex}"
+    lines = '{"data": "one", "key": "k"}\n\n{"data": {"n": 2}, "attributes": {"a": "b"}}\n'
+    assert run(["publish", url, "t", "--json", "-a", "src=cli"], lines, monkeypatch) == 0
+    assert run(["publish", url, "t", "--key", "plain"], "three\n", monkeypatch) == 0
+    assert run(["consume", url, "t", "--count", "3", "--json"]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [d["data"] for d in out] == ["one", '{"n": 2}', "three"]
+    assert out[0]["key"] == "k" and out[0]["attributes"] == {"src": "cli"}
+    assert out[1]["attributes"] == {"src": "cli", "a": "b"}
+    assert out[2]["key"] == "plain"
+    assert run(["consume", url, "t", "--timeout", "0.1"]) == 0  # all were acked: nothing left
+
+
+def test_user_errors_are_reported_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["consume", "nosuch://x", "t"]) == 2
+    assert "no backend is registered" in capsys.readouterr().err
+    assert run(["publish", "inmem://x", "t", "--json"], "not json\n", monkeypatch) == 2
+    assert "not JSON" in capsys.readouterr().err
+    assert run(["publish", "inmem://x", "t", "-a", "novalue"], "", monkeypatch) == 2
+    assert run(["dev", "inmem"]) == 2
+    assert "no local development server" in capsys.readouterr().err
+
+
+def test_backends_lists_what_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["backends"]) == 0
+    assert "inmem" in capsys.readouterr().out

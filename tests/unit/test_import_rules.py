@@ -1,0 +1,98 @@
+"""The import rules of ARCHITECTURE.md, enforced on the source tree."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SDKS = (
+    "confluent_kafka",
+    "nats",
+    "google.cloud.pubsub",
+    "google.cloud.pubsub_v1",
+    "pulsar",
+    "azure.servicebus",
+    "pyspark",
+)
+BACKENDS = sorted(p.name for p in (ROOT / "backends").iterdir() if (p / "__init__.py").exists())
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def violations(folder: str, rule) -> list[str]:  # type: ignore[no-untyped-def]
+    out = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for line, module in imports_of(path):
+            reason = rule(path, module)
+            if reason:
+                out.append(f"{path.relative_to(ROOT)}:{line} imports {module}: {reason}")
+    return out
+
+
+def test_core_imports_no_backend_contrib_or_sdk() -> None:
+    def rule(path: Path, module: str) -> str | None:
+        if under(module, "backends") or under(module, "contrib"):
+            return "the core never imports backends or contrib"
+        if any(under(module, sdk) for sdk in SDKS):
+            return "the core imports no broker SDK"
+        return None
+
+    assert violations("broker", rule) == []
+
+
+def test_backends_import_only_core_and_their_own_package() -> None:
+    def rule(path: Path, module: str) -> str | None:
+        own = path.relative_to(ROOT / "backends").parts[0]
+        if under(module, "contrib"):
+            return "backends never import contrib"
+        for other in BACKENDS:
+            if other != own and under(module, f"backends.{other}"):
+                return f"backends.{own} must not import another backend"
+        return None
+
+    assert violations("backends", rule) == []
+
+
+def test_nothing_imports_contrib() -> None:
+    def rule(path: Path, module: str) -> str | None:
+        return "nothing imports contrib" if under(module, "contrib") else None
+
+    assert violations("broker", rule) == [] and violations("backends", rule) == []
+
+
+def test_broker_imports_with_no_sdk_installed() -> None:
+    """``import broker`` and the in-memory backend work when every SDK import fails."""
+    blocked = ", ".join(repr(s) for s in (*SDKS, "google.cloud", "azure"))
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + '.') for b in ({blocked},)):
+            raise ImportError('blocked for the test: ' + name)
+sys.meta_path.insert(0, Block())
+import asyncio, broker, broker.adapt, broker.codecs, broker.log, broker.testing, broker.cli.main
+async def main():
+    async with broker.connect('inmem://no-sdk') as b:
+        await b.publisher().topic('t').publish(broker.OutboundMessage(b'x'))
+asyncio.run(main())
+print('ok')
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -1,0 +1,68 @@
+"""Message and Record settlement rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.errors import AckError, NotSupported
+from broker.message import Message, OutboundMessage, Record
+from tests.unit.scripted import RecordingAcker
+
+
+async def test_ack_twice_is_a_no_op() -> None:
+    acker = RecordingAcker()
+    message = Message("1", b"x", acker=acker)
+    await message.ack()
+    await message.ack()
+    assert acker.acked == ["1"]
+    assert message.settled and message.state == "acked"
+
+
+async def test_ack_after_nack_and_nack_after_ack_raise() -> None:
+    acker = RecordingAcker()
+    nacked = Message("1", b"x", acker=acker)
+    await nacked.nack(delay=1.5)
+    await nacked.nack()  # twice: no-op
+    with pytest.raises(AckError):
+        await nacked.ack()
+    acked = Message("2", b"x", acker=acker)
+    await acked.ack()
+    with pytest.raises(AckError):
+        await acked.nack()
+    with pytest.raises(AckError):
+        await acked.in_progress()
+    assert acker.nacked == [("1", 1.5)]
+
+
+async def test_a_failed_ack_leaves_the_message_pending() -> None:
+    class Failing(RecordingAcker):
+        async def ack(self, message: Message) -> None:
+            raise ConnectionError("broker unreachable")
+
+    message = Message("1", b"x", acker=Failing())
+    with pytest.raises(ConnectionError):
+        await message.ack()
+    assert message.state == "pending"
+
+
+async def test_negative_nack_delay_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        await Message("1", b"x", acker=RecordingAcker()).nack(delay=-1)
+
+
+async def test_hand_built_messages_and_records_refuse_settlement() -> None:
+    with pytest.raises(AckError):
+        await Message("1", b"x").ack()
+    with pytest.raises(AckError):
+        await Record("t", 0, 0, b"x").ack()
+
+
+async def test_dead_letter_needs_backend_support() -> None:
+    with pytest.raises(NotSupported):
+        await Message("1", b"x", acker=RecordingAcker()).dead_letter()
+
+
+def test_outbound_defaults_and_repr_hides_acker() -> None:
+    message = OutboundMessage(b"data")
+    assert message.key is None and dict(message.attributes) == {}
+    assert "acker" not in repr(Message("1", b"x", acker=RecordingAcker()))
