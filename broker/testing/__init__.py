@@ -14,6 +14,6 @@ is skipped, naming the flag. Needs pytest and pytest-asyncio (the ``test`` extra
 """
 
 from broker.testing.conformance import ConformanceSuite
-from broker.testing.harness import Harness, collect, drain
+from broker.testing.harness import Harness, collect, drain, wait_until
 
-__all__ = ["ConformanceSuite", "Harness", "collect", "drain"]
+__all__ = ["ConformanceSuite", "Harness", "collect", "drain", "wait_until"]

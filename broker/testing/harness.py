@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.backend import Backend
@@ -13,7 +13,7 @@ from broker.capabilities import Capabilities
 from broker.interfaces import MessageIterator, RecordIterator
 from broker.message import Message, Record
 
-__all__ = ["Harness", "collect", "drain"]
+__all__ = ["Harness", "collect", "drain", "wait_until"]
 
 
 class Harness:
@@ -99,3 +99,13 @@ async def drain(iterator: MessageIterator, quiet: float) -> list[Message]:
             return out
         await message.ack()
         out.append(message)
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> None:
+    """Wait until ``condition()`` holds; ``TimeoutError`` after ``timeout`` seconds.
+
+    For conditions with no event to wait on (state another task or process changes).
+    """
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110 - there is no event to wait on
+            await asyncio.sleep(interval)

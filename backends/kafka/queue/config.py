@@ -1,0 +1,77 @@
+"""Settings of the marker-topic queue and its redelivery tracker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.errors import ConfigError
+
+__all__ = ["HEADER_ATTEMPT", "HEADER_KEY", "HEADER_ORIGINAL_ID", "HEADER_REDELIVERY_FOR", "QueueConfig"]
+
+#: Header carrying the delivery attempt of a redelivered copy (absent: 1).
+HEADER_ATTEMPT = "mq-delivery-attempt"
+#: Header carrying the first copy's ``partition:offset`` so a message keeps its id across redeliveries.
+HEADER_ORIGINAL_ID = "mq-original-id"
+#: Header naming the queue a redelivered copy is for (other queues reading the topic skip it).
+HEADER_REDELIVERY_FOR = "mq-redelivery-for"
+#: Header carrying the application's key where the record key must be the queue id.
+HEADER_KEY = "mq-key"
+
+_MAX_TIMEOUT = 12 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Topics, timeouts and limits of one queue deployment (shared by producers, consumers, trackers).
+
+    Defaults follow kafka-mq-go's documented defaults (which its YAML loader never applied).
+    """
+
+    #: The queue (message) topic.
+    message_topic: str
+    #: The markers topic; created with the message topic's partition count when missing.
+    marker_topic: str
+    #: Seconds a started message may go without END or KEEPALIVE before it is redelivered (<= 12 h).
+    redelivery_timeout: float = 60.0
+    #: Messages a consumer holds ready for ``receive()`` (back-pressure beyond it).
+    receive_buffer_capacity: int = 1000
+    #: Seconds one poll of the queue topic waits.
+    next_message_timeout: float = 1.0
+    #: Largest batch one poll returns (one START flush and one commit per batch).
+    max_messages_per_poll: int = 500
+    #: Consumer group of queue consumers: ``group_prefix + queue id``.
+    group_prefix: str = "kafka-mq-"
+    #: Consumer group of the redelivery trackers.
+    tracker_group: str = "kafka-mq-redelivery"
+    #: Seconds after the last marker seen in a partition before the tracker's clock runs on local time.
+    use_now_if_no_marker_seen: float = 60.0
+    #: Markers added between two offset commits of the tracker.
+    num_offsets_per_commit: int = 1000
+    #: Deliveries after which a message goes to ``dead_letter_topic`` instead (None: unlimited).
+    max_deliveries: int | None = None
+    #: Where dead-lettered messages go (None: they are dropped with a warning).
+    dead_letter_topic: str | None = None
+    #: Seconds between tracker passes when no marker arrives.
+    tracker_poll_interval: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not self.message_topic or not self.marker_topic:
+            raise ConfigError("the queue needs a message_topic and a marker_topic")
+        if self.message_topic == self.marker_topic:
+            raise ConfigError("message_topic and marker_topic must differ")
+        if not 0 < self.redelivery_timeout <= _MAX_TIMEOUT:
+            raise ConfigError(f"redelivery_timeout must be in (0, 12h], got {self.redelivery_timeout}")
+        for name in ("receive_buffer_capacity", "max_messages_per_poll", "num_offsets_per_commit"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.next_message_timeout <= 0:
+            raise ConfigError(f"next_message_timeout must be > 0, got {self.next_message_timeout}")
+        if self.use_now_if_no_marker_seen < 0:
+            raise ConfigError("use_now_if_no_marker_seen must be >= 0")
+        if self.max_deliveries is not None and self.max_deliveries < 1:
+            raise ConfigError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
+
+    @property
+    def redelivery_timeout_ms(self) -> int:
+        """The redelivery timeout in milliseconds, as markers carry it."""
+        return int(self.redelivery_timeout * 1000)

@@ -1,0 +1,256 @@
+"""The queue Consumer: a background loop filling a bounded buffer, keep-alives, and settlement.
+
+The loop asks the MqClient for batches and puts their messages into a buffer of
+``receive_buffer_capacity`` (a full buffer stops the polling: back-pressure). From the moment a
+START is written until the message is settled, one keep-alive task writes KEEPALIVE markers for
+every held message each ``redelivery_timeout / 2`` — batched, never a timer per message.
+
+Settlement: ``ack`` writes END; ``nack(delay)`` writes a KEEPALIVE whose timeout is the delay, so
+the tracker redelivers it then (kafka-mq-go's Nack was an Ack); ``in_progress`` writes a
+KEEPALIVE; ``dead_letter`` publishes to the dead-letter topic and writes END. Marker writes are
+pipelined: ``ack()`` returns once the END is queued; ``flush()`` and ``close()`` wait for them all.
+A lost END costs a duplicate, never a loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import TracebackType
+from typing import Any, Self
+
+from backends.kafka.queue.client import MqClient
+from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
+from backends.kafka.queue.markers import MessageId
+from backends.kafka.queue.metrics import QueueMetrics
+from backends.kafka.queue.producer import MessageSender
+from broker.errors import AckError, ClosedError, Timeout
+from broker.message import Message, Record
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger("backends.kafka.queue")
+
+_HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
+_PENDING = 0
+_ACKED = 1
+
+
+class Consumer:
+    """Receives the messages of one logical queue; also their :class:`~broker.message.Acker`."""
+
+    def __init__(self, client: MqClient, metrics: QueueMetrics | None = None) -> None:
+        self.client = client
+        self.config = client.config
+        self.metrics = metrics or QueueMetrics()
+        self._buffer: asyncio.Queue[Message] = asyncio.Queue(maxsize=self.config.receive_buffer_capacity)
+        self._held: dict[MessageId, Message] = {}
+        self._writes: set[asyncio.Future[Any]] = set()
+        self._sender = MessageSender(client._log)
+        self._loop_task: asyncio.Task[None] | None = None
+        self._keepalive_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the polling loop and keep-alives (done by the first ``receive``)."""
+        if self._closed:
+            raise ClosedError("the queue consumer is closed")
+        if self._loop_task is None:
+            loop = asyncio.get_running_loop()
+            self._loop_task = loop.create_task(self._run(), name=f"queue-consumer-{self.client.queue_id}")
+            self._keepalive_task = loop.create_task(self._keepalive(), name="queue-keepalive")
+
+    async def _run(self) -> None:
+        client = self.client
+        backoff = 0.05
+        while not self._closed:
+            try:
+                if client.needs_reconnect:
+                    await client.reconnect()
+                if client.needs_reset:
+                    await client.reset()
+                records = await client.next_batch(
+                    self.config.max_messages_per_poll, self.config.next_message_timeout
+                )
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except ClosedError:
+                return
+            except Exception as exc:
+                log.warning("queue %r: %s; retrying in %.2fs", client.queue_id, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if not records:
+                continue
+            now = time.time()
+            self.metrics.count("received", len(records))
+            for record in records:
+                message = self._message(record, now)
+                self._held[MessageId(record.partition, record.offset)] = message
+                await self._buffer.put(message)
+            self.metrics.set_in_flight(len(self._held))
+
+    def _message(self, record: Record, now: float) -> Message:
+        headers = record.attributes
+        # In queue mode the record key is the queue id; the application's key rides in a header.
+        key = None if self.client.mode == "queue" else record.key
+        attempt = 1
+        ident = f"{record.partition}:{record.offset}"
+        attributes = headers
+        if headers and not _HIDDEN.isdisjoint(headers):
+            attempt = int(headers.get(HEADER_ATTEMPT, "1") or 1)
+            ident = headers.get(HEADER_ORIGINAL_ID, ident)
+            key = headers.get(HEADER_KEY, key)
+            attributes = {k: v for k, v in headers.items() if k not in _HIDDEN}
+        return Message(
+            ident,
+            record.value or b"",
+            key,
+            attributes,
+            record.publish_time,
+            now,
+            attempt,
+            MessageId(record.partition, record.offset),
+            self,
+        )
+
+    async def _keepalive(self) -> None:
+        period = self.config.redelivery_timeout / 2
+        while not self._closed:
+            await asyncio.sleep(period)
+            if self._held:
+                self._track(self.client.processing_in_progress(list(self._held)))
+                self.metrics.count("keepalives", len(self._held))
+
+    def _track(self, writes: list[Any]) -> None:
+        for write in writes:
+            future = asyncio.ensure_future(write)
+            self._writes.add(future)
+            future.add_done_callback(self._written)
+
+    def _written(self, future: asyncio.Future[Any]) -> None:
+        self._writes.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            self.metrics.count("marker_errors")
+            log.warning("writing a marker failed (the message may be redelivered): %r", future.exception())
+
+    async def flush(self) -> None:
+        """Wait until every marker written so far reached the log."""
+        if self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop polling; buffered messages never handed out are released for redelivery at once.
+
+        Messages handed out and not settled stop being kept alive: they are redelivered after the
+        timeout unless settled before. Pending marker writes are flushed. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for task in (self._loop_task, self._keepalive_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        unreceived = []
+        while not self._buffer.empty():
+            unreceived.append(self._buffer.get_nowait())
+        for message in unreceived:
+            self._held.pop(message.raw, None)
+        if unreceived:
+            self._track(self.client.processing_in_progress([m.raw for m in unreceived], redeliver_after=0))
+        await self.flush()
+        await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- receiving ------------------------------------------------------------------------
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message (``Timeout`` after ``timeout`` seconds; ``ClosedError`` once closed)."""
+        if self._closed:
+            raise ClosedError("the queue consumer is closed")
+        self.start()
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._buffer.get()
+        except TimeoutError:
+            if self._closed:
+                raise ClosedError("the queue consumer is closed") from None
+            raise Timeout(f"no message on queue {self.client.queue_id!r} within {timeout}s") from None
+
+    def receive_ready(self, limit: int) -> list[Message]:
+        """Up to ``limit`` messages already buffered, without waiting."""
+        out: list[Message] = []
+        while len(out) < limit and not self._buffer.empty():
+            out.append(self._buffer.get_nowait())
+        return out
+
+    # -- the Acker protocol ---------------------------------------------------------------
+    def _release(self, message: Message) -> bool:
+        released = self._held.pop(message.raw, None) is not None
+        if released:
+            self.metrics.set_in_flight(len(self._held))
+        return released
+
+    async def ack(self, message: Message) -> None:
+        """Write END: the message is done."""
+        self._release(message)
+        self._track(self.client.processed([message.raw]))
+        self.metrics.count("acked")
+
+    async def ack_many(self, messages: list[Message]) -> list[Message]:
+        """Write END for this consumer's pending messages among ``messages``; returns the others."""
+        others: list[Message] = []
+        ids: list[MessageId] = []
+        for message in messages:
+            if message.acker is self:
+                if message._state == _PENDING:
+                    message._state = _ACKED
+                    self._held.pop(message.raw, None)
+                    ids.append(message.raw)
+            else:
+                others.append(message)
+        if ids:
+            self._track(self.client.processed(ids))
+            self.metrics.count("acked", len(ids))
+            self.metrics.set_in_flight(len(self._held))
+        return others
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        """Ask the tracker to redeliver the message after ``delay`` seconds (at once without)."""
+        self._release(message)
+        self._track(self.client.processing_in_progress([message.raw], redeliver_after=delay or 0.0))
+        self.metrics.count("nacked")
+
+    async def in_progress(self, message: Message) -> None:
+        """Write KEEPALIVE: the message gets another full redelivery timeout."""
+        if message.raw not in self._held:
+            raise AckError(f"message {message.id} is not held by this consumer")
+        await asyncio.gather(*self.client.processing_in_progress([message.raw]))
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Publish to the dead-letter topic (if configured), then write END."""
+        target = self.config.dead_letter_topic
+        if target is not None:
+            headers = dict(message.attributes)
+            headers["dead_letter_reason"] = reason or "dead-lettered by the consumer"
+            headers["delivery_attempts"] = str(message.delivery_attempt or 1)
+            await self._sender.send(target, message.data, key=message.key, headers=headers)
+        else:
+            log.warning("dropping dead-lettered message %s: no dead_letter_topic is configured", message.id)
+        self._release(message)
+        self._track(self.client.processed([message.raw]))
+        self.metrics.count("dead_lettered")

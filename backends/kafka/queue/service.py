@@ -1,0 +1,153 @@
+"""Entry points: a queue service (producers, consumers, trackers) and the portable iterators."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Literal, Self
+
+from backends.kafka.queue.client import MqClient
+from backends.kafka.queue.config import QueueConfig
+from backends.kafka.queue.consumer import Consumer
+from backends.kafka.queue.metrics import QueueMetrics
+from backends.kafka.queue.producer import Producer
+from backends.kafka.queue.tracker import RedeliveryTracker
+from broker.errors import ClosedError, Timeout
+from broker.log import Log
+from broker.message import Message
+
+__all__ = ["QueueBatchedMessageIterator", "QueueMessageIterator", "QueueService", "open_messages"]
+
+
+class QueueService:
+    """Many logical queues on one pair of topics (kafka-mq-go's ``Service``)."""
+
+    def __init__(self, log_port: Log, config: QueueConfig, metrics: QueueMetrics | None = None) -> None:
+        self.log = log_port
+        self.config = config
+        self.metrics = metrics or QueueMetrics()
+
+    async def create_topics(self, partitions: int = 1) -> None:
+        """Create the message and markers topics with the same partition count (no-op if they exist)."""
+        await self.log.create_topic(self.config.message_topic, partitions)
+        await self.log.create_topic(self.config.marker_topic, partitions)
+
+    def producer(self, queue_id: str) -> Producer:
+        """A producer for queue ``queue_id``."""
+        return Producer(self.log, self.config, queue_id)
+
+    def consumer(self, queue_id: str, *, mode: Literal["queue", "topic"] = "queue") -> Consumer:
+        """A consumer of queue ``queue_id`` (call ``start()`` or ``receive()`` to begin)."""
+        return Consumer(MqClient(self.log, self.config, queue_id, mode=mode), self.metrics)
+
+    def tracker(self) -> RedeliveryTracker:
+        """A redelivery tracker (``async with`` it, or ``start()`` it)."""
+        return RedeliveryTracker(self.log, self.config, metrics=self.metrics)
+
+
+class QueueMessageIterator:
+    """A MessageIterator over a queue consumer; optionally runs an embedded redelivery tracker."""
+
+    def __init__(self, consumer: Consumer, tracker: RedeliveryTracker | None = None) -> None:
+        self.consumer = consumer
+        self.tracker = tracker
+        self._closed = False
+
+    def _start(self) -> None:
+        if self.tracker is not None:
+            self.tracker.start()
+        self.consumer.start()
+
+    async def next_message(self, timeout: float | None = None) -> Message:
+        """The next message (``Timeout`` after ``timeout`` seconds)."""
+        if self._closed:
+            raise ClosedError("the queue iterator is closed")
+        self._start()
+        return await self.consumer.receive(timeout)
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Message]:
+        while True:
+            try:
+                yield await self.next_message()
+            except ClosedError:
+                return
+
+    async def close(self) -> None:
+        """Close the consumer, then the embedded tracker. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.consumer.close()
+        if self.tracker is not None:
+            await self.tracker.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class QueueBatchedMessageIterator(QueueMessageIterator):
+    """Batches of what the consumer has buffered, up to ``batch_size``."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        tracker: RedeliveryTracker | None = None,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+    ) -> None:
+        super().__init__(consumer, tracker)
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    async def next_batch(self, timeout: float | None = None) -> list[Message]:
+        """Up to ``batch_size`` messages: as soon as any are there, ``[]`` after the timeout."""
+        try:
+            first = await self.next_message(self.batch_timeout if timeout is None else timeout)
+        except Timeout:
+            return []
+        return [first, *self.consumer.receive_ready(self.batch_size - 1)]
+
+    def __aiter__(self) -> AsyncIterator[list[Message]]:  # type: ignore[override]
+        return self._iterate_batches()
+
+    async def _iterate_batches(self) -> AsyncIterator[list[Message]]:
+        while True:
+            try:
+                batch = await self.next_batch()
+            except ClosedError:
+                return
+            if batch:
+                yield batch
+
+
+def open_messages(
+    log_port: Log,
+    config: QueueConfig,
+    subscription: str,
+    *,
+    embedded_tracker: bool = True,
+    batch_size: int | None = None,
+    batch_timeout: float = 1.0,
+    metrics: QueueMetrics | None = None,
+) -> QueueMessageIterator:
+    """Per-message consumption of ``config.message_topic`` for ``subscription`` (topic mode).
+
+    Every subscription sees every message of the topic; consumers of one subscription compete.
+    With ``embedded_tracker`` each consumer also runs a redelivery tracker in the shared tracker
+    group, so redelivery needs no separate process (and survives any one process).
+    """
+    service = QueueService(log_port, config, metrics)
+    consumer = service.consumer(subscription, mode="topic")
+    tracker = service.tracker() if embedded_tracker else None
+    if batch_size is None:
+        return QueueMessageIterator(consumer, tracker)
+    return QueueBatchedMessageIterator(consumer, tracker, batch_size=batch_size, batch_timeout=batch_timeout)

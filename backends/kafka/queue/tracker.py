@@ -1,0 +1,305 @@
+"""The redelivery tracker: watches the markers topic and re-sends messages whose deadline passed.
+
+Trackers share the markers partitions through their own consumer group, so several can run for
+fail-over. Per partition the tracker keeps a :class:`MarkersQueue`, a clock that never trusts
+the local wall clock (kafka-mq-go's skew-immune clock: "now" is the newest marker timestamp,
+advanced by local monotonic time once markers stop arriving), and the offset to commit: the
+oldest in-progress START marker's own offset, so a restarted tracker re-reads it and rebuilds its
+state. A restarted tracker redelivers nothing in a partition until it has read up to the end it
+saw at assignment (no spurious redeliveries while replaying).
+
+A redelivery writes the payload back to the queue topic (with the next delivery attempt, the
+first copy's id, and the queue it is for), then END for the old copy — each message with its own
+exponential backoff. After ``max_deliveries`` the message goes to the dead-letter topic instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Self
+
+from backends.kafka.queue.config import (
+    HEADER_ATTEMPT,
+    HEADER_ORIGINAL_ID,
+    HEADER_REDELIVERY_FOR,
+    QueueConfig,
+)
+from backends.kafka.queue.markers import Marker, MarkerType, MessageId, decode_marker
+from backends.kafka.queue.markers_queue import MarkersQueue
+from backends.kafka.queue.metrics import QueueMetrics
+from backends.kafka.queue.producer import MarkerProducer, MessageSender
+from broker.errors import ClosedError, DecodeError
+from broker.log import Log, LogConsumer, TopicPartition
+from broker.message import Record
+
+__all__ = ["AssignedPartition", "RedeliveryTracker"]
+
+log = logging.getLogger("backends.kafka.queue.tracker")
+
+
+class AssignedPartition:
+    """One markers partition owned by this tracker: its queue, clock and catch-up state."""
+
+    def __init__(
+        self, tp: TopicPartition, config: QueueConfig, catch_up_to: int, monotonic: Callable[[], float]
+    ):
+        self.tp = tp
+        self.config = config
+        self.queue = MarkersQueue()
+        self.catch_up_to = catch_up_to
+        self.position = 0
+        self._monotonic = monotonic
+        self._last_marker_time: float | None = None
+        self._seen_at = 0.0
+        self.tasks: dict[MessageId, asyncio.Task[None]] = {}
+        self.queue_ids: dict[MessageId, str] = {}
+
+    @property
+    def caught_up(self) -> bool:
+        """True once the markers present at assignment were all read."""
+        return self.position >= self.catch_up_to
+
+    def add(self, record: Record) -> None:
+        """Apply one marker record."""
+        self.position = max(self.position, record.offset + 1)
+        timestamp = record.publish_time if record.publish_time is not None else time.time()
+        if self._last_marker_time is None or timestamp >= self._last_marker_time:
+            self._last_marker_time = timestamp
+            self._seen_at = self._monotonic()
+        try:
+            marker = decode_marker(record.value or b"")
+        except DecodeError as exc:
+            log.warning("skipping a malformed marker at %s@%d: %s", self.tp, record.offset, exc)
+            return
+        if marker.type is MarkerType.START and record.key is not None:
+            self.queue_ids[marker.message_id] = record.key
+        self.queue.add(marker, record.offset, timestamp)
+        if marker.type is MarkerType.END:
+            self.queue_ids.pop(marker.message_id, None)
+
+    def now(self) -> float | None:
+        """The partition's clock (None until a marker was seen)."""
+        if self._last_marker_time is None:
+            return None
+        elapsed = self._monotonic() - self._seen_at
+        if elapsed <= self.config.use_now_if_no_marker_seen:
+            return self._last_marker_time
+        return self._last_marker_time + elapsed
+
+    def commit_offset(self) -> int | None:
+        """What to commit: the oldest in-progress START (re-read on restart), else the read position."""
+        smallest = self.queue.smallest_offset()
+        if smallest is not None:
+            return smallest
+        return self.position or None
+
+
+def _forget(tasks: dict[MessageId, asyncio.Task[None]], mid: MessageId, _task: asyncio.Task[None]) -> None:
+    tasks.pop(mid, None)
+
+
+class RedeliveryTracker:
+    """Tracks markers and redelivers expired messages. Run it as a task or ``async with``."""
+
+    def __init__(
+        self,
+        log_port: Log,
+        config: QueueConfig,
+        *,
+        metrics: QueueMetrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._log = log_port
+        self.config = config
+        self.metrics = metrics or QueueMetrics()
+        self._monotonic = monotonic
+        self._max_backoff = max_backoff
+        self._markers = MarkerProducer(log_port, config)
+        self._sender = MessageSender(log_port)
+        self.partitions: dict[TopicPartition, AssignedPartition] = {}
+        self._consumer: LogConsumer | None = None
+        self._adds = 0
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- rebalance listener ---------------------------------------------------------------
+    async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
+        """Start tracking ``partitions``; their committed position and end decide catch-up."""
+        committed = await self._log.committed(self.config.tracker_group, list(partitions))
+        for tp in partitions:
+            _, high = await self._log.watermarks(tp)
+            state = AssignedPartition(tp, self.config, high, self._monotonic)
+            state.position = committed.get(tp) or 0
+            self.partitions[tp] = state
+
+    async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        """Commit and stop tracking ``partitions`` (their redeliveries in progress are cancelled)."""
+        await self.commit([tp for tp in partitions if tp in self.partitions])
+        for tp in partitions:
+            state = self.partitions.pop(tp, None)
+            if state is not None:
+                for task in state.tasks.values():
+                    task.cancel()
+
+    # -- the loop -------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Track until cancelled or closed."""
+        await self._log.create_topic(self.config.marker_topic, await self._partitions_of_message_topic())
+        self._consumer = self._log.consumer(
+            self.config.tracker_group, [self.config.marker_topic], listener=self
+        )
+        try:
+            while not self._closed:
+                records = await self._consumer.poll(1000, self._poll_timeout())
+                for record in records:
+                    state = self.partitions.get(TopicPartition(record.topic, record.partition))
+                    if state is not None:
+                        state.add(record)
+                        self._adds += 1
+                if self._adds >= self.config.num_offsets_per_commit:
+                    await self.commit(list(self.partitions))
+                self._redeliver_expired()
+        except ClosedError:
+            pass
+        finally:
+            await self._shutdown()
+
+    async def _partitions_of_message_topic(self) -> int:
+        try:
+            return await self._log.partitions(self.config.message_topic)
+        except Exception:
+            await self._log.create_topic(self.config.message_topic, 1)
+            return 1
+
+    def _poll_timeout(self) -> float:
+        timeout = self.config.tracker_poll_interval
+        for state in self.partitions.values():
+            deadline = state.queue.next_deadline()
+            now = state.now()
+            if deadline is not None and now is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
+        return timeout
+
+    def _redeliver_expired(self) -> None:
+        for state in self.partitions.values():
+            if not state.caught_up:
+                continue
+            now = state.now()
+            if now is None:
+                continue
+            for marker in state.queue.to_redeliver(now):
+                mid = marker.message_id
+                queue_id = state.queue_ids.get(mid, marker.key.decode(errors="replace"))
+                task = asyncio.get_running_loop().create_task(self._redeliver(state, marker, queue_id))
+                state.tasks[mid] = task
+                task.add_done_callback(functools.partial(_forget, state.tasks, mid))
+
+    async def _retry(self, what: str, attempt: Callable[[], Awaitable[object]]) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await attempt()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s failed: %r; retrying in %.2fs", what, exc, delay)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self._max_backoff)
+
+    async def _redeliver(self, state: AssignedPartition, marker: Marker, queue_id: str) -> None:
+        mid = marker.message_id
+        attempt = (marker.delivery_attempt or 1) + 1
+        headers = dict(marker.headers)
+        headers.setdefault(HEADER_ORIGINAL_ID, f"{mid.partition}:{mid.offset}")
+        limit = self.config.max_deliveries
+        key = marker.key.decode(errors="replace") or None
+        if limit is not None and attempt > limit:
+            target = self.config.dead_letter_topic
+            for name in (HEADER_ATTEMPT, HEADER_REDELIVERY_FOR):
+                headers.pop(name, None)
+            headers["dead_letter_reason"] = f"not acknowledged after {limit} deliveries"
+            headers["delivery_attempts"] = str(attempt - 1)
+            if target is None:
+                log.warning("dropping message %s of queue %r after %d deliveries", mid, queue_id, limit)
+            else:
+                await self._retry(
+                    "dead-lettering",
+                    lambda: self._sender.send(target, marker.value, key=key, headers=headers),
+                )
+            self.metrics.count("dead_lettered")
+        else:
+            headers[HEADER_ATTEMPT] = str(attempt)
+            headers[HEADER_REDELIVERY_FOR] = queue_id
+            await self._retry(
+                "redelivery",
+                lambda: self._sender.send(self.config.message_topic, marker.value, key=key, headers=headers),
+            )
+            self.metrics.count("redelivered")
+        await self._retry("writing END", lambda: asyncio.gather(*self._markers.end(queue_id, [mid])))
+
+    async def commit(self, partitions: Sequence[TopicPartition]) -> None:
+        """Commit what is safe for ``partitions`` (failures are logged; the next commit retries)."""
+        self._adds = 0
+        consumer = self._consumer
+        if consumer is None:
+            return
+        offsets = {}
+        for tp in partitions:
+            state = self.partitions.get(tp)
+            offset = state.commit_offset() if state is not None else None
+            if offset is not None:
+                offsets[tp] = offset
+        if offsets:
+            try:
+                await consumer.commit(offsets)
+            except Exception as exc:
+                log.warning("tracker commit failed: %r", exc)
+
+    async def _shutdown(self) -> None:
+        tasks = [t for state in self.partitions.values() for t in state.tasks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._consumer is not None:
+            await self.commit(list(self.partitions))
+            with contextlib.suppress(Exception):
+                await self._consumer.close()
+
+    # -- as a resource --------------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        """Run in a background task."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="redelivery-tracker")
+        return self._task
+
+    async def close(self) -> None:
+        """Stop tracking (commits what is safe). Idempotent."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @property
+    def in_progress(self) -> int:
+        """Messages started and not ended, over the owned partitions."""
+        return sum(len(s.queue) for s in self.partitions.values())
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,199 @@
+"""The whole marker-queue protocol on the in-memory log: fast, no broker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+import broker
+from backends.inmem import InmemBackend, InmemLog
+from backends.kafka.queue import QueueConfig, QueueService, open_messages
+from broker.errors import Timeout
+from broker.log import TopicPartition
+from broker.testing import wait_until
+
+
+@pytest.fixture
+async def log() -> AsyncIterator[InmemLog]:
+    backend = broker.connect(f"inmem://queue-{uuid.uuid4().hex}?partitions=3")
+    assert isinstance(backend, InmemBackend)
+    async with backend:
+        yield backend.log()
+
+
+def config(**overrides: object) -> QueueConfig:
+    values: dict[str, object] = {
+        "message_topic": "q",
+        "marker_topic": "q-markers",
+        "redelivery_timeout": 0.3,
+        "next_message_timeout": 0.05,
+        "use_now_if_no_marker_seen": 0.05,
+        "tracker_poll_interval": 0.02,
+        "num_offsets_per_commit": 10,
+    }
+    values.update(overrides)
+    return QueueConfig(**values)  # type: ignore[arg-type]
+
+
+async def make_service(log: InmemLog, **overrides: object) -> QueueService:
+    service = QueueService(log, config(**overrides))
+    await service.create_topics(partitions=3)
+    return service
+
+
+async def test_acked_messages_are_not_redelivered(log: InmemLog) -> None:
+    service = await make_service(log)
+    async with service.tracker(), service.consumer("orders") as consumer:
+        producer = service.producer("orders")
+        for i in range(20):
+            producer.send_async(str(i).encode(), key=f"k{i}", attributes={"n": str(i)})
+        await producer.flush()
+        got = [await consumer.receive(timeout=2) for _ in range(20)]
+        await broker.ack_all(got)
+        assert sorted(int(m.data) for m in got) == list(range(20))
+        assert got[0].key is not None and got[0].key.startswith("k")
+        assert got[0].attributes["n"] == got[0].data.decode()
+        with pytest.raises(Timeout):
+            await consumer.receive(timeout=1.0)
+
+
+async def test_unsettled_messages_come_back_after_the_timeout(log: InmemLog) -> None:
+    service = await make_service(log)
+    async with service.tracker(), service.consumer("orders") as consumer:
+        await service.producer("orders").send(b"lost-worker", key="a")
+        first = await consumer.receive(timeout=2)
+        consumer._held.clear()  # as if the worker died: no more keep-alives for it
+        second = await consumer.receive(timeout=3)
+        assert second.data == b"lost-worker"
+        assert second.id == first.id
+        assert second.delivery_attempt == 2
+        assert second.key == "a"
+        await second.ack()
+        with pytest.raises(Timeout):
+            await consumer.receive(timeout=1.0)
+
+
+async def test_keepalive_holds_a_slow_message(log: InmemLog) -> None:
+    service = await make_service(log)
+    async with service.tracker(), service.consumer("slow") as consumer:
+        await service.producer("slow").send(b"slow")
+        message = await consumer.receive(timeout=2)
+        with pytest.raises(Timeout):  # three timeouts pass; keep-alives every timeout/2 hold it
+            await consumer.receive(timeout=0.9)
+        await message.ack()
+
+
+async def test_nack_redelivers_after_the_delay(log: InmemLog) -> None:
+    service = await make_service(log)
+    async with service.tracker(), service.consumer("n") as consumer:
+        await service.producer("n").send(b"again")
+        first = await consumer.receive(timeout=2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await first.nack(delay=0.4)
+        second = await consumer.receive(timeout=3)
+        assert loop.time() - started >= 0.35
+        assert second.delivery_attempt == 2 and second.data == b"again"
+        await second.ack()
+
+
+async def test_dead_letter_after_max_deliveries(log: InmemLog) -> None:
+    service = await make_service(log, max_deliveries=2, dead_letter_topic="q-dead")
+    async with service.tracker(), service.consumer("d") as consumer:
+        await service.producer("d").send(b"poison", key="p")
+        for attempt in (1, 2):
+            message = await consumer.receive(timeout=3)
+            assert message.delivery_attempt == attempt
+            await message.nack()
+        await wait_until(lambda: "q-dead" in log.broker.topics, timeout=3)  # made by the first dead letter
+        async with asyncio.timeout(3):
+            reader = log.reader()
+            reader.assign({TopicPartition("q-dead", p): 0 for p in range(await log.partitions("q-dead"))})
+            dead: list[broker.Record] = []
+            while not dead:
+                dead = await reader.poll(10, timeout=0.1)
+        assert dead[0].value == b"poison"
+        assert dead[0].attributes["delivery_attempts"] == "2"
+        with pytest.raises(Timeout):
+            await consumer.receive(timeout=0.8)
+
+
+async def test_two_queues_on_one_topic_stay_isolated(log: InmemLog) -> None:
+    service = await make_service(log)
+    async with service.tracker(), service.consumer("a") as a, service.consumer("b") as b:
+        await service.producer("a").send(b"for-a")
+        await service.producer("b").send(b"for-b")
+        got_a = await a.receive(timeout=2)
+        assert got_a.data == b"for-a"
+        consumer_b_message = await b.receive(timeout=2)
+        assert consumer_b_message.data == b"for-b"
+        b._held.clear()  # b's worker dies: its message is redelivered to b only
+        again = await b.receive(timeout=3)
+        assert again.data == b"for-b"
+        await broker.ack_all([got_a, again])
+        with pytest.raises(Timeout):
+            await a.receive(timeout=0.8)
+
+
+async def test_competing_consumers_with_crashes_lose_nothing(log: InmemLog) -> None:
+    service = await make_service(log, redelivery_timeout=0.4)
+    total = 300
+    producer = service.producer("work")
+    for i in range(total):
+        producer.send_async(str(i).encode())
+    await producer.flush()
+    processed: Counter[int] = Counter()
+    async with service.tracker():
+        consumers = [service.consumer("work") for _ in range(3)]
+        crashed: list[int] = []
+
+        async def work(index: int) -> None:
+            consumer = consumers[index]
+            while len(set(processed)) < total:
+                try:
+                    message = await consumer.receive(timeout=0.2)
+                except Timeout:
+                    continue
+                value = int(message.data)
+                if value % 50 == index and message.delivery_attempt == 1:
+                    crashed.append(value)
+                    consumer._held.pop(message.raw, None)  # crash: never settled, no keep-alive
+                    continue
+                processed[value] += 1
+                await message.ack()
+
+        async with asyncio.timeout(20):
+            await asyncio.gather(*(work(i) for i in range(3)))
+        for consumer in consumers:
+            await consumer.close()
+    assert set(processed) == set(range(total)), "messages were lost"
+    duplicates = {v for v, n in processed.items() if n > 1}
+    assert duplicates <= set(crashed), "only crashed work may be processed twice"
+    assert crashed, "the test must exercise crashes"
+
+
+async def test_portable_iterator_with_embedded_tracker(log: InmemLog) -> None:
+    await log.create_topic("events", 3)
+    for i in range(5):
+        await log.produce("events", str(i).encode(), key=f"k{i}")
+    async with (
+        open_messages(log, config(message_topic="events", marker_topic="events-markers"), "audit") as audit,
+        open_messages(
+            log, config(message_topic="events", marker_topic="events-markers"), "billing"
+        ) as billing,
+    ):
+        a = [await audit.next_message(timeout=2) for _ in range(5)]
+        b = [await billing.next_message(timeout=2) for _ in range(5)]
+        assert sorted(m.data for m in a) == sorted(m.data for m in b)
+        assert {m.key for m in a} == {f"k{i}" for i in range(5)}
+        await broker.ack_all(b)
+        await a[0].nack()
+        redelivered = await audit.next_message(timeout=3)
+        assert redelivered.id == a[0].id and redelivered.delivery_attempt == 2
+        await broker.ack_all([*a[1:], redelivered])
+        with pytest.raises(Timeout):
+            await billing.next_message(timeout=0.6)  # audit's redelivery is not billing's
