@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from types import TracebackType
-from typing import Self
+from collections.abc import Awaitable, Mapping, Sequence
 
 from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, StartPosition, TopicPartition
 from broker.message import Record
 from broker.partitioning import Partitioner
+from broker.resources import AsyncResource, BatchedRecordIteration, RecordIteration
 
 __all__ = ["GroupConsumer", "InmemLog", "InmemReader", "InmemRecordIterator"]
 
@@ -114,7 +113,7 @@ def _read(
     return records, end
 
 
-class _PartitionReader:
+class _PartitionReader(AsyncResource):
     """Positions over partitions, polling in rotation, waiting on the topics' wake-ups."""
 
     def __init__(self, broker: InmemBroker) -> None:
@@ -210,14 +209,6 @@ class _PartitionReader:
             return self.positions[partition]
         except KeyError:
             raise UnknownTopic(f"{partition} is not assigned to this reader") from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Stop reading. Idempotent."""
@@ -320,7 +311,7 @@ class GroupConsumer(_PartitionReader):
         await super().close()
 
 
-class InmemRecordIterator:
+class InmemRecordIterator(RecordIteration):
     """RecordIterator and BatchedIterator over a group member."""
 
     def __init__(self, consumer: GroupConsumer, batch_size: int, batch_timeout: float) -> None:
@@ -351,51 +342,19 @@ class InmemRecordIterator:
             return batch
         return await self._consumer.poll(self.batch_size, self.batch_timeout if timeout is None else timeout)
 
-    def __aiter__(self) -> AsyncIterator[Record]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Record]:
-        while True:
-            try:
-                yield await self.next_record()
-            except ClosedError:
-                return
-
-    def batches(self) -> AsyncIterator[list[Record]]:
-        """Iterate over non-empty batches."""
-        return self._iterate_batches()
-
-    async def _iterate_batches(self) -> AsyncIterator[list[Record]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
-
     async def close(self) -> None:
         """Leave the group; unread buffered records are read again by the next owner."""
         self._buffer = []
         await self._consumer.close()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
 
 class InmemBatchedRecordIterator(InmemRecordIterator):
-    """The batched view: ``async for`` yields batches."""
+    """The batched view: ``async for`` yields non-empty batches."""
 
-    def __aiter__(self) -> AsyncIterator[list[Record]]:  # type: ignore[override]
-        return self.batches()
+    __aiter__ = BatchedRecordIteration.__aiter__  # type: ignore[assignment]
 
 
-class InmemLog:
+class InmemLog(AsyncResource):
     """The ``broker.log.Log`` port on an in-memory broker."""
 
     def __init__(self, broker: InmemBroker, partitioner: Partitioner, default_partitions: int = 1) -> None:
@@ -497,11 +456,3 @@ class InmemLog:
         self._closed = True
         for child in self._children:
             await child.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Self
 
 from backends.inmem.store import InmemBroker, TopicState
 from broker.attributes import validate_attributes
@@ -12,6 +10,7 @@ from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage
 from broker.partitioning import Partitioner
+from broker.resources import AsyncResource
 
 __all__ = ["InmemPublisher", "InmemTopic", "InmemTransactionalPublisher"]
 
@@ -76,7 +75,7 @@ class InmemTopic:
             self._publisher._write(self, messages)
 
 
-class InmemPublisher:
+class InmemPublisher(AsyncResource):
     """A Publisher on an in-memory broker."""
 
     def __init__(self, broker: InmemBroker, partitions: int, partitioner: Partitioner) -> None:
@@ -108,14 +107,6 @@ class InmemPublisher:
     async def close(self) -> None:
         """Close the publisher; later publishes raise ClosedError. Idempotent."""
         self._closed = True
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 class InmemTransactionalPublisher(InmemPublisher):

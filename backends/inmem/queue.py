@@ -13,8 +13,6 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Self
 
 from backends.inmem.settings import ConsumerOptions
@@ -22,6 +20,7 @@ from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
 from broker.message import Message, OutboundMessage
 from broker.partitioning import Partitioner
+from broker.resources import AsyncResource, BatchedMessageIteration
 
 __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"]
 
@@ -274,7 +273,7 @@ class Subscription:
             self._dead_letter(message, reason or "dead-lettered by the consumer")
 
 
-class _Consumer:
+class _Consumer(AsyncResource):
     """What the single and batched iterators share: waiting, closing."""
 
     def __init__(self, subscription: Subscription) -> None:
@@ -308,14 +307,6 @@ class _Consumer:
             self._closed = True
             wake(self._subscription.topic.waiters)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
 
 class InmemMessageIterator(_Consumer):
     """A MessageIterator on an in-memory subscription."""
@@ -335,7 +326,7 @@ class InmemMessageIterator(_Consumer):
             raise StopAsyncIteration from None
 
 
-class InmemBatchedMessageIterator(_Consumer):
+class InmemBatchedMessageIterator(_Consumer, BatchedMessageIteration):
     """A BatchedMessageIterator: returns what is ready at once, up to ``batch_size``."""
 
     def __init__(self, subscription: Subscription, batch_size: int, batch_timeout: float) -> None:
@@ -351,15 +342,3 @@ class InmemBatchedMessageIterator(_Consumer):
             return await self._take(self.batch_size, self.batch_timeout if timeout is None else timeout)
         except Timeout:
             return []
-
-    def __aiter__(self) -> AsyncIterator[list[Message]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[list[Message]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch

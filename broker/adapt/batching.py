@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, TypeVar
 
 from broker.adapt._common import Pull, nack_leftovers
 from broker.errors import ClosedError
 from broker.interfaces import BatchedIterator, BatchedMessageIterator, MessageIterator, RecordIterator
 from broker.message import Message, Record
+from broker.resources import AsyncResource, _batches_until_closed
 
 __all__ = ["batched_messages", "batched_records"]
 
 T = TypeVar("T")
 
 
-class _Batching(Generic[T]):
+class _Batching(AsyncResource, Generic[T]):
     def __init__(self, source: Any, pull: Pull[T], batch_size: int, timeout: float) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -71,28 +71,11 @@ class _Batching(Generic[T]):
         return batch
 
     def __aiter__(self) -> AsyncIterator[list[T]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[list[T]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
+        return _batches_until_closed(self.next_batch)
 
     async def close(self) -> None:
         """Close the source iterator."""
         await self._source.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 def batched_messages(

@@ -18,8 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from backends.kafka.queue.client import MqClient
 from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
@@ -28,6 +27,7 @@ from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MessageSender
 from broker.errors import AckError, ClosedError, Timeout
 from broker.message import Message, Record
+from broker.resources import AsyncResource
 
 __all__ = ["Consumer"]
 
@@ -38,7 +38,7 @@ _PENDING = 0
 _ACKED = 1
 
 
-class Consumer:
+class Consumer(AsyncResource):
     """Receives the messages of one logical queue; also their :class:`~broker.message.Acker`."""
 
     def __init__(self, client: MqClient, metrics: QueueMetrics | None = None) -> None:
@@ -168,14 +168,6 @@ class Consumer:
             self._track(self.client.processing_in_progress([m.raw for m in unreceived], redeliver_after=0))
         await self.flush()
         await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     # -- receiving ------------------------------------------------------------------------
     async def receive(self, timeout: float | None = None) -> Message:

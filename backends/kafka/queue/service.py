@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 from backends.kafka.queue.client import MqClient
 from backends.kafka.queue.config import QueueConfig
@@ -15,6 +13,7 @@ from backends.kafka.queue.tracker import RedeliveryTracker
 from broker.errors import ClosedError, Timeout
 from broker.log import Log
 from broker.message import Message
+from broker.resources import BatchedMessageIteration, MessageIteration
 
 __all__ = ["QueueBatchedMessageIterator", "QueueMessageIterator", "QueueService", "open_messages"]
 
@@ -45,7 +44,7 @@ class QueueService:
         return RedeliveryTracker(self.log, self.config, metrics=self.metrics)
 
 
-class QueueMessageIterator:
+class QueueMessageIterator(MessageIteration):
     """A MessageIterator over a queue consumer; optionally runs an embedded redelivery tracker."""
 
     def __init__(self, consumer: Consumer, tracker: RedeliveryTracker | None = None) -> None:
@@ -65,16 +64,6 @@ class QueueMessageIterator:
         self._start()
         return await self.consumer.receive(timeout)
 
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Message]:
-        while True:
-            try:
-                yield await self.next_message()
-            except ClosedError:
-                return
-
     async def close(self) -> None:
         """Close the consumer, then the embedded tracker. Idempotent."""
         if self._closed:
@@ -84,16 +73,8 @@ class QueueMessageIterator:
         if self.tracker is not None:
             await self.tracker.close()
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-
-class QueueBatchedMessageIterator(QueueMessageIterator):
+class QueueBatchedMessageIterator(QueueMessageIterator, BatchedMessageIteration):
     """Batches of what the consumer has buffered, up to ``batch_size``."""
 
     def __init__(
@@ -116,17 +97,7 @@ class QueueBatchedMessageIterator(QueueMessageIterator):
             return []
         return [first, *self.consumer.receive_ready(self.batch_size - 1)]
 
-    def __aiter__(self) -> AsyncIterator[list[Message]]:  # type: ignore[override]
-        return self._iterate_batches()
-
-    async def _iterate_batches(self) -> AsyncIterator[list[Message]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
+    __aiter__ = BatchedMessageIteration.__aiter__  # type: ignore[assignment]
 
 
 def open_messages(

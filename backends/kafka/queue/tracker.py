@@ -22,7 +22,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Self
 
 from backends.kafka.queue.config import (
@@ -38,6 +37,7 @@ from backends.kafka.queue.producer import MarkerProducer, MessageSender
 from broker.errors import ClosedError, DecodeError
 from broker.log import Log, LogConsumer, TopicPartition
 from broker.message import Record
+from broker.resources import AsyncResource
 
 __all__ = ["AssignedPartition", "RedeliveryTracker"]
 
@@ -105,7 +105,7 @@ def _forget(tasks: dict[MessageId, asyncio.Task[None]], mid: MessageId, _task: a
     tasks.pop(mid, None)
 
 
-class RedeliveryTracker:
+class RedeliveryTracker(AsyncResource):
     """Tracks markers and redelivers expired messages. Run it as a task or ``async with``."""
 
     def __init__(
@@ -298,8 +298,3 @@ class RedeliveryTracker:
     async def __aenter__(self) -> Self:
         self.start()
         return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
