@@ -22,6 +22,8 @@ __all__ = [
     "Message",
     "OutboundMessage",
     "Record",
+    "claim_ack",
+    "release_claim",
 ]
 
 #: A shared, read-only empty attribute mapping (avoids one dict per message).
@@ -161,6 +163,24 @@ class Message:
         except BaseException:
             self._state = _PENDING
             raise
+
+
+def claim_ack(message: Message) -> bool:
+    """For a bulk acker (``ack_many``): mark a pending ``message`` acked.
+
+    True if it was pending (the acker must now settle it with the broker); False if it was
+    already settled, so there is nothing to send.
+    """
+    if message._state == _PENDING:
+        message._state = _ACKED
+        return True
+    return False
+
+
+def release_claim(message: Message) -> None:
+    """Undo :func:`claim_ack` after the broker refused the ack: the message is pending again."""
+    if message._state == _ACKED:
+        message._state = _PENDING
 
 
 class Committer(Protocol):

@@ -18,7 +18,7 @@ from typing import Self
 from backends.inmem.settings import ConsumerOptions
 from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
-from broker.message import Message, OutboundMessage
+from broker.message import Message, OutboundMessage, claim_ack
 from broker.partitioning import Partitioner
 from broker.resources import AsyncResource, BatchedMessageIteration
 
@@ -26,8 +26,6 @@ __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"
 
 log = logging.getLogger("backends.inmem")
 
-_PENDING = 0
-_ACKED = 1
 
 
 class Lease:
@@ -89,7 +87,7 @@ class Subscription:
             if lease.pending > 0:
                 lease.expired = True
                 for message in lease.messages:
-                    if message.raw is lease and message._state == _PENDING:
+                    if message.raw is lease and not message.settled:
                         self._requeue(message, "ack deadline passed")
         delayed = self.delayed
         while delayed and delayed[0][0] <= now:
@@ -240,8 +238,7 @@ class Subscription:
         others: list[Message] = []
         for message in messages:
             if message.acker is self:
-                if message._state == _PENDING:
-                    message._state = _ACKED
+                if claim_ack(message):
                     lease = message.raw
                     if not lease.expired:
                         lease.pending -= 1

@@ -61,6 +61,13 @@ class Harness:
             options["ack_deadline"] = ack_deadline
         return self.backend.messages(topic, subscription, **options)
 
+    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any] | None:
+        """Consumer options that dead-letter to ``topic`` after ``max_attempts`` deliveries.
+
+        None (the default) skips the dead-letter test; each backend names these options its own way.
+        """
+        return None
+
     def records(self, topic: str, group: str) -> RecordIterator:
         """A record iterator in consumer ``group`` starting from the earliest offset."""
         return self.backend.records(topic, group)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -11,11 +12,16 @@ import broker
 from broker.testing import ConformanceSuite, Harness
 
 
+class InmemHarness(Harness):
+    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any]:
+        return {"max_attempts": max_attempts, "dead_letter_topic": topic}
+
+
 class TestInmemConformance(ConformanceSuite):
     @pytest.fixture(params=[1, 3], ids=["1-partition", "3-partitions"])
     async def harness(self, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         url = f"inmem://conformance-{uuid.uuid4().hex}?partitions={request.param}"
         async with broker.connect(url) as backend:
-            yield Harness(
+            yield InmemHarness(
                 backend, short_ack_deadline=0.3, patience=5.0, bad_urls=["inmem://x?partitions=zero"]
             )

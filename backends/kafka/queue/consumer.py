@@ -26,7 +26,7 @@ from backends.kafka.queue.markers import MessageId
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MessageSender
 from broker.errors import AckError, ClosedError, Timeout
-from broker.message import Message, Record
+from broker.message import Message, Record, claim_ack
 from broker.resources import AsyncResource
 
 __all__ = ["Consumer"]
@@ -34,8 +34,6 @@ __all__ = ["Consumer"]
 log = logging.getLogger("backends.kafka.queue")
 
 _HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
-_PENDING = 0
-_ACKED = 1
 
 
 class Consumer(AsyncResource):
@@ -209,8 +207,7 @@ class Consumer(AsyncResource):
         ids: list[MessageId] = []
         for message in messages:
             if message.acker is self:
-                if message._state == _PENDING:
-                    message._state = _ACKED
+                if claim_ack(message):
                     self._held.pop(message.raw, None)
                     ids.append(message.raw)
             else:

@@ -1,0 +1,337 @@
+"""The NATS JetStream backend: ``nats://host:port``.
+
+Portable names map onto JetStream like this:
+
+=============================  ===================================================================
+portable                       JetStream
+=============================  ===================================================================
+topic                          a subject (``orders.eu``; consumers may use wildcards, ``orders.*``)
+(where a topic is stored)      a stream: ``stream=`` when given, else the stream covering the
+                               subject, else a new stream named after it (``orders_eu``)
+subscription                   a durable pull consumer of that stream, filtered on the subject;
+                               consumers sharing the name compete for its messages
+``ack_deadline``               the consumer's ``ack_wait``
+max attempts                   the consumer's ``max_deliver``
+group (``records``)            a durable consumer with ``AckPolicy.ALL``: committing an offset acks
+                               every earlier one
+offset                         the stream sequence; partition is always 0
+=============================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from nats.js import api
+
+from backends.jetstream.acker import DeadLetterer, JetStreamAcker
+from backends.jetstream.connection import Connection
+from backends.jetstream.consumer import (
+    JetStreamBatchedMessageIterator,
+    JetStreamBatchedRecordIterator,
+    JetStreamMessageIterator,
+    JetStreamRecordIterator,
+)
+from backends.jetstream.errors import translate
+from backends.jetstream.mapping import parse_reply
+from backends.jetstream.provisioning import Provisioner, consumer_config
+from backends.jetstream.publisher import JetStreamPublisher
+from backends.jetstream.pull import PullEngine, Resolver, Target
+from backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
+from broker.backend import BackendBase, topics_tuple
+from broker.capabilities import Capabilities
+from broker.errors import BrokerError, ConfigError
+from broker.message import Message, OutboundMessage
+from broker.settings import describe
+
+__all__ = ["CAPABILITIES", "JetStreamBackend"]
+
+CAPABILITIES = Capabilities(
+    persistent=True,  # with file storage (the default)
+    per_key_order=True,  # one consumer gets stream order, as long as nothing is redelivered
+    messages=True,
+    records=True,
+    nack_redelivers=True,
+    delayed_nack=True,
+    ack_deadline=True,
+    in_progress=True,
+    delivery_attempt=True,
+    dead_letter=True,  # dead_letter() = +TERM (and republish), max_deliver
+    competing_consumers=True,
+    transactions=False,
+    replay=True,  # records from any stream sequence or time; replay()
+    max_message_bytes=1024 * 1024,  # the server's default max_payload
+)
+
+_R = TypeVar("_R", JetStreamRecordIterator, JetStreamBatchedRecordIterator)
+
+#: Seconds an idle replay consumer lives on after its reader went away.
+_REPLAY_INACTIVE = 60.0
+
+
+class JetStreamBackend(BackendBase):
+    """A connection to NATS JetStream; connects on first use."""
+
+    name = "nats"
+    capabilities = CAPABILITIES
+
+    def __init__(self, settings: JetStreamSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or JetStreamSettings()
+        self.connection = Connection(self.settings)
+        self.provisioner = Provisioner(self.connection, self.settings)
+        self._dead_letter_publisher: JetStreamPublisher | None = None
+
+    def __repr__(self) -> str:
+        return f"<JetStreamBackend {describe(self.settings)['servers']} {self.connection!r}>"
+
+    # -- publishing ----------------------------------------------------------------------------
+    def publisher(self) -> JetStreamPublisher:
+        """A publisher; a topic's stream is found (or created) on its first publish."""
+        return self._track(JetStreamPublisher(self.connection, self.provisioner, self.settings))  # type: ignore[no-any-return]
+
+    # -- per-message consumers -----------------------------------------------------------------
+    def _consumer_name(self, subscription: str) -> str:
+        name = subscription or self.settings.durable
+        if not name:
+            raise ConfigError("a subscription (the durable consumer's name) is needed")
+        return check_name(name, "consumer")
+
+    def _durable(
+        self,
+        topic: str,
+        name: str,
+        options: ConsumerOptions,
+        *,
+        ack_all: bool = False,
+        start_sequence: int | None = None,
+        start_time: float | None = None,
+    ) -> Resolver:
+        check_subject(topic)
+        config = consumer_config(
+            name, topic, options, ack_all=ack_all, start_sequence=start_sequence, start_time=start_time
+        )
+        provisioner = self.provisioner
+
+        async def resolve(recheck: bool) -> Target:
+            if recheck:
+                provisioner.forget_stream(topic, options.stream)
+            stream = await provisioner.stream_for(topic, options.stream)
+            if recheck:
+                provisioner.forget_consumer(stream, name)
+            await provisioner.consumer(stream, name, config, options)
+            return Target(stream, name)
+
+        return resolve
+
+    def _acker(self, engine: PullEngine, options: ConsumerOptions) -> JetStreamAcker:
+        dead_letters = None
+        if options.dead_letter_subject is not None:
+            dead_letters = self._dead_letterer(options.dead_letter_subject, engine)
+        return JetStreamAcker(lambda: engine.client, options, self.settings.request_timeout, dead_letters)
+
+    def _dead_letterer(self, subject: str, engine: PullEngine) -> DeadLetterer:
+        check_subject(subject, wildcards=False)
+        id_attribute = self.settings.msg_id_attribute
+
+        async def republish(message: Message, reason: str) -> None:
+            publisher = self._dead_letter_publisher
+            if publisher is None:
+                publisher = self._dead_letter_publisher = self.publisher()
+            target = engine.target
+            source = f"{target.stream}/{target.consumer}" if target else engine.what
+            attributes = dict(message.attributes)
+            attributes.update(
+                {
+                    "dead_letter_reason": reason,
+                    "dead_letter_source": source,
+                    "delivery_attempts": str(message.delivery_attempt or 1),
+                }
+            )
+            attributes.setdefault(id_attribute, f"dead-letter:{source}:{message.id}")
+            await publisher.topic(subject).publish(OutboundMessage(message.data, message.key, attributes))
+
+        return republish
+
+    def _engine(self, resolve: Resolver, what: str, options: ConsumerOptions) -> PullEngine:
+        return PullEngine(self.connection, resolve, what, options.pull_expires)
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> JetStreamMessageIterator:
+        """Consume subject ``topic`` through the durable consumer ``subscription`` (made when missing).
+
+        Options (defaults from the settings): ``ack_wait`` (or ``ack_deadline``), ``max_deliver``,
+        ``max_ack_pending``, ``backoff``, ``deliver_policy``, ``prefetch``, ``pull_expires``,
+        ``ack_sync``, ``dead_letter_subject``, ``stream``, ``create_consumers``, ``update_consumers``.
+        """
+        self._check_open()
+        opts = self.settings.consumer_options(options)
+        name = self._consumer_name(subscription)
+        engine = self._engine(self._durable(topic, name, opts), f"{topic}/{name}", opts)
+        iterator = JetStreamMessageIterator(
+            engine, self._acker(engine, opts), opts.prefetch, self.settings.msg_id_attribute
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> JetStreamBatchedMessageIterator:
+        """Batches of up to ``batch_size`` (default: the ``batch_size`` setting), one pull request each."""
+        self._check_open()
+        opts = self.settings.consumer_options(options)
+        name = self._consumer_name(subscription)
+        size = batch_size or opts.batch_size
+        engine = self._engine(self._durable(topic, name, opts), f"{topic}/{name}", opts)
+        iterator = JetStreamBatchedMessageIterator(
+            engine, self._acker(engine, opts), size, batch_timeout, self.settings.msg_id_attribute
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    # -- records -------------------------------------------------------------------------------
+    def _record_topic(self, topics: str | Sequence[str]) -> str:
+        names = topics_tuple(topics)
+        if len(names) != 1:
+            raise ConfigError(
+                "a JetStream records() consumer reads one subject; use a wildcard subject (orders.*) "
+                f"for several, got {list(names)}"
+            )
+        return check_subject(names[0])
+
+    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> JetStreamRecordIterator:
+        """Read subject ``topics`` in consumer group ``group`` (an ``AckPolicy.ALL`` durable consumer).
+
+        ``Record.ack()`` commits the record and every earlier one. Options: those of
+        :meth:`messages`, ``batch_size``, and for a new group ``start_sequence`` / ``start_time``
+        (POSIX seconds) to start somewhere other than ``deliver_policy`` says.
+        """
+        return self._records(JetStreamRecordIterator, topics, group, 0, 1.0, options)
+
+    def batched_records(
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> JetStreamBatchedRecordIterator:
+        """Like :meth:`records`, in batches of up to ``batch_size`` (one pull request each)."""
+        return self._records(
+            JetStreamBatchedRecordIterator, topics, group, batch_size, batch_timeout, options
+        )
+
+    def _records(
+        self,
+        kind: type[_R],
+        topics: str | Sequence[str],
+        group: str,
+        batch_size: int,
+        batch_timeout: float,
+        options: dict[str, Any],
+    ) -> _R:
+        self._check_open()
+        topic = self._record_topic(topics)
+        start_sequence = options.pop("start_sequence", None)
+        start_time = options.pop("start_time", None)
+        opts = self.settings.consumer_options(options)
+        name = self._consumer_name(group)
+        resolve = self._durable(
+            topic,
+            name,
+            opts,
+            ack_all=True,
+            start_sequence=None if start_sequence is None else int(start_sequence),
+            start_time=None if start_time is None else float(start_time),
+        )
+        engine = self._engine(resolve, f"{topic}/{name}", opts)
+        size = batch_size or opts.batch_size
+        iterator = kind(engine, size, batch_timeout, self.settings.msg_id_attribute, commits=True)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def replay(
+        self,
+        topic: str,
+        *,
+        start_sequence: int | None = None,
+        start_time: float | None = None,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> JetStreamRecordIterator:
+        """Read subject ``topic`` from a stream sequence (or POSIX time, or the start), in order.
+
+        An ordered read with nothing to acknowledge: an ephemeral consumer (``AckPolicy.NONE``,
+        in memory) that is made again from the next sequence when the server loses it, so the
+        reader sees every stored message once, in stream order, across server restarts.
+        """
+        self._check_open()
+        check_subject(topic)
+        opts = self.settings.consumer_options(options)
+        if start_sequence is not None and start_sequence < 1:
+            raise ConfigError(f"start_sequence must be >= 1, got {start_sequence}")
+        holder: list[JetStreamRecordIterator] = []
+        provisioner = self.provisioner
+        connection = self.connection
+
+        async def resolve(recheck: bool) -> Target:
+            stream = await provisioner.stream_for(topic, opts.stream)
+            position = holder[0].position if holder else 0
+            newest = engine.newest()
+            if newest is not None:  # received, not handed out yet: carry on after it
+                position = max(position, parse_reply(newest.reply).stream_seq)
+            deliver = api.DeliverPolicy.ALL
+            seq = None
+            when = None
+            if position:
+                deliver, seq = api.DeliverPolicy.BY_START_SEQUENCE, position + 1
+            elif start_sequence is not None:
+                deliver, seq = api.DeliverPolicy.BY_START_SEQUENCE, start_sequence
+            elif start_time is not None:
+                import datetime
+
+                deliver = api.DeliverPolicy.BY_START_TIME
+                when = datetime.datetime.fromtimestamp(start_time, datetime.UTC)
+            client = await connection.client()
+            name = "replay_" + client.new_inbox().rsplit(".", 1)[-1]
+            config = api.ConsumerConfig(
+                name=name,
+                deliver_policy=deliver,
+                opt_start_seq=seq,
+                opt_start_time=when,
+                ack_policy=api.AckPolicy.NONE,
+                filter_subject=topic,
+                inactive_threshold=_REPLAY_INACTIVE,
+                mem_storage=True,
+                num_replicas=1,
+            )
+            jsm = connection.jsm
+            assert jsm is not None
+            try:
+                await jsm.add_consumer(stream, config)
+            except BrokerError:
+                raise
+            except Exception as exc:
+                raise translate(exc, f"creating a replay consumer on {stream!r}") from exc
+            return Target(stream, name)
+
+        engine = self._engine(resolve, f"{topic} (replay)", opts)
+        size = batch_size or opts.batch_size
+        attribute = self.settings.msg_id_attribute
+        iterator = JetStreamRecordIterator(engine, size, batch_timeout, attribute, commits=False)
+        holder.append(iterator)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    # -- closing -------------------------------------------------------------------------------
+    async def _close_connection(self) -> None:
+        try:
+            async with asyncio.timeout(self.settings.close_timeout * 2):
+                await self.connection.close()
+        except TimeoutError:
+            pass

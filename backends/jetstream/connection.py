@@ -1,0 +1,209 @@
+"""The one NATS connection a backend shares between its publishers and consumers.
+
+``broker.connect`` is synchronous, so the connection is opened lazily, on the first call that
+needs it, inside the running event loop. nats-py reconnects by itself after the connection
+drops (``max_reconnect_attempts``, ``reconnect_wait``); consumers register a listener to learn
+about reconnections, because pull requests waiting at a restarted server are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext, JetStreamManager
+
+from backends.jetstream.errors import translate
+from backends.jetstream.settings import JetStreamSettings
+from broker.errors import ClosedError, ConnectionFailed
+from broker.settings import redact_url
+
+__all__ = ["Connection"]
+
+log = logging.getLogger("backends.jetstream")
+
+_CONNECT_PARAMETERS = frozenset(inspect.signature(Client.connect).parameters)
+
+
+def _ssl_context(settings: JetStreamSettings) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=settings.tls_ca_file)
+    if settings.tls_cert_file:
+        context.load_cert_chain(
+            settings.tls_cert_file, settings.tls_key_file, password=settings.tls_key_password
+        )
+    if settings.tls_insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class Connection:
+    """A lazily opened nats-py client, its JetStream contexts, and reconnection listeners."""
+
+    def __init__(self, settings: JetStreamSettings) -> None:
+        self.settings = settings
+        self._client: Client | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._closed = False
+        self._listeners: set[Callable[[], None]] = set()
+        self.js: JetStreamContext | None = None
+        self.jsm: JetStreamManager | None = None
+        self.api_prefix = f"$JS.{settings.domain}.API" if settings.domain else "$JS.API"
+
+    def __repr__(self) -> str:
+        servers = ",".join(redact_url(s) for s in self.settings.servers)
+        state = "closed" if self._closed else ("connected" if self.connected else "idle")
+        return f"<Connection {servers} {state}>"
+
+    @property
+    def connected(self) -> bool:
+        """True while the client is connected (not connecting, reconnecting or closed)."""
+        return self._client is not None and self._client.is_connected
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def on_reconnect(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every reconnection; returns a function that unregisters it."""
+        self._listeners.add(listener)
+        return lambda: self._listeners.discard(listener)
+
+    async def client(self) -> Client:
+        """The connected client, connecting first if needed."""
+        client = self._client
+        if client is not None and self._loop is asyncio.get_running_loop() and not client.is_closed:
+            return client
+        if self._closed:
+            raise ClosedError("the NATS connection is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                raise ConnectionFailed(
+                    "this NATS backend is in use by another running event loop; open one backend per loop"
+                )
+            self._loop, self._lock, self._client = loop, asyncio.Lock(), None
+        assert self._lock is not None
+        async with self._lock:
+            if self._closed:
+                raise ClosedError("the NATS connection is closed")
+            if self._client is None or self._client.is_closed:
+                self._client = await self._connect()
+                self.js = self._client.jetstream(
+                    timeout=self.settings.request_timeout, domain=self.settings.domain
+                )
+                self.jsm = self._client.jsm(timeout=self.settings.request_timeout, prefix=self.api_prefix)
+            return self._client
+
+    async def _connect(self) -> Client:
+        settings = self.settings
+        options: dict[str, Any] = {
+            "servers": list(settings.servers),
+            "name": settings.name,
+            "connect_timeout": settings.connect_timeout,
+            "reconnect_time_wait": settings.reconnect_wait,
+            "max_reconnect_attempts": settings.max_reconnect_attempts,
+            "allow_reconnect": True,
+            "error_cb": self._on_error,
+            "reconnected_cb": self._on_reconnected,
+            "disconnected_cb": self._on_disconnected,
+            "user": settings.user,
+            "password": settings.password,
+            "token": settings.token,
+            "user_credentials": settings.credentials_file,
+            "nkeys_seed_str": settings.nkeys_seed,
+        }
+        if settings.uses_tls:
+            options["tls"] = _ssl_context(settings)
+            if settings.tls_hostname:
+                options["tls_hostname"] = settings.tls_hostname
+        if "skip_subject_validation" in _CONNECT_PARAMETERS:
+            # Topics are validated once when their handle is made, not on every publish.
+            options["skip_subject_validation"] = True
+        options = {k: v for k, v in options.items() if v is not None and k in _CONNECT_PARAMETERS}
+        client = Client()
+        servers = ", ".join(redact_url(s) for s in settings.servers)
+        try:
+            # nats-py retries the first connection forever when reconnection is unlimited; bound it.
+            async with asyncio.timeout(settings.connect_timeout):
+                await client.connect(**options)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1):
+                    await client.close()
+            if isinstance(exc, TimeoutError):
+                raise ConnectionFailed(
+                    f"could not connect to NATS at {servers} within {settings.connect_timeout}s"
+                ) from exc
+            if isinstance(exc, Exception):
+                raise ConnectionFailed(f"could not connect to NATS at {servers}: {exc}") from exc
+            raise
+        log.debug("connected to NATS at %s", servers)
+        return client
+
+    async def _on_error(self, exc: Exception) -> None:
+        if isinstance(exc, nats.errors.SlowConsumerError):
+            log.warning("NATS slow consumer: messages were dropped for subject %s", exc.subject)
+        elif isinstance(exc, OSError | nats.errors.StaleConnectionError | nats.errors.UnexpectedEOF):
+            log.debug("NATS connection problem: %r", exc)
+        else:
+            log.warning("NATS client error: %r", exc)
+
+    async def _on_disconnected(self) -> None:
+        if not self._closed:
+            log.info("disconnected from NATS; reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        log.info("reconnected to NATS")
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("a NATS reconnection listener failed")
+
+    async def request_api(self, call: Callable[[], Awaitable[Any]], doing: str) -> Any:
+        """Run a JetStream API call, translating SDK errors."""
+        try:
+            return await call()
+        except Exception as exc:
+            raise translate(exc, doing) from exc
+
+    async def flush(self, timeout: float) -> None:
+        """Wait until the server has everything sent so far (errors are logged, not raised)."""
+        client = self._client
+        if client is None or not client.is_connected:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await client.flush()
+        except Exception as exc:
+            log.debug("flush before close failed: %r", exc)
+
+    async def close(self) -> None:
+        """Flush what is pending, then close the connection. Never hangs; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._listeners.clear()
+        client, self._client = self._client, None
+        if client is None or client.is_closed:
+            return
+        if self._loop is not asyncio.get_running_loop():
+            return  # the loop that owned it is gone; so is the socket
+        timeout = self.settings.close_timeout
+        await self.flush(timeout / 2)
+        try:
+            async with asyncio.timeout(timeout / 2):
+                await client.close()
+        except Exception as exc:
+            log.warning("closing the NATS connection did not finish cleanly: %r", exc)

@@ -1,0 +1,245 @@
+"""The consumers of this backend, all over :class:`~backends.jetstream.pull.PullEngine`.
+
+* :class:`JetStreamMessageIterator` - one message at a time from a durable pull consumer; it pulls
+  ``prefetch`` messages per request and hands them out one by one.
+* :class:`JetStreamBatchedMessageIterator` - batches of up to ``batch_size``, one pull request each.
+* :class:`JetStreamRecordIterator` - records from an ``AckPolicy.ALL`` consumer (a consumer group
+  of one partition) or from an ephemeral replay consumer; it is also a batched record iterator.
+
+Closing a consumer stops its pulls and naks the messages it received but never handed out, so
+another consumer gets them at once instead of after ``ack_wait``. Messages handed out and still
+unsettled stay with the server's ack-wait clock (acking them after close still works while the
+backend is open).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Self
+
+from nats.aio.msg import Msg
+
+from backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
+from backends.jetstream.mapping import to_messages, to_records
+from backends.jetstream.pull import PullEngine
+from broker.errors import ClosedError, ConfigError, Timeout
+from broker.message import Message, Record
+
+__all__ = [
+    "JetStreamBatchedMessageIterator",
+    "JetStreamBatchedRecordIterator",
+    "JetStreamMessageIterator",
+    "JetStreamRecordIterator",
+]
+
+
+class _Consumer:
+    """What every consumer shares: its engine, closing, ``async with``."""
+
+    def __init__(self, engine: PullEngine, msg_id_attribute: str) -> None:
+        self._engine = engine
+        self._msg_id_attribute = msg_id_attribute
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._engine.what}>"
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._engine.closed
+
+    async def _leftovers(self) -> list[Msg]:
+        return await self._engine.close()
+
+    async def close(self) -> None:
+        """Stop consuming; what was received and not handed out is returned to the server. Idempotent."""
+        leftovers = await self._leftovers()
+        engine = self._engine
+        await nak_quietly(engine.client, leftovers, engine.what, engine.connection.settings.request_timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class JetStreamMessageIterator(_Consumer):
+    """A MessageIterator on a durable pull consumer."""
+
+    def __init__(
+        self, engine: PullEngine, acker: JetStreamAcker, prefetch: int, msg_id_attribute: str
+    ) -> None:
+        super().__init__(engine, msg_id_attribute)
+        self.acker = acker
+        self.prefetch = prefetch
+
+    async def next_message(self, timeout: float | None = None) -> Message:
+        """The next message; ``Timeout`` when none arrives within ``timeout`` seconds."""
+        msgs = await self._engine.pull(1, self.prefetch, timeout)
+        if not msgs:
+            raise Timeout(f"no message from {self._engine.what} within {timeout}s")
+        return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)[0]
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message; the iteration ends when the iterator is closed."""
+        try:
+            return await self.next_message()
+        except ClosedError:
+            raise StopAsyncIteration from None
+
+
+class JetStreamBatchedMessageIterator(_Consumer):
+    """A BatchedMessageIterator: each batch is what one pull request brought, up to ``batch_size``."""
+
+    def __init__(
+        self,
+        engine: PullEngine,
+        acker: JetStreamAcker,
+        batch_size: int,
+        batch_timeout: float,
+        msg_id_attribute: str,
+    ) -> None:
+        super().__init__(engine, msg_id_attribute)
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_timeout < 0:
+            raise ConfigError(f"batch_timeout must be >= 0 seconds, got {batch_timeout}")
+        self.acker = acker
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    async def next_batch(self, timeout: float | None = None) -> list[Message]:
+        """Up to ``batch_size`` messages, as soon as any came; ``[]`` after the timeout."""
+        size = self.batch_size
+        msgs = await self._engine.pull(size, size, self.batch_timeout if timeout is None else timeout)
+        if not msgs:
+            return []
+        return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)
+
+    def __aiter__(self) -> AsyncIterator[list[Message]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[list[Message]]:
+        while True:
+            try:
+                batch = await self.next_batch()
+            except ClosedError:
+                return
+            if batch:
+                yield batch
+
+
+class _RecordReader(_Consumer):
+    """Records of one consumer; offsets are stream sequences.
+
+    With a group (an ``AckPolicy.ALL`` durable consumer) ``Record.ack()`` commits: it acks the
+    record and every earlier one. Records handed out and not committed when the iterator closes
+    are nacked, so the group's next reader starts at the first uncommitted record. Without a
+    group (a replay) there is nothing to commit and ``ack()`` does nothing.
+    """
+
+    def __init__(
+        self,
+        engine: PullEngine,
+        batch_size: int,
+        batch_timeout: float,
+        msg_id_attribute: str,
+        *,
+        commits: bool,
+    ) -> None:
+        super().__init__(engine, msg_id_attribute)
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+        self.commits = commits
+        self._handed: deque[Msg] = deque()
+        self.committer: JetStreamCommitter | _NoCommit = (
+            JetStreamCommitter(lambda: engine.client, self._committed) if commits else _NoCommit()
+        )
+        #: The stream sequence of the last record handed out (0 before the first).
+        self.position = 0
+
+    def _committed(self, record: Record) -> None:
+        handed = self._handed
+        offset = record.offset
+        while handed and _sequence(handed[0]) <= offset:
+            handed.popleft()
+
+    def _hand_out(self, msgs: list[Msg]) -> list[Record]:
+        records = to_records(msgs, self.committer, time.time(), self._msg_id_attribute)
+        if self.commits:
+            self._handed.extend(msgs)
+        self.position = records[-1].offset
+        return records
+
+    async def next_record(self, timeout: float | None = None) -> Record:
+        """The next record; ``Timeout`` when none arrives within ``timeout`` seconds."""
+        msgs = await self._engine.pull(1, self.batch_size, timeout)
+        if not msgs:
+            raise Timeout(f"no record from {self._engine.what} within {timeout}s")
+        return self._hand_out(msgs)[0]
+
+    async def next_batch(self, timeout: float | None = None) -> list[Record]:
+        """Up to ``batch_size`` records, as soon as any came; ``[]`` after the timeout."""
+        size = self.batch_size
+        msgs = await self._engine.pull(size, size, self.batch_timeout if timeout is None else timeout)
+        return self._hand_out(msgs) if msgs else []
+
+    async def _leftovers(self) -> list[Msg]:
+        leftovers = await self._engine.close()
+        if not self.commits:
+            return []  # a replay consumer acks nothing and is deleted by the server when idle
+        handed, self._handed = list(self._handed), deque()
+        return handed + leftovers
+
+
+class JetStreamRecordIterator(_RecordReader):
+    """A RecordIterator (``next_batch`` works too); ``async for`` yields records."""
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Record:
+        """The next record; the iteration ends when the iterator is closed."""
+        try:
+            return await self.next_record()
+        except ClosedError:
+            raise StopAsyncIteration from None
+
+
+class JetStreamBatchedRecordIterator(_RecordReader):
+    """A BatchedIterator (``next_record`` works too); ``async for`` yields non-empty batches."""
+
+    def __aiter__(self) -> AsyncIterator[list[Record]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[list[Record]]:
+        while True:
+            try:
+                batch = await self.next_batch()
+            except ClosedError:
+                return
+            if batch:
+                yield batch
+
+
+class _NoCommit:
+    """The committer of replayed records: there is no group to commit for."""
+
+    async def commit(self, record: Record) -> None:
+        """Do nothing."""
+
+
+def _sequence(msg: Msg) -> int:
+    tokens = msg.reply.split(".")
+    return int(tokens[5] if len(tokens) == 9 else tokens[7])

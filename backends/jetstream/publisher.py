@@ -1,0 +1,321 @@
+"""Publishing to JetStream: every publish waits for the stream's PubAck.
+
+A publisher sends each message with a reply subject of its own inbox (``<inbox>.<n>``) and keeps
+a future per message; the PubAck (or the error) that comes back resolves it. ``publish`` sends
+one message and waits for its PubAck. ``batch_publish`` pipelines: it keeps up to
+``publish_window`` PubAcks outstanding, waits for the oldest when the window is full, and
+returns once every message is stored - the first failure is raised.
+
+De-duplication: a message whose ``msg_id_attribute`` attribute (``Nats-Msg-Id`` by default) is
+set carries it as the ``Nats-Msg-Id`` header; JetStream stores it once per
+``duplicate_window``, so publishing it again - a retry after a timeout or a lost connection - is
+harmless. ``publish`` retries such messages by itself (``publish_retries``); a message without
+an id is never retried, because a retry could store it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from types import TracebackType
+from typing import Self
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from backends.jetstream.connection import Connection
+from backends.jetstream.errors import translate
+from backends.jetstream.mapping import check_outbound, encode_headers
+from backends.jetstream.provisioning import Provisioner
+from backends.jetstream.settings import JetStreamSettings, check_subject
+from broker.errors import (
+    BrokerError,
+    ClosedError,
+    ConnectionFailed,
+    MessageTooLarge,
+    PublishError,
+    Timeout,
+    UnknownTopic,
+)
+from broker.message import OutboundMessage
+
+__all__ = ["JetStreamPublisher", "JetStreamTopic", "PubAckError"]
+
+log = logging.getLogger("backends.jetstream")
+
+
+class PubAckError(PublishError):
+    """JetStream answered a publish with an error (``code`` and ``err_code`` as the server sent them)."""
+
+    def __init__(self, message: str, code: int | None = None, err_code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.err_code = err_code
+
+
+def _pub_ack_error(msg: Msg) -> BrokerError:
+    data = msg.data
+    if not data:
+        status = (msg.headers or {}).get("Status")
+        if status == "503":
+            return UnknownTopic("no JetStream stream stores the subject (or JetStream is not available)")
+        return PublishError(f"the publish failed with status {status}")
+    try:
+        error = json.loads(data).get("error") or {}
+    except ValueError:
+        return PublishError(f"unreadable PubAck {data[:200]!r}")
+    description = error.get("description", "unknown error")
+    code = error.get("code")
+    err_code = error.get("err_code")
+    text = f"JetStream refused the publish: {description} (code {code}, err_code {err_code})"
+    if err_code == 10054 or "message size" in description.lower():
+        return MessageTooLarge(text)
+    return PubAckError(text, code, err_code)
+
+
+class JetStreamTopic:
+    """A handle for publishing to one subject."""
+
+    __slots__ = ("_publisher", "_ready", "name")
+
+    def __init__(self, publisher: JetStreamPublisher, name: str) -> None:
+        self._publisher = publisher
+        self.name = name
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"<JetStreamTopic {self.name!r}>"
+
+    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
+        """Publish one message; returns once the stream stored it (its PubAck came back)."""
+        await self._publisher._publish_one(self, message, timeout)
+
+    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
+        """Publish many messages, pipelined; returns once all are stored (raises on the first failure)."""
+        await self._publisher._publish_many(self, messages, timeout)
+
+
+class JetStreamPublisher:
+    """A Publisher over the backend's shared connection; its PubAcks come to one inbox."""
+
+    def __init__(self, connection: Connection, provisioner: Provisioner, settings: JetStreamSettings) -> None:
+        self._connection = connection
+        self._provisioner = provisioner
+        self.settings = settings
+        self._topics: dict[str, JetStreamTopic] = {}
+        self._pending: dict[str, asyncio.Future[bytes]] = {}
+        self._prefix = ""
+        self._prefix_len = 0
+        self._sub: Subscription | None = None
+        self._client: Client | None = None
+        self._counter = 0
+        self._closed = False
+        self._lock: asyncio.Lock | None = None
+
+    def __repr__(self) -> str:
+        return f"<JetStreamPublisher topics={len(self._topics)} in_flight={len(self._pending)}>"
+
+    def topic(self, name: str) -> JetStreamTopic:
+        """The handle for subject ``name`` (its stream is found or created on first publish)."""
+        if self._closed:
+            raise ClosedError("the publisher is closed")
+        topic = self._topics.get(name)
+        if topic is None:
+            check_subject(name, wildcards=False)
+            topic = self._topics[name] = JetStreamTopic(self, name)
+        return topic
+
+    # -- plumbing ------------------------------------------------------------------------------
+    async def _prepare(self, topic: JetStreamTopic) -> Client:
+        if self._closed:
+            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
+        client = self._client
+        if client is None or client.is_closed or self._sub is None:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                client = await self._connection.client()
+                if self._client is not client or self._sub is None:
+                    inbox = client.new_inbox()
+                    try:
+                        self._sub = await client.subscribe(
+                            inbox + ".*", cb=self._on_ack, pending_msgs_limit=0, pending_bytes_limit=0
+                        )
+                    except Exception as exc:
+                        raise translate(exc, "subscribing the PubAck inbox") from exc
+                    self._prefix = inbox + "."
+                    self._prefix_len = len(self._prefix)
+                    self._client = client
+        if not topic._ready:
+            await self._provisioner.stream_for(topic.name)
+            topic._ready = True
+        if self._closed:
+            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
+        assert self._client is not None
+        return self._client
+
+    async def _on_ack(self, msg: Msg) -> None:
+        future = self._pending.pop(msg.subject[self._prefix_len :], None)
+        if future is None or future.done():
+            return
+        data = msg.data
+        if data and b'"error"' not in data:
+            future.set_result(data)
+        else:
+            future.set_exception(_pub_ack_error(msg))
+
+    async def _send(
+        self, client: Client, subject: str, message: OutboundMessage, loop: asyncio.AbstractEventLoop
+    ) -> tuple[str, asyncio.Future[bytes]]:
+        data = message.data
+        if type(data) is not bytes:
+            data = bytes(data)
+        attributes = message.attributes
+        headers = (
+            encode_headers(message.key, attributes, self.settings.msg_id_attribute)
+            if attributes or message.key is not None
+            else None
+        )
+        self._counter += 1
+        token = str(self._counter)
+        future: asyncio.Future[bytes] = loop.create_future()
+        self._pending[token] = future
+        try:
+            await client.publish(subject, data, reply=self._prefix + token, headers=headers)
+        except Exception as exc:
+            self._pending.pop(token, None)
+            raise translate(exc, f"publishing to {subject!r}") from exc
+        return token, future
+
+    def _abandon(self, token: str, future: asyncio.Future[bytes]) -> None:
+        self._pending.pop(token, None)
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()  # seen: no "exception was never retrieved" warning later
+
+    def _has_msg_id(self, message: OutboundMessage) -> bool:
+        attributes = message.attributes
+        return bool(attributes) and bool(attributes.get(self.settings.msg_id_attribute))
+
+    # -- publishing ----------------------------------------------------------------------------
+    async def _publish_one(
+        self, topic: JetStreamTopic, message: OutboundMessage, timeout: float | None
+    ) -> None:
+        if type(message) is not OutboundMessage or type(message.data) is not bytes or message.attributes:
+            check_outbound(message)
+        elif message.key is not None and type(message.key) is not str:
+            check_outbound(message)
+        client = await self._prepare(topic)
+        loop = asyncio.get_running_loop()
+        wait = self.settings.publish_timeout if timeout is None else timeout
+        attempts = 1 + (self.settings.publish_retries if self._has_msg_id(message) else 0)
+        attempt = 0
+        remade = False
+        while True:
+            attempt += 1
+            token, future = await self._send(client, topic.name, message, loop)
+            try:
+                async with asyncio.timeout(wait):
+                    await future
+                return
+            except UnknownTopic as exc:
+                # Nothing was stored (no stream listens on the subject): the stream may have been
+                # deleted, or lost by a server with memory storage. Make it again, once.
+                self._abandon(token, future)
+                if remade or not self.settings.create_streams:
+                    exc.add_note(f"subject: {topic.name}")
+                    raise
+                remade = True
+                attempt -= 1
+                topic._ready = False
+                self._provisioner.forget_stream(topic.name)
+                log.info("no stream stores %r any more; making it again", topic.name)
+                client = await self._prepare(topic)
+                continue
+            except TimeoutError as exc:
+                self._abandon(token, future)
+                if attempt == attempts:
+                    raise Timeout(
+                        f"no PubAck for the publish to {topic.name!r} within {wait}s"
+                        + (f" ({attempts} attempts)" if attempts > 1 else "")
+                    ) from exc
+            except ConnectionFailed:
+                self._abandon(token, future)
+                if attempt == attempts:
+                    raise
+            except BrokerError as exc:
+                self._abandon(token, future)
+                exc.add_note(f"subject: {topic.name}")
+                raise
+            except BaseException:
+                self._abandon(token, future)
+                raise
+            log.info("retrying the publish of a message with a de-duplication id to %r", topic.name)
+            client = await self._prepare(topic)
+
+    async def _publish_many(
+        self, topic: JetStreamTopic, messages: tuple[OutboundMessage, ...], timeout: float | None
+    ) -> None:
+        for message in messages:
+            if type(message) is not OutboundMessage or type(message.data) is not bytes or message.attributes:
+                check_outbound(message)
+            elif message.key is not None and type(message.key) is not str:
+                check_outbound(message)
+        if not messages:
+            return
+        client = await self._prepare(topic)
+        loop = asyncio.get_running_loop()
+        window = self.settings.publish_window
+        wait = self.settings.publish_timeout if timeout is None else timeout
+        in_flight: deque[tuple[str, asyncio.Future[bytes]]] = deque()
+        send = self._send
+        subject = topic.name
+        try:
+            async with asyncio.timeout(wait):
+                for message in messages:
+                    if len(in_flight) >= window:
+                        await in_flight.popleft()[1]
+                    in_flight.append(await send(client, subject, message, loop))
+                while in_flight:
+                    await in_flight[0][1]
+                    in_flight.popleft()
+        except TimeoutError as exc:
+            raise Timeout(
+                f"batch publish to {subject!r}: {len(in_flight)} PubAck(s) missing after {wait}s"
+            ) from exc
+        except BrokerError as exc:
+            exc.add_note(f"subject: {subject}")
+            raise
+        finally:
+            for token, future in in_flight:
+                self._abandon(token, future)
+
+    # -- closing -------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Close the publisher: publishes still waiting for a PubAck raise ``ClosedError``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(ClosedError("the publisher was closed before the PubAck came"))
+        sub, self._sub = self._sub, None
+        client = self._client
+        if sub is not None and client is not None and not client.is_closed:
+            try:
+                await sub.unsubscribe()
+            except Exception as exc:
+                log.debug("unsubscribing the PubAck inbox failed: %r", exc)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,56 @@
+"""Registration of ``nats://`` (NATS JetStream) under the ``broker.backends`` entry points.
+
+Imports no SDK: :meth:`JetStreamFactory.open` imports ``nats`` (the ``nats`` extra).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.jetstream.devserver import nats_dev_server
+from backends.jetstream.settings import JetStreamSettings
+from broker.backend import Backend
+from broker.devserver import ProcessServer
+from broker.errors import MissingDependency
+from broker.settings import ParsedUrl
+
+__all__ = ["JetStreamFactory", "factory"]
+
+
+class JetStreamFactory:
+    """Builds :class:`~backends.jetstream.backend.JetStreamBackend` from ``nats://host:port?...``."""
+
+    extra = "nats"
+    settings_type = JetStreamSettings
+
+    def url_options(self, url: ParsedUrl) -> dict[str, Any]:
+        """Servers from the URL's hosts; ``user:password@`` or ``token@`` credentials."""
+        options: dict[str, Any] = {}
+        if url.hosts:
+            options["servers"] = tuple(f"nats://{host}" for host in url.hosts)
+        if url.username is not None and url.password is not None:
+            options["user"] = url.username
+            options["password"] = url.password
+        elif url.username is not None:
+            options["token"] = url.username
+        path = url.path.strip("/")
+        if path:
+            options["stream"] = path
+        return options
+
+    def open(self, settings: JetStreamSettings) -> Backend:
+        """The backend for ``settings`` (connects on first use)."""
+        try:
+            import nats  # noqa: F401
+        except ImportError as exc:
+            raise MissingDependency(self.extra, "nats") from exc
+        from backends.jetstream.backend import JetStreamBackend
+
+        return JetStreamBackend(settings)
+
+    def dev_server(self, port: int | None = None, store_dir: str | None = None) -> ProcessServer:
+        """An unstarted local ``nats-server -js``; ``with factory.dev_server() as s: s.url``."""
+        return nats_dev_server(port, store_dir)
+
+
+factory = JetStreamFactory()
