@@ -1,0 +1,138 @@
+"""Stateful stream processing on the ``broker.log`` port: goka's model in asyncio.
+
+A *group graph* (:func:`define_group` with :func:`input`, :func:`inputs`, :func:`loop`,
+:func:`output`, :func:`join`, :func:`lookup`, :func:`persist`) declares what a consumer group
+reads, keeps and writes. A :class:`Processor` runs its callbacks over co-partitioned inputs,
+each with a :class:`Context` to read and change the group table (kept locally in a
+:class:`Storage` and in the compacted ``<group>-table`` topic), join, look up, emit and loop
+back. A :class:`View` serves a whole table; an :class:`Emitter` feeds streams; the
+:class:`Tester` runs callbacks in unit tests with no broker.
+
+    graph = define_group(
+        "counter",
+        input("clicks", "str", lambda ctx, msg: ctx.set_value((ctx.value() or 0) + 1)),
+        persist("int64"),
+    )
+    await Processor(log, graph).run()
+
+Everything here depends on :mod:`broker.log` only: it runs on Kafka
+(``broker.connect("kafka://...").log()``) and on the in-memory log
+(``broker.connect("inmem://name").log()``).
+"""
+
+from backends.kafka.processor.codecs import Int64Codec
+from backends.kafka.processor.context import Context
+from backends.kafka.processor.emitter import Emitter
+from backends.kafka.processor.errors import (
+    CallbackFailed,
+    ContextError,
+    EmitterClosed,
+    GraphError,
+    NotCopartitioned,
+    NotOwned,
+    ProcessorError,
+    TableNotReady,
+)
+from backends.kafka.processor.graph import (
+    Callback,
+    Edge,
+    EdgeKind,
+    Group,
+    GroupGraph,
+    Stream,
+    Table,
+    define_group,
+    group_table,
+    input,
+    inputs,
+    join,
+    lookup,
+    loop,
+    loop_stream,
+    output,
+    persist,
+    reset_suffixes,
+    set_loop_suffix,
+    set_table_suffix,
+)
+from backends.kafka.processor.lmdb_storage import LmdbStorage, lmdb_storage
+from backends.kafka.processor.options import (
+    Assignment,
+    NilHandling,
+    ProcessorOptions,
+    ProcessorState,
+    RebalanceCallback,
+)
+from backends.kafka.processor.processor import Processor
+from backends.kafka.processor.stats import (
+    InputStats,
+    OutputStats,
+    PartitionStats,
+    ProcessorStats,
+    TableStats,
+    ViewStats,
+)
+from backends.kafka.processor.storage import MemoryStorage, Storage, StorageBuilder, memory_storage
+from backends.kafka.processor.table import RecoveryStats, TableStatus, UpdateCallback, default_update
+from backends.kafka.processor.tester import Tester, Tracker
+from backends.kafka.processor.view import View, ViewState
+
+__all__ = [
+    "Assignment",
+    "Callback",
+    "CallbackFailed",
+    "Context",
+    "ContextError",
+    "Edge",
+    "EdgeKind",
+    "Emitter",
+    "EmitterClosed",
+    "GraphError",
+    "Group",
+    "GroupGraph",
+    "InputStats",
+    "Int64Codec",
+    "LmdbStorage",
+    "MemoryStorage",
+    "NilHandling",
+    "NotCopartitioned",
+    "NotOwned",
+    "OutputStats",
+    "PartitionStats",
+    "Processor",
+    "ProcessorError",
+    "ProcessorOptions",
+    "ProcessorState",
+    "ProcessorStats",
+    "RebalanceCallback",
+    "RecoveryStats",
+    "Storage",
+    "StorageBuilder",
+    "Stream",
+    "Table",
+    "TableNotReady",
+    "TableStats",
+    "TableStatus",
+    "Tester",
+    "Tracker",
+    "UpdateCallback",
+    "View",
+    "ViewState",
+    "ViewStats",
+    "default_update",
+    "define_group",
+    "group_table",
+    "input",
+    "inputs",
+    "join",
+    "lmdb_storage",
+    "lookup",
+    "loop",
+    "loop_stream",
+    "memory_storage",
+    "output",
+    "persist",
+    "reset_suffixes",
+    "set_loop_suffix",
+    "set_table_suffix",
+]

@@ -1,0 +1,58 @@
+"""The processor's errors, all inside :mod:`broker.errors`' hierarchy.
+
+* :class:`GraphError` (a ``ConfigError``): a group graph breaks one of the graph rules.
+* :class:`ProcessorError`: the processor stopped; ``__cause__`` holds what went wrong.
+* :class:`ContextError`: a callback misused its context (undeclared topic, no persist edge, ...);
+  the processor stops with it even when the callback catches it.
+* :class:`CallbackFailed`: a callback called ``ctx.fail(err)`` or raised.
+* :class:`NotCopartitioned`: inputs with unequal partition counts, or an assignment that does
+  not give one instance the same partition numbers of every input topic.
+* :class:`NotOwned`: ``Processor.get`` for a key whose partition this instance does not own.
+"""
+
+from __future__ import annotations
+
+from broker.errors import BrokerError, ClosedError, ConfigError
+
+__all__ = [
+    "CallbackFailed",
+    "ContextError",
+    "EmitterClosed",
+    "GraphError",
+    "NotCopartitioned",
+    "NotOwned",
+    "ProcessorError",
+    "TableNotReady",
+]
+
+
+class GraphError(ConfigError):
+    """A group graph is invalid (the message names the rule and the edge)."""
+
+
+class ProcessorError(BrokerError):
+    """The processor stopped because of an error (chained as ``__cause__``)."""
+
+
+class ContextError(ProcessorError):
+    """A callback used its context in a way the group graph does not allow."""
+
+
+class CallbackFailed(ProcessorError):
+    """A callback failed (``ctx.fail(err)`` or an exception); the processor stops."""
+
+
+class NotCopartitioned(ProcessorError):
+    """Input topics are not co-partitioned, or an assignment split a partition number."""
+
+
+class NotOwned(BrokerError, LookupError):
+    """The key's partition is not owned by this processor instance."""
+
+
+class TableNotReady(BrokerError):
+    """A table (view) was read before its local storage was opened."""
+
+
+class EmitterClosed(ClosedError):
+    """``emit`` after ``Emitter.finish()``."""

@@ -1,0 +1,138 @@
+"""Processor options, nil handling modes and processor states."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from backends.kafka.processor.storage import StorageBuilder, memory_storage
+from backends.kafka.processor.table import UpdateCallback, default_update
+from broker.errors import ConfigError, UnknownSetting
+from broker.log import StartPosition
+from broker.partitioning import Partitioner, partitioner_by_name
+
+__all__ = [
+    "Assignment",
+    "NilHandling",
+    "ProcessorOptions",
+    "ProcessorState",
+    "RebalanceCallback",
+    "resolve_partitioner",
+]
+
+
+class NilHandling(enum.Enum):
+    """What happens to input messages whose value is ``None`` (tombstones)."""
+
+    #: Drop them (committed, the callback is not called). goka's default.
+    IGNORE = "ignore"
+    #: Call the callback with ``None`` (the codec is not asked).
+    PROCESS = "process"
+    #: Pass them through the codec as empty bytes (``codec.decode(b"")``) and call the callback.
+    DECODE = "decode"
+
+
+class ProcessorState(enum.Enum):
+    """The life of a processor."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    SETUP = "setup"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What a rebalance gave this instance: the partition numbers it owns now, and what changed."""
+
+    partitions: frozenset[int]
+    added: frozenset[int]
+    revoked: frozenset[int]
+
+
+#: Called after every rebalance with the new :class:`Assignment` (plain or coroutine function).
+RebalanceCallback = Callable[[Assignment], Awaitable[None] | None]
+
+
+def resolve_partitioner(partitioner: str | Partitioner) -> Partitioner:
+    """``"murmur2"`` (default), ``"fnv1a"`` (goka) or a ``(key bytes, count) -> partition`` function."""
+    if isinstance(partitioner, str):
+        return partitioner_by_name(partitioner)
+    if not callable(partitioner):
+        raise ConfigError(f"partitioner must be 'murmur2', 'fnv1a' or a function, got {partitioner!r}")
+    return partitioner
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorOptions:
+    """How a :class:`~backends.kafka.processor.processor.Processor` runs.
+
+    Departure from goka: a group with no committed offset starts at the *earliest* input offset
+    (``start="earliest"``), so a new group never silently skips messages already in its inputs.
+    """
+
+    #: Local storage of the group table, joins and lookup views.
+    storage: StorageBuilder = field(default_factory=memory_storage)
+    #: Key partitioner for emits, loopbacks and lookups: ``murmur2`` (Kafka's), ``fnv1a`` (goka's).
+    partitioner: str | Partitioner = "murmur2"
+    #: What to do with ``None`` input values.
+    nil_handling: NilHandling = NilHandling.IGNORE
+    #: How table records reach the store during recovery and catch-up.
+    update_callback: UpdateCallback = default_update
+    #: Called after each rebalance.
+    rebalance_callback: RebalanceCallback | None = None
+    #: Where a group with no committed offset starts reading its inputs.
+    start: StartPosition = "earliest"
+    #: Most input records processed per batch (one commit per batch).
+    batch_size: int = 2000
+    #: Longest wait for input before committing deferred work and checking for stop (seconds).
+    poll_timeout: float = 0.1
+    #: Commit (a checkpoint) at least this often while input flows (seconds); always when idle.
+    commit_interval: float = 1.0
+    #: ... and after this many input messages since the last checkpoint.
+    commit_every: int = 50_000
+    #: Headers added to every emit and loopback (per-call headers win).
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Partition count for missing input and join topics (``None``: missing inputs are an error).
+    create_partitions: int | None = None
+    #: Topic config for created table topics.
+    table_config: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "compact"})
+    #: How long ``stop()`` waits for deferred commits of revoked partitions (seconds).
+    defer_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.commit_interval < 0 or self.commit_every < 1:
+            raise ConfigError(
+                "commit_interval must be >= 0 and commit_every >= 1, "
+                f"got {self.commit_interval} and {self.commit_every}"
+            )
+        if self.poll_timeout <= 0:
+            raise ConfigError(f"poll_timeout must be > 0, got {self.poll_timeout}")
+        if self.create_partitions is not None and self.create_partitions < 1:
+            raise ConfigError(f"create_partitions must be >= 1, got {self.create_partitions}")
+        if self.start not in ("earliest", "latest"):
+            raise ConfigError(f"start must be 'earliest' or 'latest', got {self.start!r}")
+        if not isinstance(self.nil_handling, NilHandling):
+            raise ConfigError(f"nil_handling must be a NilHandling, got {self.nil_handling!r}")
+        resolve_partitioner(self.partitioner)
+
+    @classmethod
+    def build(cls, options: ProcessorOptions | None, overrides: Mapping[str, Any]) -> ProcessorOptions:
+        """``options`` (or the defaults) with ``overrides`` applied; unknown names are errors."""
+        valid = [f.name for f in fields(cls)]
+        unknown = [k for k in overrides if k not in valid]
+        if unknown:
+            raise UnknownSetting("processor", unknown, valid)
+        base = options or cls()
+        if not overrides:
+            return base
+        values = {f.name: getattr(base, f.name) for f in fields(cls)}
+        values.update(overrides)
+        return cls(**values)

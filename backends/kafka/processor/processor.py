@@ -1,0 +1,668 @@
+"""The processor: runs a group graph's callbacks over co-partitioned inputs with a group table.
+
+Start-up follows goka's order: check that inputs and joins are co-partitioned (equal partition
+counts), create the loop and table topics when missing (the table compacted), recover every
+lookup view, then join the consumer group. On each assignment the owned partitions' group
+table and joined tables are recovered (in parallel) before any of their input is processed.
+
+Processing is batched: one poll returns up to ``batch_size`` records and each is handled
+sequentially (so per partition in offset order) by its callback. Emits and loopbacks are sent
+at once, without waiting. A *checkpoint* follows every ``commit_interval`` seconds or
+``commit_every`` messages, and whenever input pauses: it writes the table changes made since the
+last checkpoint (coalesced per key: the table topic is compacted, so only the last value
+matters, as in Quix Streams' changelogs), waits until the log acknowledged every send, flushes
+the local stores with the table offset, and only then commits the input offsets. So an input
+offset is committed only after its callback returned and every emit, loopback and table write
+it caused succeeded (the commit rule); any failure stops the processor with nothing since the
+last checkpoint committed, and a restart reprocesses it (at-least-once).
+
+Co-partitioning across instances relies on the log's group assignment giving each member the
+same partition numbers of every subscribed topic (the in-memory log does; on Kafka the default
+``range`` assignor does for topics of equal partition counts). An assignment that splits a
+partition number across members stops the processor with :class:`NotCopartitioned`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Self
+
+from backends.kafka.processor.context import Context
+from backends.kafka.processor.errors import CallbackFailed, NotCopartitioned, NotOwned, ProcessorError
+from backends.kafka.processor.graph import Edge, GroupGraph
+from backends.kafka.processor.options import (
+    Assignment,
+    NilHandling,
+    ProcessorOptions,
+    ProcessorState,
+    resolve_partitioner,
+)
+from backends.kafka.processor.partition import PartitionState
+from backends.kafka.processor.stats import InputStats, OutputStats, ProcessorStats
+from backends.kafka.processor.storage import Storage
+from backends.kafka.processor.table import PartitionTable, TableFollower, TableStatus, recover
+from backends.kafka.processor.view import View
+from broker.codecs import Codec
+from broker.errors import BrokerError, ClosedError, UnknownTopic
+from broker.log import Log, LogConsumer, TopicPartition
+from broker.message import Record
+
+__all__ = ["Processor"]
+
+log = logging.getLogger("backends.kafka.processor")
+
+
+class _Listener:
+    """Forwards the consumer's rebalance calls to the processor (keeps them off its public API)."""
+
+    def __init__(self, proc: Processor) -> None:
+        self.proc = proc
+
+    async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
+        await self.proc._on_assigned(partitions)
+
+    async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        await self.proc._on_revoked(partitions)
+
+
+class _InputEdge:
+    """An input (or loop) edge, flattened for the hot path."""
+
+    __slots__ = ("callback", "codec", "is_async", "topic")
+
+    def __init__(self, edge: Edge) -> None:
+        assert edge.callback is not None
+        self.topic = edge.topic
+        self.codec = edge.codec
+        self.callback = edge.callback
+        self.is_async = edge.is_async
+
+
+class Processor:
+    """Runs ``graph`` on ``log_port``: ``await Processor(log, graph).run()`` until ``stop()``.
+
+    Options are the fields of :class:`ProcessorOptions`, given as ``options=`` and/or keywords.
+    """
+
+    def __init__(
+        self,
+        log_port: Log,
+        graph: GroupGraph,
+        options: ProcessorOptions | None = None,
+        **overrides: Any,
+    ) -> None:
+        if not isinstance(graph, GroupGraph):
+            raise TypeError(f"graph must be a GroupGraph (use define_group), got {type(graph).__name__}")
+        graph.validate()
+        self._log = log_port
+        self.graph = graph
+        self.options = ProcessorOptions.build(options, overrides)
+        self._partitioner = resolve_partitioner(self.options.partitioner)
+        table_edge = graph.table_edge
+        self._table_codec: Codec[Any] | None = table_edge.codec if table_edge is not None else None
+        loop_edge = graph.loop_edge
+        self._loop_codec: Codec[Any] | None = loop_edge.codec if loop_edge is not None else None
+        self._inputs: dict[str, _InputEdge] = {e.topic: _InputEdge(e) for e in graph.input_streams}
+        if loop_edge is not None:
+            self._inputs[loop_edge.topic] = _InputEdge(loop_edge)
+        self._outputs: dict[str, Codec[Any]] = {e.topic: e.codec for e in graph.output_streams}
+        self._join_codecs: dict[str, Codec[Any]] = {e.topic: e.codec for e in graph.joint_tables}
+        self._lookups: dict[str, View] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._npar = 0
+        self._consumer: LogConsumer | None = None
+        self._assigned: set[TopicPartition] = set()
+        self._parts: dict[int, PartitionState] = {}
+        self._joins = TableFollower(log_port)
+        self._pending: list[Awaitable[tuple[TopicPartition, int]]] = []
+        self._touched: set[PartitionState] = set()
+        self._defer_tokens = 0
+        self._state = ProcessorState.IDLE
+        self._error: BaseException | None = None
+        self._stopping = False
+        self._ready = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._recovering = False
+        self._aborted = False
+        self._manual = False
+        self._uncommitted = 0
+        self._checkpointed = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._runner: asyncio.Task[Any] | None = None
+        self._ran = False
+        self._headers: Mapping[str, str] = dict(self.options.headers)
+        self._nil = self.options.nil_handling
+
+    def __repr__(self) -> str:
+        return f"<Processor {self.graph.group!r} {self._state.value} partitions={sorted(self._parts)}>"
+
+    # -- public state ---------------------------------------------------------------------
+    @property
+    def state(self) -> ProcessorState:
+        """Where the processor is in its life."""
+        return self._state
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the processor stopped, if it failed."""
+        return self._error
+
+    @property
+    def partitions(self) -> frozenset[int]:
+        """The partition numbers this instance owns."""
+        return frozenset(self._parts)
+
+    @property
+    def recovered(self) -> bool:
+        """True when lookups and every owned partition's tables are recovered and input flows."""
+        return self._ready.is_set()
+
+    # -- set-up ---------------------------------------------------------------------------
+    async def _partitions_of(self, topic: str, create: int | None) -> int:
+        try:
+            return await self._log.partitions(topic)
+        except UnknownTopic:
+            if create is None:
+                raise
+        await self._log.create_topic(topic, create)
+        return await self._log.partitions(topic)
+
+    async def _setup(self, *, manual: bool = False) -> None:
+        """Check and create topics, recover lookups, join the group (``manual``: driven by a Tester)."""
+        self._manual = manual
+        self._state = ProcessorState.STARTING
+        graph = self.graph
+        counts: dict[str, int] = {}
+        for edge in (*graph.input_streams, *graph.joint_tables):
+            try:
+                counts[edge.topic] = await self._partitions_of(edge.topic, self.options.create_partitions)
+            except UnknownTopic as exc:
+                raise ProcessorError(
+                    f"group {graph.group!r}: {edge!r} topic {edge.topic!r} does not exist "
+                    "(create it, or set create_partitions)"
+                ) from exc
+        if len(set(counts.values())) > 1:
+            listing = ", ".join(f"{t}={n}" for t, n in sorted(counts.items()))
+            raise NotCopartitioned(
+                f"group {graph.group!r}: inputs and joins must have equal partition counts, got {listing}"
+            )
+        npar = self._npar = next(iter(counts.values()))
+        own: list[tuple[str, Mapping[str, str] | None]] = []
+        if graph.loop_edge is not None:
+            own.append((graph.loop_topic, None))
+        if graph.table_edge is not None:
+            own.append((graph.table_topic, self.options.table_config))
+        for topic, config in own:
+            try:
+                await self._log.create_topic(topic, npar, config=config)
+            except BrokerError as exc:
+                raise NotCopartitioned(
+                    f"group {graph.group!r}: cannot use {topic!r} with {npar} partitions: {exc}"
+                ) from exc
+            counts[topic] = npar
+        for edge in graph.output_streams:
+            counts[edge.topic] = await self._partitions_of(edge.topic, npar)
+        self._partition_counts = counts
+        self._start_lookups()
+        self._state = ProcessorState.SETUP
+        await self._recover_lookups()
+        self._consumer = self._log.consumer(
+            graph.group, list(graph.consumed_topics), start=self.options.start, listener=_Listener(self)
+        )
+
+    def _start_lookups(self) -> None:
+        build = self.options.storage
+        for edge in self.graph.lookup_tables:
+
+            def prefixed(name: str, partition: int, _build: Any = build) -> Storage:
+                return _build(f"view-{name}", partition)  # type: ignore[no-any-return]
+
+            view = View(
+                self._log,
+                edge.topic,
+                edge.codec,
+                storage=prefixed,
+                partitioner=self.options.partitioner,
+                update_callback=self.options.update_callback,
+                poll_timeout=self.options.poll_timeout,
+                auto_reconnect=True,
+            )
+            self._lookups[edge.topic] = view
+
+    async def _recover_lookups(self) -> None:
+        if self._manual:
+            for view in self._lookups.values():
+                await view._step(0)
+            return
+        for view in self._lookups.values():
+            view.start()
+        for view in self._lookups.values():
+            await view.wait_running()
+
+    # -- rebalancing ----------------------------------------------------------------------
+    async def _on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
+        self._ready.clear()
+        self._assigned.update(partitions)
+        owned = self._check_copartitioned()
+        added = sorted(owned - set(self._parts))
+        if added:
+            await self._open_partitions(added)
+        await self._rebalanced(frozenset(added), frozenset())
+        self._ready.set()
+
+    async def _on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        self._assigned.difference_update(partitions)
+        gone = sorted({tp.partition for tp in partitions} & set(self._parts))
+        if not gone:
+            return
+        if self._error is None:
+            await self._wait_deferred(gone)
+            if self._error is None:
+                await self._commit()
+        for p in gone:
+            self._close_partition(self._parts.pop(p), flush=self._error is None)
+        await self._rebalanced(frozenset(), frozenset(gone))
+
+    def _check_copartitioned(self) -> set[int]:
+        topics = self.graph.consumed_topics
+        numbers = {tp.partition for tp in self._assigned}
+        missing = [
+            TopicPartition(t, p)
+            for p in numbers
+            for t in topics
+            if TopicPartition(t, p) not in self._assigned
+        ]
+        if missing:
+            raise NotCopartitioned(
+                f"group {self.graph.group!r}: the assignment is not co-partitioned; this member got "
+                f"{sorted(self._assigned)} but not {sorted(missing)}. Use an assignor that gives every "
+                "member the same partition numbers of each topic (Kafka: 'range')."
+            )
+        return numbers
+
+    async def _rebalanced(self, added: frozenset[int], revoked: frozenset[int]) -> None:
+        callback = self.options.rebalance_callback
+        if callback is None:
+            return
+        result = callback(Assignment(frozenset(self._parts), added, revoked))
+        if inspect.isawaitable(result):
+            await result
+
+    async def _open_partitions(self, numbers: Sequence[int]) -> None:
+        build = self.options.storage
+        update = self.options.update_callback
+        states: list[PartitionState] = []
+        tables: list[PartitionTable] = []
+        try:
+            for p in numbers:
+                table = None
+                if self.graph.table_edge is not None:
+                    table = PartitionTable(
+                        self.graph.table_topic, p, build(self.graph.table_topic, p), update
+                    )
+                    tables.append(table)
+                joins = {}
+                for edge in self.graph.joint_tables:
+                    joined = PartitionTable(edge.topic, p, build(edge.topic, p), update)
+                    joins[edge.topic] = joined
+                    tables.append(joined)
+                states.append(PartitionState(p, table, joins))
+            self._recovering = True
+            await recover(self._log, tables)
+        except BaseException:
+            for table in tables:
+                table.storage.close()
+            raise
+        finally:
+            self._recovering = False
+        for state in states:
+            self._parts[state.partition] = state
+            self._joins.add(state.joins.values())
+
+    def _close_partition(self, state: PartitionState, *, flush: bool) -> None:
+        self._touched.discard(state)
+        self._joins.remove([t.tp for t in state.joins.values()])
+        tables = list(state.joins.values())
+        if state.table is not None:
+            tables.append(state.table)
+        for table in tables:
+            if flush:
+                with contextlib.suppress(Exception):
+                    table.storage.flush()
+            table.storage.close()
+            table.status = TableStatus.STOPPED
+
+    # -- processing -----------------------------------------------------------------------
+    def _send(
+        self,
+        part: PartitionState,
+        topic: str,
+        key: str | None,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        """Queue an emit or loopback of ``part``'s current message."""
+        if headers:
+            merged = dict(self._headers)
+            merged.update(headers)
+            attributes: Mapping[str, str] | None = merged
+        else:
+            attributes = self._headers or None
+        partition = None
+        if key is not None:
+            partition = self._partitioner(key.encode(), self._partition_counts[topic])
+        self._pending.append(self._log.send(topic, data, key=key, partition=partition, attributes=attributes))
+        stats = part.outputs.get(topic)
+        if stats is None:
+            stats = part.outputs[topic] = OutputStats()
+        stats.count += 1
+        stats.bytes += len(data) if data is not None else 0
+
+    def _defer(self, part: PartitionState, record: Record) -> Callable[[BaseException | None], None]:
+        self._defer_tokens += 1
+        token = self._defer_tokens
+        part.deferred[token] = (TopicPartition(record.topic, record.partition), record.offset)
+
+        def done(error: BaseException | None = None) -> None:
+            if part.deferred.pop(token, None) is None:
+                return
+            if error is not None and self._error is None:
+                failure = CallbackFailed(
+                    f"deferred commit of {record.topic}[{record.partition}]@{record.offset} failed: {error}"
+                )
+                failure.__cause__ = error
+                self._error = failure
+
+        return done
+
+    async def _process(self, records: list[Record]) -> None:
+        parts = self._parts
+        inputs = self._inputs
+        touched = self._touched
+        nil = self._nil
+        for record in records:
+            part = parts.get(record.partition)
+            if part is None:  # a record of a partition revoked meanwhile: its new owner handles it
+                log.warning(
+                    "skipping %s[%d]@%d: partition not owned", record.topic, record.partition, record.offset
+                )
+                continue
+            edge = inputs[record.topic]
+            touched.add(part)
+            stats = part.inputs.get(record.topic)
+            if stats is None:
+                stats = part.inputs[record.topic] = InputStats()
+            stats.count += 1
+            stats.last_offset = record.offset
+            raw = record.value
+            tp = TopicPartition(record.topic, record.partition)
+            if raw is None:
+                if nil is NilHandling.IGNORE:
+                    part.next_offsets[tp] = record.offset + 1
+                    continue
+                if nil is NilHandling.PROCESS:
+                    message = None
+                else:
+                    message = self._decode(edge, record, b"")
+            else:
+                stats.bytes += len(raw)
+                message = self._decode(edge, record, raw)
+            ctx = Context(self, part, record)
+            try:
+                if edge.is_async:
+                    await edge.callback(ctx, message)  # type: ignore[misc]
+                else:
+                    edge.callback(ctx, message)
+            except ProcessorError:
+                raise
+            except Exception as exc:
+                raise CallbackFailed(
+                    f"callback for {record.topic}[{record.partition}]@{record.offset} raised {exc!r}"
+                ) from exc
+            if ctx._error is not None:
+                raise ctx._error
+            part.next_offsets[tp] = record.offset + 1
+
+    def _decode(self, edge: _InputEdge, record: Record, raw: bytes) -> Any:
+        try:
+            return edge.codec.decode(raw)
+        except Exception as exc:
+            raise ProcessorError(
+                f"cannot decode {record.topic}[{record.partition}]@{record.offset} with the codec of "
+                f"{record.topic!r}: {exc}"
+            ) from exc
+
+    async def _commit(self) -> None:
+        """Write the batch's table changes, wait for every send, flush stores, commit offsets."""
+        touched = self._touched
+        table_topic = self.graph.table_topic
+        table_sends: list[tuple[PartitionState, Awaitable[tuple[TopicPartition, int]]]] = []
+        for part in touched:
+            dirty = part.dirty
+            if dirty:
+                send = self._log.send
+                p = part.partition
+                table_sends.extend((part, send(table_topic, v, key=k, partition=p)) for k, v in dirty.items())
+                if part.table is not None:
+                    part.table.writes += len(dirty)
+                dirty.clear()
+        pending, self._pending = self._pending, []
+        for future in pending:
+            await future
+        last: dict[PartitionState, int] = {}
+        for part, future in table_sends:
+            _, offset = await future
+            if offset > last.get(part, -1):
+                last[part] = offset
+        for part, offset in last.items():
+            assert part.store is not None
+            part.store.set_offset(offset + 1)
+            part.store.flush()
+        offsets: dict[TopicPartition, int] = {}
+        for part in self._parts.values():
+            ready = part.commit_offsets()
+            if ready:
+                offsets.update(ready)
+                part.committed.update(ready)
+        touched.clear()
+        if offsets and self._consumer is not None:
+            await self._consumer.commit(offsets)
+
+    async def _wait_deferred(self, numbers: Sequence[int]) -> None:
+        parts = [self._parts[p] for p in numbers if p in self._parts]
+        if not any(p.deferred for p in parts):
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.options.defer_timeout):
+                while any(p.deferred for p in parts) and self._error is None:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+
+    async def _step(self, timeout: float, *, checkpoint: bool = False) -> int:
+        """One batch: catch up joins, poll, process, checkpoint when due. Returns the records processed."""
+        assert self._consumer is not None
+        if self._lookups:
+            await self._check_lookups()
+        if self._joins.tables:
+            await self._joins.step(0)
+        records = await self._consumer.poll(self.options.batch_size, timeout)
+        if self._error is not None:
+            raise self._error
+        if records:
+            await self._process(records)
+            self._uncommitted += len(records)
+        loop = asyncio.get_running_loop()
+        if (
+            checkpoint
+            or not records
+            or self._uncommitted >= self.options.commit_every
+            or loop.time() - self._checkpointed >= self.options.commit_interval
+        ):
+            await self._commit()
+            self._uncommitted = 0
+            self._checkpointed = loop.time()
+        if self._error is not None:
+            raise self._error
+        return len(records)
+
+    async def _check_lookups(self) -> None:
+        for view in self._lookups.values():
+            if self._manual:
+                await view._step(0)
+            elif view._task is not None and view._task.done():
+                exc = view._task.exception() if not view._task.cancelled() else None
+                raise ProcessorError(f"lookup view of {view.topic!r} stopped: {exc!r}") from exc
+
+    async def _teardown(self) -> None:
+        failed = self._error is not None or self._aborted
+        self._state = ProcessorState.STOPPING
+        consumer = self._consumer
+        if consumer is not None:
+            if not failed:
+                try:
+                    await self._wait_deferred(list(self._parts))
+                    await self._commit()
+                except Exception as exc:
+                    log.warning("the last checkpoint of %r failed: %r", self.graph.group, exc)
+                    self._error = exc
+                    failed = True
+            try:
+                await consumer.close()  # on_revoked commits what is left, unless failed
+            except Exception as exc:
+                log.warning("closing the consumer of %r failed: %s", self.graph.group, exc)
+            self._consumer = None
+        for p in list(self._parts):
+            self._close_partition(self._parts.pop(p), flush=not failed)
+        self._pending.clear()
+        self._touched.clear()
+        with contextlib.suppress(Exception):
+            await self._joins.close()
+        for view in self._lookups.values():
+            with contextlib.suppress(Exception):
+                await view.stop()
+        if not failed:
+            with contextlib.suppress(Exception):
+                await self._log.flush(10.0)
+        self._ready.clear()
+        self._state = ProcessorState.FAILED if failed else ProcessorState.STOPPED
+
+    # -- running --------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Run until :meth:`stop` (returns) or a failure (raises :class:`ProcessorError`)."""
+        if self._ran:
+            raise ClosedError("a processor runs only once; create a new one")
+        self._ran = True
+        self._runner = asyncio.current_task()
+        try:
+            await self._setup()
+            self._state = ProcessorState.RUNNING
+            timeout = self.options.poll_timeout
+            while not self._stopping:
+                await self._step(timeout)
+        except asyncio.CancelledError:
+            # Cancelled mid-batch: sends may be unconfirmed, so nothing more is committed.
+            self._aborted = True
+            raise
+        except BaseException as exc:
+            if self._error is None:
+                self._error = exc
+        finally:
+            try:
+                await self._teardown()
+            finally:
+                self._finished.set()
+        error = self._error
+        if error is not None:
+            if isinstance(error, ProcessorError):
+                raise error
+            raise ProcessorError(f"processor {self.graph.group!r} stopped: {error!r}") from error
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in a background task (see :meth:`wait_ready`, :meth:`stop`)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"processor-{self.graph.group}"
+            )
+        return self._task
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Finish the current batch, commit, release the partitions and stop (idempotent).
+
+        Does not raise the processor's failure; :attr:`error` (or awaiting :meth:`run`) does.
+        """
+        if not self._ran or self._finished.is_set():
+            return
+        self._stopping = True
+        if asyncio.current_task() is self._runner:
+            return  # called from a callback: the loop stops after this batch
+        try:
+            async with asyncio.timeout(timeout):
+                await self._finished.wait()
+        except TimeoutError:
+            if self._task is not None:
+                self._task.cancel()
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until lookups and owned partitions are recovered and input is being processed."""
+        async with asyncio.timeout(timeout):
+            while not self._ready.is_set():
+                task = self._task
+                if task is not None and task.done():
+                    task.result()
+                    raise ClosedError(f"processor {self.graph.group!r} stopped before it was ready")
+                waiter = asyncio.ensure_future(self._ready.wait())
+                pending: set[asyncio.Future[Any]] = {waiter}
+                if task is not None:
+                    pending.add(task)
+                try:
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        await self.wait_ready()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- reading --------------------------------------------------------------------------
+    def get(self, key: str) -> Any:
+        """The group table's value of ``key`` (``None`` if absent); :class:`NotOwned` elsewhere."""
+        if self._table_codec is None:
+            raise ProcessorError(f"group {self.graph.group!r} has no group table (no persist edge)")
+        if not self._npar:
+            raise NotOwned(f"processor {self.graph.group!r} owns no partitions yet")
+        p = self._partitioner(key.encode(), self._npar)
+        part = self._parts.get(p)
+        if part is None or part.store is None:
+            raise NotOwned(f"key {key!r} is in partition {p}, which this instance does not own")
+        data = part.store.get(key)
+        return None if data is None else self._table_codec.decode(data)
+
+    async def stats(self) -> ProcessorStats:
+        """Per-partition input/output counts and lag, table recovery progress, lookup views."""
+        out = ProcessorStats()
+        for p, part in sorted(self._parts.items()):
+            snapshot = part.stats()
+            for topic in self.graph.consumed_topics:
+                stats = snapshot.inputs.setdefault(topic, InputStats())
+                tp = TopicPartition(topic, p)
+                with contextlib.suppress(Exception):
+                    low, high = await self._log.watermarks(tp)
+                    position = part.next_offsets.get(tp)
+                    if position is None:
+                        position = (await self._log.committed(self.graph.group, [tp])).get(tp) or low
+                    stats.lag = max(0, high - position)
+            out.group[p] = snapshot
+        for name, view in self._lookups.items():
+            out.lookups[name] = view.stats()
+        return out

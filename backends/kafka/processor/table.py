@@ -1,0 +1,253 @@
+"""Table partitions kept in local storage: recovery from the table topic, then catch-up.
+
+Shared by the group table, joined tables and views. Recovery reads one partition from the
+store's offset (or the topic's low watermark) to the high watermark seen when it starts, applying
+each record through the update callback, then marks the store recovered. A
+:class:`TableFollower` keeps partitions caught up afterwards (views and joins).
+
+If the store's offset is past the topic's high watermark the topic was recreated: the local
+state is dropped and the partition is recovered from the beginning (goka stops with "delete
+the local cache" instead).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from backends.kafka.processor.storage import Storage
+from broker.log import Log, LogReader, TopicPartition
+from broker.message import Record
+
+__all__ = [
+    "PartitionTable",
+    "RecoveryStats",
+    "TableFollower",
+    "TableStatus",
+    "UpdateCallback",
+    "default_update",
+    "recover",
+]
+
+log = logging.getLogger("backends.kafka.processor")
+
+#: How a table record reaches the store: ``update(storage, partition, key, value)``.
+UpdateCallback = Callable[[Storage, int, str, bytes | None], None]
+
+
+def default_update(storage: Storage, partition: int, key: str, value: bytes | None) -> None:
+    """A tombstone deletes the key, anything else replaces its value."""
+    if value is None:
+        storage.delete(key)
+    else:
+        storage.set(key, value)
+
+
+class TableStatus(enum.IntEnum):
+    """Where a table partition is in its life (ordered: readable from CONNECTING on)."""
+
+    STOPPED = 0
+    INITIALIZING = 1
+    CONNECTING = 2
+    RECOVERING = 3
+    RUNNING = 4
+
+
+@dataclass(slots=True)
+class RecoveryStats:
+    """Progress of one partition's recovery."""
+
+    #: First offset read (the store's offset, or the topic's low watermark).
+    start_offset: int = 0
+    #: Next offset to read.
+    offset: int = 0
+    #: The high watermark recovery runs to.
+    hwm: int = 0
+    #: When recovery started and finished (POSIX seconds).
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def remaining(self) -> int:
+        """Records left to recover."""
+        return max(0, self.hwm - self.offset)
+
+
+@dataclass(slots=True)
+class PartitionTable:
+    """One partition of a table topic in a local store."""
+
+    topic: str
+    partition: int
+    storage: Storage
+    update: UpdateCallback = default_update
+    status: TableStatus = TableStatus.INITIALIZING
+    recovery: RecoveryStats = field(default_factory=RecoveryStats)
+    #: Records applied since recovery finished (catch-up) or writes made by the owner.
+    writes: int = 0
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The table topic's partition."""
+        return TopicPartition(self.topic, self.partition)
+
+    def apply(self, records: Iterable[Record]) -> int:
+        """Apply ``records`` of this partition; returns how many moved the offset."""
+        update = self.update
+        storage = self.storage
+        partition = self.partition
+        last = -1
+        count = 0
+        for record in records:
+            key = record.key
+            if key is not None:
+                update(storage, partition, key, record.value)
+            else:
+                log.warning("skipping a record without key in table %s at offset %d", self.tp, record.offset)
+            last = record.offset
+            count += 1
+        if last >= 0:
+            storage.set_offset(last + 1)
+        return count
+
+
+async def _start_offset(log_port: Log, table: PartitionTable) -> tuple[int, int]:
+    """``(start, high)`` for recovering ``table``."""
+    low, high = await log_port.watermarks(table.tp)
+    local = table.storage.offset()
+    if local is not None and local > high:
+        log.warning(
+            "local store of %s is at offset %d but the topic ends at %d: the topic was recreated; "
+            "dropping the local state and recovering from the beginning",
+            table.tp,
+            local,
+            high,
+        )
+        table.storage.clear()
+        local = None
+    start = low if local is None else max(local, low)
+    return start, high
+
+
+async def recover(
+    log_port: Log,
+    tables: Sequence[PartitionTable],
+    *,
+    batch_size: int = 10_000,
+    poll_timeout: float = 0.5,
+    flush_every: int = 50_000,
+) -> None:
+    """Bring every table of ``tables`` up to its topic's current high watermark, in parallel."""
+    targets: dict[TopicPartition, int] = {}
+    positions: dict[TopicPartition, int] = {}
+    by_tp: dict[TopicPartition, PartitionTable] = {}
+    for table in tables:
+        table.status = TableStatus.CONNECTING
+        start, high = await _start_offset(log_port, table)
+        table.recovery = RecoveryStats(start, start, high, time.time())
+        if start >= high:
+            if table.storage.offset() is None or high > (table.storage.offset() or 0):
+                table.storage.set_offset(high)
+            _finish(table)
+            continue
+        table.status = TableStatus.RECOVERING
+        targets[table.tp] = high
+        positions[table.tp] = start
+        by_tp[table.tp] = table
+    if not targets:
+        return
+    reader = log_port.reader()
+    unflushed = dict.fromkeys(targets, 0)
+
+    def apply(records: list[Record]) -> None:
+        grouped: dict[TopicPartition, list[Record]] = {}
+        for record in records:
+            grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        for tp, items in grouped.items():
+            table = by_tp[tp]
+            unflushed[tp] += table.apply(items)
+            table.recovery.offset = items[-1].offset + 1
+            if unflushed[tp] >= flush_every:
+                table.storage.flush()
+                unflushed[tp] = 0
+
+    try:
+        reader.assign(positions)
+        pending = dict(targets)
+        while pending:
+            apply(await reader.poll(batch_size, poll_timeout))
+            for tp in [tp for tp, high in pending.items() if reader.position(tp) >= high]:
+                del pending[tp]
+        # Read what is already there past the high watermarks seen at the start (some brokers,
+        # Tansu among them, report the high watermark of a batched topic too low).
+        while records := await reader.poll(batch_size, 0):
+            apply(records)
+    finally:
+        await reader.close()
+    for tp in targets:
+        table = by_tp[tp]
+        table.recovery.offset = max(table.recovery.offset, table.recovery.hwm)
+        if (table.storage.offset() or 0) < table.recovery.hwm:
+            table.storage.set_offset(table.recovery.hwm)
+        _finish(table)
+
+
+def _finish(table: PartitionTable) -> None:
+    table.storage.mark_recovered()
+    table.recovery.finished = time.time()
+    table.status = TableStatus.RUNNING
+
+
+class TableFollower:
+    """Keeps recovered table partitions up to date by reading their topics as records arrive."""
+
+    def __init__(self, log_port: Log, *, batch_size: int = 5000) -> None:
+        self._log = log_port
+        self._reader: LogReader | None = None
+        self.batch_size = batch_size
+        self.tables: dict[TopicPartition, PartitionTable] = {}
+
+    def add(self, tables: Iterable[PartitionTable]) -> None:
+        """Follow ``tables`` from their stores' offsets."""
+        positions: dict[TopicPartition, int] = {}
+        for table in tables:
+            self.tables[table.tp] = table
+            positions[table.tp] = table.storage.offset() or 0
+        if positions:
+            if self._reader is None:
+                self._reader = self._log.reader()
+            self._reader.assign(positions)
+
+    def remove(self, tps: Iterable[TopicPartition]) -> list[PartitionTable]:
+        """Stop following ``tps``; returns their tables."""
+        gone = [self.tables.pop(tp) for tp in tps if tp in self.tables]
+        if gone and self._reader is not None:
+            self._reader.unassign([t.tp for t in gone])
+        return gone
+
+    async def step(self, timeout: float | None) -> int:
+        """Apply what arrived within ``timeout`` seconds; returns how many records."""
+        if self._reader is None or not self.tables:
+            return 0
+        records = await self._reader.poll(self.batch_size, timeout)
+        if not records:
+            return 0
+        grouped: dict[TopicPartition, list[Record]] = {}
+        for record in records:
+            grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        for tp, items in grouped.items():
+            table = self.tables.get(tp)
+            if table is None:
+                continue
+            table.writes += table.apply(items)
+            table.storage.flush()
+        return len(records)
+
+    async def close(self) -> None:
+        """Close the reader (the stores stay open: their owner closes them)."""
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None

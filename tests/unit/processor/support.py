@@ -1,0 +1,103 @@
+"""Helpers of the processor tests: an in-memory log, and a wrapper that makes sends fail."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any
+
+import broker
+from backends.inmem import InmemBackend, InmemLog
+from broker.errors import PublishError
+from broker.log import Log, LogConsumer, LogReader, RebalanceListener, StartPosition, TopicPartition
+
+
+def inmem_backend() -> InmemBackend:
+    backend = broker.connect(f"inmem://processor-{uuid.uuid4().hex}")
+    assert isinstance(backend, InmemBackend)
+    return backend
+
+
+class FlakyLog:
+    """A Log that forwards to ``inner`` but fails sends to ``fail_topics`` while armed."""
+
+    def __init__(self, inner: InmemLog) -> None:
+        self.inner = inner
+        self.fail_topics: set[str] = set()
+        self.fail_after: int = 0
+        self.sent: dict[str, int] = {}
+        self.broken_reads = 0
+
+    async def create_topic(
+        self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
+    ) -> None:
+        await self.inner.create_topic(name, partitions, config=config)
+
+    async def partitions(self, topic: str) -> int:
+        return await self.inner.partitions(topic)
+
+    async def watermarks(self, partition: TopicPartition) -> tuple[int, int]:
+        if self.broken_reads:
+            self.broken_reads -= 1
+            raise ConnectionError("broker unreachable")
+        return await self.inner.watermarks(partition)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        count = self.sent[topic] = self.sent.get(topic, 0) + 1
+        if topic in self.fail_topics and count > self.fail_after:
+            future: asyncio.Future[tuple[TopicPartition, int]] = asyncio.get_running_loop().create_future()
+            future.set_exception(PublishError(f"injected failure writing to {topic}"))
+            return future
+        return self.inner.send(topic, value, key=key, partition=partition, attributes=attributes)
+
+    async def produce(self, topic: str, value: bytes | None, **kwargs: Any) -> tuple[TopicPartition, int]:
+        return await self.send(topic, value, **kwargs)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        await self.inner.flush(timeout)
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        start: StartPosition = "earliest",
+        listener: RebalanceListener | None = None,
+    ) -> LogConsumer:
+        return self.inner.consumer(group, topics, start=start, listener=listener)
+
+    def reader(self) -> LogReader:
+        return self.inner.reader()
+
+    async def committed(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        return await self.inner.committed(group, partitions)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def __aenter__(self) -> FlakyLog:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def as_log(log: Any) -> Log:
+    assert isinstance(log, Log)
+    return log
+
+
+async def committed_total(log: Log, group: str, topic: str, partitions: int) -> int:
+    offsets = await log.committed(group, [TopicPartition(topic, p) for p in range(partitions)])
+    return sum(v or 0 for v in offsets.values())

@@ -1,0 +1,274 @@
+"""Processor start-up checks, topics, rebalancing, stats, get and options (in-memory log)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from backends.inmem import InmemBackend, InmemLog
+from backends.kafka.processor import (
+    Assignment,
+    Context,
+    NotCopartitioned,
+    NotOwned,
+    Processor,
+    ProcessorError,
+    ProcessorOptions,
+    ProcessorState,
+    define_group,
+    input,
+    inputs,
+    join,
+    loop,
+    output,
+    persist,
+)
+from broker.errors import ClosedError, ConfigError, UnknownSetting
+from broker.log import TopicPartition
+from broker.partitioning import partitioner_by_name
+from broker.testing import wait_until
+from tests.unit.processor.support import inmem_backend
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[InmemBackend]:
+    backend = inmem_backend()
+    async with backend:
+        yield backend
+
+
+@pytest.fixture
+def log(backend: InmemBackend) -> InmemLog:
+    return backend.log()
+
+
+def count(ctx: Context, msg: Any) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+async def test_inputs_must_be_copartitioned(log: InmemLog) -> None:
+    await log.create_topic("a", 2)
+    await log.create_topic("b", 3)
+    with pytest.raises(NotCopartitioned, match="a=2, b=3"):
+        await Processor(log, define_group("g", inputs(["a", "b"], "str", count), persist("int64"))).run()
+    await log.create_topic("users", 3)
+    with pytest.raises(NotCopartitioned, match="users=3"):
+        await Processor(log, define_group("g2", input("a", "str", count), join("users", "str"))).run()
+
+
+async def test_missing_inputs_are_an_error_unless_created(log: InmemLog) -> None:
+    graph = define_group("g", input("absent", "str", count), persist("int64"))
+    with pytest.raises(ProcessorError, match="'absent' does not exist"):
+        await Processor(log, graph).run()
+    async with Processor(log, graph, create_partitions=2) as proc:
+        assert proc.partitions == {0, 1}
+    assert await log.partitions("absent") == 2
+
+
+async def test_own_topics_are_created_with_the_input_partition_count(
+    backend: InmemBackend, log: InmemLog
+) -> None:
+    await log.create_topic("in", 4)
+    graph = define_group(
+        "g", input("in", "str", count), loop("str", count), output("out", "str"), persist("int64")
+    )
+    async with Processor(log, graph):
+        pass
+    assert await log.partitions("g-table") == 4
+    assert await log.partitions("g-loop") == 4
+    assert await log.partitions("out") == 4
+    assert backend.broker.topics["g-table"].config == {"cleanup.policy": "compact"}
+    assert backend.broker.topics["g-loop"].config == {}
+
+
+async def test_an_existing_table_with_another_partition_count_is_refused(log: InmemLog) -> None:
+    await log.create_topic("in", 2)
+    await log.create_topic("g-table", 3)
+    with pytest.raises(NotCopartitioned, match="g-table"):
+        await Processor(log, define_group("g", input("in", "str", count), persist("int64"))).run()
+
+
+async def test_a_split_assignment_is_not_copartitioned(log: InmemLog) -> None:
+    await log.create_topic("a", 2)
+    await log.create_topic("b", 2)
+    proc = Processor(log, define_group("g", inputs(["a", "b"], "str", count)))
+    with pytest.raises(NotCopartitioned, match="not co-partitioned"):
+        await proc._on_assigned([TopicPartition("a", 0), TopicPartition("b", 1)])
+
+
+async def test_instances_split_partitions_and_the_rebalance_callback_sees_it(log: InmemLog) -> None:
+    await log.create_topic("in", 4)
+    seen: dict[str, list[Assignment]] = {"one": [], "two": []}
+    graph = define_group("g", input("in", "str", count), persist("int64"))
+    one = Processor(log, graph, rebalance_callback=seen["one"].append)
+
+    async def record_two(assignment: Assignment) -> None:
+        seen["two"].append(assignment)
+
+    two = Processor(log, graph, rebalance_callback=record_two)
+    async with one:
+        assert one.partitions == {0, 1, 2, 3}
+        async with two:
+            await wait_until(lambda: len(one.partitions) == 2, 5)
+            assert one.partitions | two.partitions == {0, 1, 2, 3}
+            assert not one.partitions & two.partitions
+        await wait_until(lambda: one.partitions == {0, 1, 2, 3}, 5)
+    assert seen["one"][0] == Assignment(frozenset({0, 1, 2, 3}), frozenset({0, 1, 2, 3}), frozenset())
+    assert any(a.revoked for a in seen["one"])
+    assert seen["two"][0].added == two_partitions(seen["two"])
+    assert seen["two"][-1].partitions == frozenset()
+
+
+def two_partitions(assignments: list[Assignment]) -> frozenset[int]:
+    return assignments[0].partitions
+
+
+async def test_stats_count_inputs_outputs_lag_and_recovery(log: InmemLog) -> None:
+    await log.create_topic("in", 2)
+    for i in range(6):
+        await log.produce("in", b"x", key=f"k{i}", partition=i % 2)
+
+    def cb(ctx: Context, msg: Any) -> None:
+        count(ctx, msg)
+        ctx.emit("out", ctx.key, "seen")
+
+    graph = define_group("g", input("in", "str", cb), output("out", "str"), persist("int64"))
+    async with Processor(log, graph) as proc:
+        await wait_until(
+            lambda: sum(p.inputs["in"].count for p in proc._parts.values() if "in" in p.inputs) == 6, 5
+        )
+        stats = await proc.stats()
+        assert set(stats.group) == {0, 1}
+        for p in (0, 1):
+            part = stats.group[p]
+            assert part.inputs["in"].count == 3 and part.inputs["in"].bytes == 3
+            assert part.inputs["in"].last_offset == 2 and part.inputs["in"].lag == 0
+            assert part.outputs["out"].count == 3
+            assert part.table is not None and part.table.status.name == "RUNNING" and part.table.writes == 3
+            assert part.table.recovery.finished is not None
+        assert stats.lookups == {}
+
+
+async def test_get_reads_owned_partitions_only(log: InmemLog) -> None:
+    await log.create_topic("in", 2)
+    graph = define_group("g", input("in", "str", count), persist("int64"))
+    async with Processor(log, graph) as one:
+        for key in ("a", "b", "c", "d"):
+            await log.produce("in", b"x", key=key, partition=partitioner_by_name("murmur2")(key.encode(), 2))
+        await wait_until(lambda: all(one.get(k) == 1 for k in "abcd"), 5)
+        assert one.get("nobody") is None
+        async with Processor(log, graph) as two:
+            await wait_until(lambda: len(one.partitions) == 1 and len(two.partitions) == 1, 5)
+            owner, other = (
+                (one, two) if partitioner_by_name("murmur2")(b"a", 2) in one.partitions else (two, one)
+            )
+            assert owner.get("a") == 1
+            with pytest.raises(NotOwned, match="partition"):
+                other.get("a")
+    stateless = Processor(log, define_group("s", input("in", "str", count)))
+    with pytest.raises(ProcessorError, match="no group table"):
+        stateless.get("a")
+
+
+async def test_fnv1a_partitioner_places_emits_like_goka(log: InmemLog) -> None:
+    await log.create_topic("in", 1)
+    await log.create_topic("out", 8)
+    graph = define_group(
+        "g", input("in", "str", lambda ctx, msg: ctx.emit("out", msg, "v")), output("out", "str")
+    )
+    async with Processor(log, graph, partitioner="fnv1a"):
+        for key in ("alpha", "beta", "gamma"):
+            await log.produce("in", key.encode(), key="k")
+        fnv = partitioner_by_name("fnv1a")
+        reader = log.reader()
+        reader.assign({TopicPartition("out", p): 0 for p in range(8)})
+        got: list[tuple[str | None, int]] = []
+
+        async def read() -> bool:
+            got.extend((r.key, r.partition) for r in await reader.poll(10, 0.05))
+            return len(got) == 3
+
+        for _ in range(50):
+            if await read():
+                break
+        await reader.close()
+    assert sorted(got) == sorted((k, fnv(k.encode(), 8)) for k in ("alpha", "beta", "gamma"))
+
+
+async def test_lifecycle(log: InmemLog) -> None:
+    await log.create_topic("in", 1)
+    proc = Processor(log, define_group("g", input("in", "str", count), persist("int64")))
+    assert proc.state is ProcessorState.IDLE and "Processor 'g'" in repr(proc)
+    await proc.stop()  # not started: nothing to do
+    task = proc.start()
+    assert proc.start() is task
+    await proc.wait_ready(5)
+    assert proc.recovered and proc.state.value == "running"
+    await proc.stop()
+    await proc.stop()
+    assert proc.state.value == "stopped" and task.done()
+    with pytest.raises(ClosedError):
+        await proc.run()
+
+
+async def test_wait_ready_raises_when_the_processor_fails(log: InmemLog) -> None:
+    proc = Processor(log, define_group("g", input("missing", "str", count)))
+    proc.start()
+    with pytest.raises(ProcessorError, match="does not exist"):
+        await proc.wait_ready(5)
+
+
+async def test_options(log: InmemLog) -> None:
+    graph = define_group("g", input("in", "str", count))
+    with pytest.raises(UnknownSetting):
+        Processor(log, graph, batchsize=3)
+    with pytest.raises(ConfigError):
+        ProcessorOptions(batch_size=0)
+    with pytest.raises(ConfigError):
+        ProcessorOptions(poll_timeout=0)
+    with pytest.raises(ConfigError):
+        ProcessorOptions(create_partitions=0)
+    with pytest.raises(ConfigError):
+        ProcessorOptions(start="middle")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        ProcessorOptions(partitioner="crc32")
+    with pytest.raises(ConfigError):
+        ProcessorOptions(nil_handling="ignore")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Processor(log, "not a graph")  # type: ignore[arg-type]
+    base = ProcessorOptions(batch_size=5)
+    built = Processor(log, graph, base, poll_timeout=1.0).options
+    assert (built.batch_size, built.poll_timeout) == (5, 1.0)
+
+
+async def test_start_latest_skips_existing_input(log: InmemLog) -> None:
+    await log.create_topic("in", 1)
+    await log.produce("in", b"old", key="k")
+    got: list[str] = []
+    async with Processor(
+        log, define_group("g", input("in", "str", lambda c, m: got.append(m))), start="latest"
+    ):
+        await log.produce("in", b"new", key="k")
+        await wait_until(lambda: got == ["new"], 5)
+
+
+async def test_a_callback_may_stop_its_processor(log: InmemLog) -> None:
+    await log.create_topic("in", 1)
+    for value in (b"a", b"stop", b"c"):
+        await log.produce("in", value, key="k")
+    seen: list[str] = []
+    holder: list[Processor] = []
+
+    async def cb(ctx: Context, msg: str) -> None:
+        seen.append(msg)
+        if msg == "stop":
+            await holder[0].stop()
+
+    proc = Processor(log, define_group("g", input("in", "str", cb)), batch_size=1)
+    holder.append(proc)
+    await asyncio.wait_for(proc.run(), 5)
+    assert seen == ["a", "stop"] and proc.state is ProcessorState.STOPPED
+    assert (await log.committed("g", [TopicPartition("in", 0)]))[TopicPartition("in", 0)] == 2

@@ -1,0 +1,135 @@
+"""Views (recover, follow, read, states, reconnect) and emitters, on the in-memory log."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from backends.inmem import InmemLog
+from backends.kafka.processor import (
+    Emitter,
+    EmitterClosed,
+    TableNotReady,
+    View,
+    ViewState,
+    lmdb_storage,
+)
+from broker.errors import PublishError
+from broker.log import TopicPartition
+from broker.partitioning import partitioner_by_name
+from broker.testing import wait_until
+from tests.unit.processor.support import FlakyLog, as_log, inmem_backend
+
+murmur2 = partitioner_by_name("murmur2")
+
+
+@pytest.fixture
+async def log() -> AsyncIterator[InmemLog]:
+    backend = inmem_backend()
+    async with backend:
+        log = backend.log()
+        await log.create_topic("table", 3, config={"cleanup.policy": "compact"})
+        yield log
+
+
+async def put(log: InmemLog, key: str, value: bytes | None) -> None:
+    await log.produce("table", value, key=key, partition=murmur2(key.encode(), 3))
+
+
+async def test_a_view_recovers_then_follows_the_table(log: InmemLog) -> None:
+    for i in range(30):
+        await put(log, f"k{i:02d}", str(i).encode())
+    states: list[ViewState] = []
+    view = View(log, "table", "int64", on_state_change=states.append)
+    with pytest.raises(TableNotReady):
+        view.get("k01")
+    async with view:
+        await view.wait_running(5)
+        assert view.recovered
+        assert view.get("k07") == 7 and view.has("k07") and not view.has("nope") and view.get("nope") is None
+        assert [k for k, _ in view.iterate()] == [f"k{i:02d}" for i in range(30)]
+        assert list(view.iterate("k10", "k13")) == [("k10", 10), ("k11", 11), ("k12", 12)]
+        assert dict(view.iterate(prefix="k2")) == {f"k2{i}": 20 + i for i in range(10)}
+        await put(log, "k07", b"700")
+        await put(log, "k08", None)
+        await put(log, "new", b"1")
+        await wait_until(lambda: view.get("k07") == 700 and not view.has("k08") and view.get("new") == 1, 5)
+        view.evict("new")
+        assert view.get("new") is None
+        assert view.partition_of("k07") == murmur2(b"k07", 3)
+        stats = view.stats()
+        assert set(stats.partitions) == {0, 1, 2}
+        assert sum(p.recovery.hwm for p in stats.partitions.values()) == 30
+    assert states[:4] == [ViewState.INITIALIZING, ViewState.CONNECTING, ViewState.CATCHUP, ViewState.RUNNING]
+    assert states[-1] == ViewState.IDLE
+    assert "View 'table'" in repr(view)
+
+
+async def test_a_persistent_view_recovers_only_the_tail(log: InmemLog, tmp_path: Path) -> None:
+    for i in range(20):
+        await put(log, f"k{i}", b"1")
+    async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as first:
+        await first.wait_running(5)
+    for i in range(5):
+        await put(log, f"k{i}", b"2")
+    async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as second:
+        await second.wait_running(5)
+        recovered = sum(p.recovery.hwm - p.recovery.start_offset for p in second.stats().partitions.values())
+        assert recovered == 5
+        assert [second.get(f"k{i}") for i in range(7)] == [2, 2, 2, 2, 2, 1, 1]
+
+
+async def test_a_view_reconnects_after_broker_errors(log: InmemLog) -> None:
+    await put(log, "a", b"1")
+    flaky = FlakyLog(log)
+    flaky.broken_reads = 2
+    states: list[ViewState] = []
+    view = View(as_log(flaky), "table", "int64", auto_reconnect=True, backoff=(0.01, 0.02))
+    view.observe(states.append)
+    async with view:
+        await view.wait_running(5)
+        assert view.get("a") == 1
+    assert states.count(ViewState.CONNECTING) >= 2
+
+
+async def test_without_auto_reconnect_a_view_stops_on_errors(log: InmemLog) -> None:
+    flaky = FlakyLog(log)
+    flaky.broken_reads = 1
+    view = View(as_log(flaky), "table", "int64")
+    view.start()
+    with pytest.raises(ConnectionError):
+        await view.wait_running(5)
+    await view.stop()
+
+
+async def test_emitter_emits_partitioned_with_headers(log: InmemLog) -> None:
+    async with Emitter(log, "clicks", "str", headers={"app": "x"}, create_partitions=4) as emitter:
+        futures = [emitter.emit(f"user{i}", "click", headers={"n": str(i)}) for i in range(10)]
+        tp, offset = await emitter.emit_sync("user0", None)
+        assert tp == TopicPartition("clicks", murmur2(b"user0", 4))
+        for i, future in enumerate(futures):
+            placed, _ = await future
+            assert placed.partition == murmur2(f"user{i}".encode(), 4)
+    with pytest.raises(EmitterClosed):
+        emitter.emit("k", "v")
+    reader = log.reader()
+    reader.assign({tp: offset})
+    records = await reader.poll(1, 1)
+    assert records[0].value is None and dict(records[0].attributes) == {"app": "x"}
+    await reader.close()
+
+
+async def test_emit_before_start_and_failed_deliveries(log: InmemLog) -> None:
+    flaky = FlakyLog(log)
+    emitter = Emitter(as_log(flaky), "events", "str")
+    first = emitter.emit("a", "1")  # partition count learned on the way
+    second = emitter.emit("b", "2")
+    assert (await first)[1] == 0 and (await second)[1] == 1
+    flaky.fail_topics.add("events")
+    emitter.emit("c", "3")
+    with pytest.raises(PublishError, match="injected"):
+        await emitter.finish()
+    assert "finished" in repr(emitter)
+    await emitter.close()
