@@ -1,0 +1,156 @@
+"""The Kafka backend: ``kafka://host:port[,host:port]`` on confluent-kafka (librdkafka)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from backends.kafka.admin import KafkaAdmin
+from backends.kafka.consumer import GroupCore
+from backends.kafka.log import KafkaLog
+from backends.kafka.producer import AsyncProducer
+from backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
+from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
+from backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
+from backends.kafka.settings import ConsumerOptions, KafkaSettings
+from broker.backend import BackendBase, topics_tuple
+from broker.capabilities import Capabilities
+from broker.errors import ConfigError
+from broker.settings import build_settings
+
+__all__ = ["CAPABILITIES", "KafkaBackend"]
+
+#: What Kafka offers natively. Per-message acknowledgement (``messages``) comes with the marker queue.
+CAPABILITIES = Capabilities(
+    persistent=True,
+    per_key_order=True,
+    records=True,
+    transactions=True,
+    replay=True,
+)
+
+_names = itertools.count(1)
+
+
+class KafkaBackend(BackendBase):
+    """A connection to a Kafka cluster: publishers, group consumers, transactions, the log port."""
+
+    name = "kafka"
+    capabilities = CAPABILITIES
+
+    def __init__(self, settings: KafkaSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or KafkaSettings()
+        self._admin: KafkaAdmin | None = None
+
+    def __repr__(self) -> str:
+        return f"<KafkaBackend {self.settings.servers}>"
+
+    @property
+    def admin(self) -> KafkaAdmin:
+        """Topic and offset administration on this cluster."""
+        if self._admin is None:
+            self._admin = KafkaAdmin(
+                common_config(self.settings),
+                timeout=self.settings.operation_timeout,
+                replication_factor=self.settings.replication_factor,
+            )
+        return self._admin
+
+    async def _close_connection(self) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+        values = self.settings.consumer_defaults()
+        values.update(options)
+        return build_settings(ConsumerOptions, values, backend="kafka")
+
+    def _group(self, group: str | None) -> str:
+        group = group or self.settings.group_id
+        if not group:
+            raise ConfigError("a consumer group is needed: pass group=... or set group_id in the URL")
+        return group
+
+    def publisher(self) -> KafkaPublisher:
+        """A publisher: one idempotent producer shared by its topic handles."""
+        self._check_open()
+        producer = AsyncProducer(
+            producer_config(self.settings),
+            name=f"producer-{next(_names)}",
+            close_timeout=self.settings.close_timeout,
+        )
+        return self._track(KafkaPublisher(producer))  # type: ignore[no-any-return]
+
+    def transactional_publisher(
+        self, transactional_id: str | None = None, **options: Any
+    ) -> KafkaTransactionalPublisher:
+        """A publisher whose records become visible on ``commit()``; see ``send_offsets``.
+
+        ``transactional_id`` (default: ``settings.transactional_id``, else a unique id) identifies the
+        producer across restarts: a new producer with the same id fences the old one.
+        """
+        if options:
+            raise ConfigError(f"unknown transactional publisher options: {', '.join(sorted(options))}")
+        self._check_open()
+        txn_id = transactional_id or self.settings.transactional_id or KafkaTransactionalPublisher.new_id()
+        producer = AsyncProducer(
+            producer_config(self.settings, transactional_id=txn_id),
+            name=f"txn-producer-{next(_names)}",
+            close_timeout=self.settings.close_timeout,
+        )
+        publisher = KafkaTransactionalPublisher(producer, txn_id, self.settings.operation_timeout)
+        return self._track(publisher)  # type: ignore[no-any-return]
+
+    def _core(self, topics: str | Sequence[str], group: str | None, options: ConsumerOptions) -> GroupCore:
+        names = topics_tuple(topics)
+        group = self._group(group)
+        return GroupCore(
+            consumer_config(self.settings, options, group),
+            names,
+            name=f"{group}-{next(_names)}",
+            prefetch=options.batch_size,
+            close_timeout=self.settings.close_timeout,
+            cooperative=options.cooperative,
+        )
+
+    def records(
+        self, topics: str | Sequence[str], group: str | None = None, **options: Any
+    ) -> KafkaRecordIterator:
+        """Consume ``topics`` (a list or comma-separated) as a member of ``group``.
+
+        ``options`` override the connection's consumer settings: ``start``, ``batch_size``,
+        ``isolation_level``, ``session_timeout``, ``fetch_max_wait``, ... (see ``ConsumerOptions``).
+        """
+        self._check_open()
+        opts = self._options(options)
+        iterator = KafkaRecordIterator(self._core(topics, group, opts), opts.batch_size, 1.0)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def batched_records(
+        self,
+        topics: str | Sequence[str],
+        group: str | None = None,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> KafkaBatchedIterator:
+        """Batches of up to ``batch_size`` records (default: ``settings.batch_size``).
+
+        ``next_batch()`` returns what is ready at once, else waits up to ``batch_timeout`` seconds
+        for the first record.
+        """
+        self._check_open()
+        if batch_size:
+            options["batch_size"] = batch_size
+        opts = self._options(options)
+        iterator = KafkaBatchedIterator(self._core(topics, group, opts), opts.batch_size, batch_timeout)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def log(self) -> KafkaLog:
+        """The ``broker.log`` port on this cluster."""
+        self._check_open()
+        return self._track(KafkaLog(self.settings, self.admin))  # type: ignore[no-any-return]

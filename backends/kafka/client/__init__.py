@@ -1,0 +1,51 @@
+"""Kafka helpers in the spirit of kefka: thin, Kafka-specific, on top of confluent-kafka.
+
+* :class:`Producer`: key and value codecs (``str``, ``json``, ``msgpack``, ``bytes`` or any
+  ``broker.codecs.Codec``), ``produce`` / ``produce_message`` (enqueue), ``sync_produce`` /
+  ``sync_produce_message`` (wait for the delivery report; a timeout stops the wait, not the
+  delivery), ``flush`` and ``flush_all`` (returns once the queue is empty).
+* :class:`Consumer`: a consumer-group member running ``handler(message, commit)``, where
+  ``await commit()`` commits that message's offset; ``lag()``.
+* :class:`Reader`: reads partitions outside any group from ``FIRST_OFFSET``, ``LAST_OFFSET`` or an
+  explicit offset, with a partition-EOF callback and ``watermarks()``.
+* :func:`lag` and :func:`message_count` (and :class:`MetadataClient`).
+* Logging: every helper takes ``logger=`` (a standard ``logging.Logger`` or adapter; default
+  ``backends.kafka.client``), which also receives librdkafka's own log lines.
+
+Nothing is forced: the helpers' defaults sit under the caller's librdkafka config, which wins.
+Handlers get confluent-kafka ``Message`` objects; values are raw bytes (decode them with the
+codec of your choice, e.g. ``JsonCodec().decode(message.value())``).
+"""
+
+from backends.kafka.client.codecs import resolve_codec
+from backends.kafka.client.consumer import Commit, Consumer, ErrorCallback, MessageHandler
+from backends.kafka.client.metadata import MetadataClient, lag, message_count
+from backends.kafka.client.producer import DeliveryCallback, DeliveryReport, Producer
+from backends.kafka.client.reader import (
+    FIRST_OFFSET,
+    LAST_OFFSET,
+    PartitionEOFCallback,
+    Reader,
+    Watermarks,
+    read_topic_partitions,
+)
+
+__all__ = [
+    "FIRST_OFFSET",
+    "LAST_OFFSET",
+    "Commit",
+    "Consumer",
+    "DeliveryCallback",
+    "DeliveryReport",
+    "ErrorCallback",
+    "MessageHandler",
+    "MetadataClient",
+    "PartitionEOFCallback",
+    "Producer",
+    "Reader",
+    "Watermarks",
+    "lag",
+    "message_count",
+    "read_topic_partitions",
+    "resolve_codec",
+]

@@ -1,0 +1,28 @@
+"""The helpers' logging hook: any standard ``logging`` logger, also fed librdkafka's own lines."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULT_LOGGER", "LoggerLike", "resolve_logger", "with_sdk_logger"]
+
+#: The logger helpers use when none is given.
+DEFAULT_LOGGER = "backends.kafka.client"
+
+#: What ``logger=`` accepts.
+LoggerLike = logging.Logger | logging.LoggerAdapter[Any]
+
+
+def resolve_logger(logger: LoggerLike | None) -> LoggerLike:
+    """``logger``, or the ``backends.kafka.client`` logger."""
+    return logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
+
+
+def with_sdk_logger(config: Mapping[str, Any], logger: LoggerLike) -> dict[str, Any]:
+    """A copy of ``config`` whose librdkafka log lines go to ``logger`` (unless it names a logger)."""
+    out = dict(config)
+    if "logger" not in out:
+        out["logger"] = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
+    return out

@@ -1,0 +1,206 @@
+"""The helpers' ``Reader``: read partitions outside any consumer group, from chosen offsets.
+
+Each partition starts at ``FIRST_OFFSET``, ``LAST_OFFSET`` or an explicit offset. The handler gets
+``(message, commit)`` like the Consumer's, but ``commit`` does nothing: a reader never commits,
+and any number of readers may read the same records. ``partition_eof(topic, partition, offset)``
+is called each time a partition is read to its end (librdkafka's ``enable.partition.eof`` is
+turned on when a callback is given, unless the config says otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backends.kafka import sdk
+from backends.kafka.client.consumer import ErrorCallback, MessageHandler
+from backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
+from backends.kafka.consumer import ReaderCore
+from backends.kafka.errors import wrap
+from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
+from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+__all__ = [
+    "FIRST_OFFSET",
+    "LAST_OFFSET",
+    "PartitionEOFCallback",
+    "Reader",
+    "Watermarks",
+    "read_topic_partitions",
+]
+
+#: Start at the oldest retained record.
+FIRST_OFFSET = OFFSET_BEGINNING
+#: Start after the newest record (read only what arrives from now on).
+LAST_OFFSET = OFFSET_END
+
+#: ``partition_eof(topic, partition, offset)``: the partition was read up to ``offset``.
+PartitionEOFCallback = Callable[[str, int, int], Awaitable[None] | None]
+
+_names = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Watermarks:
+    """The offsets of one partition: ``low`` is the first retained, ``high`` the next to be written."""
+
+    low: int
+    high: int
+    #: Set (and the offsets are -1) when the query failed.
+    error: BrokerError | None = None
+
+
+async def _noop_commit() -> None:
+    """A reader never commits."""
+
+
+class _EventCore(ReaderCore):
+    """A ReaderCore that keeps partition-EOF events in the stream, in order."""
+
+    def _accept(self, messages: list[Any], epoch: int) -> None:
+        keep = []
+        for message in messages:
+            error = message.error()
+            if error is None or error.name() == "_PARTITION_EOF":
+                keep.append(message)
+            else:
+                self._on_event(message, error)
+        if epoch != self._epoch or self.paused:
+            keep = self._filter(keep, epoch)
+        if self._pos < len(self._buffer):
+            self._buffer = self._buffer[self._pos :] + keep
+        else:
+            self._buffer = keep
+        self._pos = 0
+
+    def _took(self, messages: list[Any]) -> None:
+        self._took_records([m for m in messages if m.error() is None])
+
+    def _took_records(self, messages: list[Any]) -> None:
+        super()._took(messages)
+
+
+class Reader:
+    """Read ``partitions`` (``{(topic, partition): start offset}``) outside any group."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        handler: MessageHandler,
+        partitions: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        partition_eof: PartitionEOFCallback | None = None,
+        error_callback: ErrorCallback | None = None,
+        poll_timeout: float = 1.0,
+        logger: LoggerLike | None = None,
+        batch_size: int = 100,
+        close_timeout: float = 10.0,
+    ) -> None:
+        if handler is None:
+            raise ConfigError("the Reader needs a handler")
+        if not partitions:
+            raise ConfigError("the Reader needs at least one (topic, partition) with a start offset")
+        self.log = resolve_logger(logger)
+        self.handler = handler
+        self.partition_eof = partition_eof
+        self.error_callback = error_callback
+        self.poll_timeout = poll_timeout
+        settings: dict[str, Any] = {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": partition_eof is not None,
+        }
+        settings.update(with_sdk_logger(config, self.log))
+        self.partitions = {TopicPartition(tp[0], tp[1]): offset for tp, offset in partitions.items()}
+        self._core = _EventCore(
+            settings, name=f"client-reader-{next(_names)}", prefetch=batch_size, close_timeout=close_timeout
+        )
+        self._core.assign(self.partitions)
+
+    @property
+    def core(self) -> ReaderCore:
+        """The reader underneath (positions, seek, pause)."""
+        return self._core
+
+    def _report(self, exc: BaseException, what: str) -> None:
+        self.log.error("%s: %s", what, exc, exc_info=exc)
+        if self.error_callback is not None:
+            try:
+                self.error_callback(exc)
+            except Exception:
+                self.log.exception("the error callback raised")
+
+    async def read(self) -> None:
+        """Read until :meth:`close` or cancellation, calling the handler for every message."""
+        core = self._core
+        while True:
+            try:
+                messages = await core.fetch(core.prefetch, self.poll_timeout)
+            except ClosedError:
+                return
+            except Exception as exc:
+                self._report(exc, "reading failed")
+                raise
+            for message in messages:
+                if core.closing:
+                    return
+                try:
+                    if message.error() is not None:
+                        if self.partition_eof is not None:
+                            result = self.partition_eof(
+                                message.topic(), message.partition(), message.offset()
+                            )
+                            if inspect.isawaitable(result):
+                                await result
+                        continue
+                    result = self.handler(message, _noop_commit)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    self._report(exc, f"the handler failed on {message.topic()}[{message.partition()}]")
+
+    async def watermarks(self, timeout: float = 5.0) -> dict[TopicPartition, Watermarks]:
+        """The watermarks of every configured partition; a failed query sets that entry's ``error``."""
+        core = self._core
+        ck = sdk.confluent()
+        out: dict[TopicPartition, Watermarks] = {}
+        for tp in self.partitions:
+            try:
+                low, high = await core.thread.submit(
+                    core.consumer.get_watermark_offsets,
+                    ck.TopicPartition(tp.topic, tp.partition),
+                    timeout,
+                    False,
+                )
+                out[tp] = Watermarks(int(low), int(high))
+            except Exception as exc:
+                out[tp] = Watermarks(-1, -1, wrap(exc, f"cannot read the watermarks of {tp}", UnknownTopic))
+        return out
+
+    async def close(self) -> None:
+        """Stop reading and release the consumer. Idempotent."""
+        await self._core.close()
+
+    async def __aenter__(self) -> Reader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def read_topic_partitions(
+    config: Mapping[str, Any],
+    handler: MessageHandler,
+    partitions: Mapping[TopicPartition | tuple[str, int], int],
+    **options: Any,
+) -> None:
+    """Read like :class:`Reader` until the calling task is cancelled (then close and re-raise)."""
+    reader = Reader(config, handler, partitions, **options)
+    try:
+        await reader.read()
+    finally:
+        await asyncio.shield(reader.close())

@@ -1,0 +1,631 @@
+"""The asyncio side of a confluent-kafka ``Consumer``: fetching, rebalances, commits, close.
+
+Every SDK call runs on the consumer's own :class:`~backends.kafka.threads.SdkThread` (the SDK lets
+one thread in at a time). Fetches are short (``consume`` waits at most ``POLL_SLICE`` seconds per
+call) so a commit, seek or close queued behind one waits briefly. A fetch abandoned by a cancelled
+caller is not lost: its result is kept and handed to the next caller.
+
+Two cores share that machinery:
+
+* :class:`GroupCore` subscribes to topics in a consumer group. Rebalance callbacks fire inside
+  ``consume`` on the worker thread; they run the async :class:`~broker.log.RebalanceListener` on
+  the event loop while the worker keeps serving the listener's commits and seeks. Each assigned
+  partition gets a committer; records carry it, so ``Record.ack()`` commits ``offset + 1``. When a
+  partition is revoked its committer is retired first, so late acks are dropped, never sent with a
+  stale generation. Concurrent acks are coalesced into one commit request.
+* :class:`ReaderCore` assigns partitions at explicit offsets, outside any group, and never commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+import uuid
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Final
+
+from backends.kafka import sdk
+from backends.kafka.errors import error_of, receive_error, wrap
+from backends.kafka.mapping import to_records
+from backends.kafka.threads import SdkThread
+from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, UnknownTopic
+from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
+from broker.message import Record
+
+__all__ = ["POLL_SLICE", "GroupCore", "ReaderCore"]
+
+log = logging.getLogger("backends.kafka")
+
+#: The longest single ``consume`` call, in seconds: bounds how long a queued call waits.
+POLL_SLICE: Final = 0.05
+
+TP = tuple[str, int]
+
+#: The core whose rebalance listener is running in this context (polling it there would deadlock).
+_LISTENER_OF: contextvars.ContextVar[object] = contextvars.ContextVar("kafka_listener_of", default=None)
+
+
+class _DroppingCommitter:
+    """The committer of records whose partition is gone (or of a reader): acks are dropped."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def commit(self, record: Record) -> None:
+        log.debug("ack of %s[%d]@%d dropped: %s", record.topic, record.partition, record.offset, self.reason)
+
+
+_REVOKED: Final = _DroppingCommitter("the partition is no longer assigned to this consumer")
+_READER: Final = _DroppingCommitter("readers outside a group never commit")
+
+
+class PartitionCommitter:
+    """Commits for records of one partition during one assignment of it to this member."""
+
+    __slots__ = ("acked", "core", "revoked", "tp")
+
+    def __init__(self, core: GroupCore, tp: TP) -> None:
+        self.core = core
+        self.tp = tp
+        self.revoked = False
+        self.acked = -1
+
+    async def commit(self, record: Record) -> None:
+        """Commit ``record.offset + 1`` unless a higher offset was acked or the partition is gone."""
+        await self.commit_next(record.offset + 1)
+
+    async def commit_next(self, offset: int) -> None:
+        """Commit ``offset`` as the next to read, never moving the commit backwards."""
+        if self.revoked:
+            log.debug("commit of %s[%d] at %d dropped: partition revoked", self.tp[0], self.tp[1], offset)
+            return
+        if offset <= self.acked:
+            return
+        previous, self.acked = self.acked, offset
+        try:
+            await self.core.commit({self.tp: offset})
+        except BaseException:
+            if self.acked == offset:
+                self.acked = previous
+            raise
+
+
+class _CoreBase:
+    """Fetching on the worker thread, the fetch buffer, seek/pause/resume, close."""
+
+    def __init__(self, config: dict[str, Any], *, name: str, prefetch: int, close_timeout: float) -> None:
+        ck = sdk.confluent()
+        try:
+            self.consumer = ck.Consumer(config)
+        except ck.KafkaException as exc:
+            raise wrap(exc, "cannot create a Kafka consumer") from exc
+        self.name = name
+        self.prefetch = prefetch
+        self.close_timeout = close_timeout
+        self.thread = SdkThread(f"polybroker-kafka-{name}")
+        self.closing = False
+        self.closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: asyncio.Future[list[Any]] | None = None
+        self._inflight_epoch = 0
+        self._buffer: list[Any] = []
+        self._pos = 0
+        #: Bumped by every change that can make fetched messages stale (revoke, seek, pause).
+        self._epoch = 0
+        self._seeked: dict[TP, int] = {}
+        self.paused: set[TP] = set()
+        self._error: BaseException | None = None
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    # -- owned partitions (subclasses) ----------------------------------------------------------
+    def owns(self, tp: TP) -> bool:
+        """True when records of ``tp`` may be handed out."""
+        raise NotImplementedError
+
+    def _took(self, messages: list[Any]) -> None:
+        """Hook: messages handed out."""
+
+    # -- fetching --------------------------------------------------------------------------------
+    def _consume(self, count: int, wait: float) -> list[Any]:
+        consumer = self.consumer
+        got: list[Any] = consumer.consume(count, 0)
+        if got or wait <= 0:
+            return got
+        got = consumer.consume(1, wait)
+        if got and count > 1:
+            got.extend(consumer.consume(count - 1, 0))
+        return got
+
+    def _check(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self.closing:
+            raise ClosedError(f"the Kafka consumer {self.name} is closed")
+
+    async def fetch(self, max_records: int, timeout: float | None) -> list[Any]:
+        """Up to ``max_records`` SDK messages: what is ready, else the first to arrive within ``timeout``.
+
+        Returns ``[]`` when nothing arrived in time (``timeout=None`` waits forever).
+        """
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {max_records}")
+        if _LISTENER_OF.get() is self:
+            raise RuntimeError("a rebalance listener must not poll its own consumer")
+        self._check()
+        if self._pos < len(self._buffer):
+            return self._take(max_records)
+        loop = self._loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            job = self._inflight
+            if job is None:
+                wait = POLL_SLICE if deadline is None else min(POLL_SLICE, max(0.0, deadline - loop.time()))
+                job = self._inflight = self.thread.submit(
+                    self._consume, max(self.prefetch, max_records), wait
+                )
+                self._inflight_epoch = self._epoch
+            try:
+                # Shielded: a cancelled caller leaves the job in _inflight for the next caller.
+                messages = await asyncio.shield(job)
+            except Exception as exc:
+                self._inflight = None
+                raise self._fetch_error(exc) from exc
+            self._inflight = None
+            if messages:
+                self._accept(messages, self._inflight_epoch)
+            self._check()
+            if self._pos < len(self._buffer):
+                return self._take(max_records)
+            if deadline is not None and loop.time() >= deadline:
+                return []
+
+    def _fetch_error(self, exc: Exception) -> Exception:
+        if isinstance(exc, RuntimeError) and self.closing:
+            return ClosedError(f"the Kafka consumer {self.name} is closed")
+        if isinstance(exc, sdk.confluent().KafkaException):
+            return wrap(exc, "consuming failed", ReceiveError)
+        return exc
+
+    def _take(self, count: int) -> list[Any]:
+        pos = self._pos
+        out = self._buffer[pos : pos + count]
+        pos += len(out)
+        if pos >= len(self._buffer):
+            self._buffer = []
+            pos = 0
+        self._pos = pos
+        self._took(out)
+        return out
+
+    def _accept(self, messages: list[Any], epoch: int) -> None:
+        keep = [m for m in messages if m.error() is None]
+        if len(keep) != len(messages):
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    self._on_event(message, error)
+        if epoch != self._epoch or self.paused:
+            keep = self._filter(keep, epoch)
+        if not keep:
+            return
+        if self._pos < len(self._buffer):
+            self._buffer = self._buffer[self._pos :] + keep
+        else:
+            self._buffer = keep
+        self._pos = 0
+
+    def _filter(self, messages: list[Any], epoch: int) -> list[Any]:
+        """Drop messages of partitions revoked, seeked or paused since their fetch was queued."""
+        out = []
+        rewind: dict[TP, int] = {}
+        for message in messages:
+            tp = (message.topic(), message.partition())
+            if not self.owns(tp) or self._seeked.get(tp, -1) >= epoch:
+                continue
+            if tp in self.paused:
+                offset = message.offset()
+                if tp not in rewind or offset < rewind[tp]:
+                    rewind[tp] = offset
+                continue
+            out.append(message)
+        for tp, offset in rewind.items():
+            self._post_seek(tp, offset)
+        return out
+
+    def _purge(self, tps: set[TP], *, rewind: bool) -> None:
+        """Remove buffered messages of ``tps`` (seeking back to the first one when ``rewind``)."""
+        if self._pos >= len(self._buffer):
+            return
+        kept = []
+        first: dict[TP, int] = {}
+        for message in self._buffer[self._pos :]:
+            tp = (message.topic(), message.partition())
+            if tp in tps:
+                first.setdefault(tp, message.offset())
+            else:
+                kept.append(message)
+        self._buffer, self._pos = kept, 0
+        if rewind:
+            for tp, offset in first.items():
+                self._post_seek(tp, offset)
+
+    def _on_event(self, message: Any, error: Any) -> None:
+        """An error or event in the fetched stream (partition EOF, unknown topic, fatal error)."""
+        name = error.name()
+        if name == "_PARTITION_EOF":
+            return
+        if error.fatal():
+            self._error = receive_error(error)
+            return
+        key = f"{name}:{message.topic()}"
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("%s: %s (topic %s); retrying", self.name, error.str(), message.topic())
+
+    # -- positions -------------------------------------------------------------------------------
+    def _sdk_tp(self, tp: TP, offset: int = -1001) -> Any:
+        return sdk.confluent().TopicPartition(tp[0], tp[1], offset)
+
+    def _post_seek(self, tp: TP, offset: int) -> None:
+        self.thread.post(self._seek_now, tp, offset)
+
+    def _seek_now(self, tp: TP, offset: int) -> None:
+        try:
+            self.consumer.seek(self._sdk_tp(tp, offset))
+        except Exception as exc:
+            log.warning("%s: seeking %s[%d] to %d failed: %s", self.name, tp[0], tp[1], offset, exc)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next (or OFFSET_BEGINNING / OFFSET_END)."""
+        tp = (partition[0], partition[1])
+        if not self.owns(tp):
+            raise UnknownTopic(f"{TopicPartition(*tp)} is not assigned to this consumer")
+        if offset < 0 and offset not in (OFFSET_BEGINNING, OFFSET_END):
+            raise ConfigError(f"bad offset {offset} for {TopicPartition(*tp)}")
+        self._epoch += 1
+        self._seeked[tp] = self._epoch
+        self._purge({tp}, rewind=False)
+        self._post_seek(tp, offset)
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` until resumed."""
+        tps = {(p[0], p[1]) for p in partitions}
+        if not tps:
+            return
+        self.paused |= tps
+        self._epoch += 1
+        self.thread.post(self.consumer.pause, [self._sdk_tp(tp) for tp in tps])
+        self._purge(tps, rewind=True)
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
+        tps = {(p[0], p[1]) for p in partitions}
+        if not tps:
+            return
+        self.paused -= tps
+        self.thread.post(self.consumer.resume, [self._sdk_tp(tp) for tp in tps])
+
+    # -- closing ---------------------------------------------------------------------------------
+    async def _before_close(self) -> None:
+        """Hook: the last commits."""
+
+    def _after_close(self) -> None:
+        """Hook: forget the assignment."""
+
+    async def close(self) -> None:
+        """Stop fetching, commit what is pending, leave the group, release the SDK consumer.
+
+        Waits at most ``close_timeout`` seconds for the SDK; idempotent.
+        """
+        if self.closing:
+            return
+        self.closing = True
+        self._loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # let acks already scheduled reach the commit queue
+        try:
+            async with asyncio.timeout(self.close_timeout):
+                job = self._inflight
+                if job is not None:
+                    await asyncio.gather(job, return_exceptions=True)
+                    self._inflight = None
+                await self._before_close()
+                await self.thread.submit(self.consumer.close)
+        except TimeoutError:
+            log.warning("%s: the SDK consumer did not close within %ss", self.name, self.close_timeout)
+        except Exception as exc:  # closing must not fail the caller's cleanup
+            log.warning("%s: closing failed: %r", self.name, exc)
+        finally:
+            self.closed = True
+            self.thread.stop()
+            self._buffer, self._pos = [], 0
+            self._after_close()
+
+
+class GroupCore(_CoreBase):
+    """A consumer-group member with manual commits and an optional async rebalance listener."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topics: Sequence[str],
+        *,
+        name: str,
+        prefetch: int,
+        close_timeout: float,
+        listener: RebalanceListener | None = None,
+        cooperative: bool = False,
+    ) -> None:
+        if not topics:
+            raise ConfigError("a consumer needs at least one topic")
+        super().__init__(config, name=name, prefetch=prefetch, close_timeout=close_timeout)
+        self.group = str(config.get("group.id"))
+        self.topics = tuple(topics)
+        self.listener = listener
+        self.cooperative = cooperative
+        self.assigned: set[TP] = set()
+        self.committers: dict[TP, PartitionCommitter] = {}
+        self._assigning: set[TP] = set()
+        self._pending_seeks: dict[TP, int] = {}
+        self._pending_commits: dict[TP, int] = {}
+        self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
+        self._commit_task: asyncio.Task[None] | None = None
+        self.thread.post(
+            self.consumer.subscribe,
+            list(self.topics),
+            self._on_assign,
+            self._on_revoke,
+            self._on_lost,
+        )
+
+    def owns(self, tp: TP) -> bool:
+        """True while ``tp`` is assigned to this member."""
+        return tp in self.assigned
+
+    async def records(self, max_records: int, timeout: float | None) -> list[Record]:
+        """Up to ``max_records`` records (see :meth:`fetch`), each committing through its partition."""
+        messages = await self.fetch(max_records, timeout)
+        if not messages:
+            return []
+        return to_records(messages, self.committers, _REVOKED, time.time())
+
+    # -- rebalance callbacks (worker thread) -----------------------------------------------------
+    def _call_loop(self, coro: Coroutine[Any, Any, None]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or not loop.is_running():
+            coro.close()
+            return
+        done = asyncio.run_coroutine_threadsafe(coro, loop)
+        self.thread.serve_until(done)
+        try:
+            done.result()
+        except Exception as exc:
+            log.warning("%s: the rebalance listener failed: %r", self.name, exc)
+            if self._error is None:
+                self._error = exc
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._call_loop(self._assigned_async(tps))
+        seeks, self._pending_seeks = self._pending_seeks, {}
+        if seeks:
+            for p in partitions:
+                offset = seeks.get((p.topic, p.partition))
+                if offset is not None:
+                    p.offset = offset
+            if self.cooperative:
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=False))
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=True))
+
+    async def _assigned_async(self, tps: list[TP]) -> None:
+        for tp in tps:
+            self.committers[tp] = PartitionCommitter(self, tp)
+            self.assigned.add(tp)
+            self._seeked.pop(tp, None)
+        log.debug("%s: assigned %s", self.name, tps)
+        if self.listener is not None and tps:
+            self._assigning = set(tps)
+            _LISTENER_OF.set(self)
+            try:
+                await self.listener.on_assigned(sorted(TopicPartition(*tp) for tp in tps))
+            finally:
+                self._assigning = set()
+
+    async def _revoked_async(self, tps: list[TP], *, lost: bool) -> None:
+        gone = set(tps)
+        if lost:
+            self._retire(gone)
+        if self.listener is not None and tps:
+            _LISTENER_OF.set(self)
+            await self.listener.on_revoked(sorted(TopicPartition(*tp) for tp in tps))
+        await self._drain_commits()
+        self._retire(gone)
+        log.debug("%s: %s %s", self.name, "lost" if lost else "revoked", tps)
+
+    def _retire(self, gone: set[TP]) -> None:
+        for tp in gone:
+            committer = self.committers.pop(tp, None)
+            if committer is not None:
+                committer.revoked = True
+            self.assigned.discard(tp)
+            self.paused.discard(tp)
+        self._epoch += 1
+        self._purge(gone, rewind=False)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next; inside ``on_assigned`` it sets the start offset."""
+        tp = (partition[0], partition[1])
+        if tp in self._assigning:
+            self._pending_seeks[tp] = offset
+            return
+        super().seek(partition, offset)
+
+    # -- commits ---------------------------------------------------------------------------------
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit, per partition, the next offset to read (partitions not assigned are skipped).
+
+        Concurrent calls are coalesced into one commit request. Raises ``AckError`` when the broker
+        refuses the commit of a partition this member still owns.
+        """
+        if self.closed:
+            log.debug("%s: commit after close dropped: %s", self.name, dict(offsets))
+            return
+        live = {}
+        for tp, offset in offsets.items():
+            key = (tp[0], tp[1])
+            if key in self.assigned:
+                live[key] = offset
+            else:
+                log.debug("%s: not committing %s: not assigned to this member", self.name, key)
+        if not live:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending_commits.update(live)
+        self._commit_waiters.append((future, tuple(live)))
+        if self._commit_task is None:
+            self._commit_task = loop.create_task(self._commit_rounds())
+        await future
+
+    def _commit_sync(self, offsets: dict[TP, int]) -> list[Any]:
+        result: list[Any] = self.consumer.commit(
+            offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=False
+        )
+        return result
+
+    async def _commit_rounds(self) -> None:
+        try:
+            while self._pending_commits:
+                offsets, self._pending_commits = self._pending_commits, {}
+                waiters, self._commit_waiters = self._commit_waiters, []
+                failed: dict[TP, BaseException] = {}
+                live = {tp: offset for tp, offset in offsets.items() if tp in self.assigned}
+                if live:
+                    try:
+                        for result in await self.thread.submit(self._commit_sync, live):
+                            if result.error is not None:
+                                failed[(result.topic, result.partition)] = wrap(
+                                    result.error, "commit failed", AckError
+                                )
+                    except Exception as exc:
+                        error: BaseException = (
+                            wrap(exc, "commit failed", AckError)
+                            if error_of(exc) is not None
+                            else AckError(f"commit failed: {exc!r}")
+                        )
+                        error.__cause__ = exc
+                        failed = dict.fromkeys(live, error)
+                for future, tps in waiters:
+                    if future.done():
+                        continue
+                    # A partition revoked meanwhile: its commit is dropped, not an error.
+                    errors = [failed[tp] for tp in tps if tp in failed and tp in self.assigned]
+                    if errors:
+                        future.set_exception(errors[0])
+                    else:
+                        future.set_result(None)
+        finally:
+            self._commit_task = None
+
+    async def _drain_commits(self) -> None:
+        task = self._commit_task
+        if task is not None:
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
+    async def group_metadata(self) -> Any:
+        """The SDK's consumer group metadata (for ``send_offsets`` in a transaction)."""
+        return await self.thread.submit(self.consumer.consumer_group_metadata)
+
+    async def _before_close(self) -> None:
+        await self._drain_commits()
+
+    def _after_close(self) -> None:
+        self._retire(set(self.assigned))
+
+
+class ReaderCore(_CoreBase):
+    """Assigned partitions at explicit offsets; no group, no commits."""
+
+    def __init__(self, config: dict[str, Any], *, name: str, prefetch: int, close_timeout: float) -> None:
+        config = dict(config)
+        config.setdefault("group.id", f"polybroker-reader-{uuid.uuid4().hex}")
+        super().__init__(config, name=name, prefetch=prefetch, close_timeout=close_timeout)
+        #: Next offset per assigned partition (a negative sentinel until the first record).
+        self.positions: dict[TP, int] = {}
+
+    def owns(self, tp: TP) -> bool:
+        """True while ``tp`` is assigned to this reader."""
+        return tp in self.positions
+
+    def _took(self, messages: list[Any]) -> None:
+        positions = self.positions
+        for message in messages:
+            positions[(message.topic(), message.partition())] = message.offset() + 1
+
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Add partitions, each read from its offset (or OFFSET_BEGINNING / OFFSET_END)."""
+        if self.closing:
+            raise ClosedError(f"the Kafka reader {self.name} is closed")
+        add: list[Any] = []
+        for partition, offset in positions.items():
+            tp = (partition[0], partition[1])
+            if offset < 0 and offset not in (OFFSET_BEGINNING, OFFSET_END):
+                raise ConfigError(f"bad offset {offset} for {TopicPartition(*tp)}")
+            if tp in self.positions:
+                self.seek(TopicPartition(*tp), offset)
+                self.positions[tp] = offset
+                continue
+            self.positions[tp] = offset
+            self._seeked.pop(tp, None)
+            add.append(self._sdk_tp(tp, offset))
+        if add:
+            self.thread.post(self.consumer.incremental_assign, add)
+
+    def unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop reading ``partitions``."""
+        gone = {(p[0], p[1]) for p in partitions} & set(self.positions)
+        if not gone:
+            return
+        for tp in gone:
+            del self.positions[tp]
+            self.paused.discard(tp)
+        self._epoch += 1
+        self._purge(gone, rewind=False)
+        self.thread.post(self.consumer.incremental_unassign, [self._sdk_tp(tp) for tp in gone])
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next."""
+        super().seek(partition, offset)
+        self.positions[(partition[0], partition[1])] = offset
+
+    def position(self, partition: TopicPartition) -> int:
+        """The next offset returned for ``partition``.
+
+        Right after assigning at OFFSET_BEGINNING or OFFSET_END, and before the first record of
+        the partition arrives, this is still that sentinel: the broker resolves it when fetching.
+        """
+        try:
+            return self.positions[(partition[0], partition[1])]
+        except KeyError:
+            raise UnknownTopic(f"{TopicPartition(*partition)} is not assigned to this reader") from None
+
+    async def records(self, max_records: int, timeout: float | None) -> list[Record]:
+        """Up to ``max_records`` records; their ``ack()`` does nothing (readers never commit)."""
+        messages = await self.fetch(max_records, timeout)
+        if not messages:
+            return []
+        return to_records(messages, {}, _READER, time.time())

@@ -1,0 +1,380 @@
+"""The ``broker.log`` port on Kafka: topics, partitions, watermarks, producing, groups, readers.
+
+The marker queue and the stream processor run on this port; ``backends.inmem.log`` is its
+in-memory twin, and the same behaviours are tested on both.
+
+Producing goes through one idempotent producer (its delivery reports resolve the futures
+``send`` returns); admin requests go through ``AdminClient``; each consumer and reader owns a
+confluent-kafka ``Consumer`` and its worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from backends.kafka import sdk
+from backends.kafka.admin import KafkaAdmin
+from backends.kafka.consumer import GroupCore, ReaderCore
+from backends.kafka.errors import wrap
+from backends.kafka.producer import AsyncProducer
+from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
+from backends.kafka.settings import KafkaSettings
+from broker.attributes import validate_attributes
+from broker.errors import ClosedError, PublishError, Timeout
+from broker.log import RebalanceListener, StartPosition, TopicPartition
+from broker.message import Record
+
+__all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
+
+log = logging.getLogger("backends.kafka")
+
+_names = itertools.count(1)
+
+
+def _set(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+class _RecordDelivery:
+    """The delivery callback of one record: resolves ``(TopicPartition, offset)``."""
+
+    __slots__ = ("future", "loop", "topic")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, topic: str) -> None:
+        self.loop = loop
+        self.topic = topic
+        self.future: asyncio.Future[tuple[TopicPartition, int]] = loop.create_future()
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            exc = wrap(err, f"producing to {self.topic!r} failed", PublishError)
+            self.loop.call_soon_threadsafe(_fail, self.future, exc)
+        else:
+            result = (TopicPartition(msg.topic(), msg.partition()), msg.offset())
+            self.loop.call_soon_threadsafe(_set, self.future, result)
+
+
+class KafkaLogConsumer:
+    """A LogConsumer: a member of a Kafka consumer group."""
+
+    def __init__(self, core: GroupCore) -> None:
+        self.core = core
+
+    def __repr__(self) -> str:
+        return f"<KafkaLogConsumer group={self.core.group!r} topics={list(self.core.topics)}>"
+
+    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
+        """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``.
+
+        Rebalances (and the listener's callbacks) happen inside this call.
+        """
+        return await self.core.records(max_records, timeout)
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit, per partition, the next offset to read (partitions no longer owned are skipped)."""
+        await self.core.commit({(tp[0], tp[1]): offset for tp, offset in offsets.items()})
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions currently assigned to this member."""
+        return frozenset(TopicPartition(*tp) for tp in self.core.assigned)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next (inside ``on_assigned``: start there)."""
+        self.core.seek(partition, offset)
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` until resumed."""
+        self.core.pause(partitions)
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
+        self.core.resume(partitions)
+
+    async def group_metadata(self) -> Any:
+        """The SDK's group metadata, for ``KafkaTransactionalPublisher.send_offsets``."""
+        return await self.core.group_metadata()
+
+    async def close(self) -> None:
+        """Commit what is pending and leave the group (the listener hears ``on_revoked``)."""
+        await self.core.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class KafkaLogReader:
+    """A LogReader: assigned partitions, explicit positions, no group, no commits."""
+
+    def __init__(self, core: ReaderCore) -> None:
+        self.core = core
+
+    def __repr__(self) -> str:
+        return f"<KafkaLogReader {sorted(self.core.positions)}>"
+
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Add partitions to read, each from an offset (or OFFSET_BEGINNING / OFFSET_END)."""
+        self.core.assign(positions)
+
+    def unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop reading ``partitions``."""
+        self.core.unassign(partitions)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next."""
+        self.core.seek(partition, offset)
+
+    def position(self, partition: TopicPartition) -> int:
+        """The next offset returned for ``partition`` (see :meth:`ReaderCore.position`)."""
+        return self.core.position(partition)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this reader reads."""
+        return frozenset(TopicPartition(*tp) for tp in self.core.positions)
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` until resumed."""
+        self.core.pause(partitions)
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
+        self.core.resume(partitions)
+
+    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
+        """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``."""
+        return await self.core.records(max_records, timeout)
+
+    async def close(self) -> None:
+        """Stop reading. Idempotent."""
+        await self.core.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class KafkaLog:
+    """The ``broker.log.Log`` port on a Kafka cluster."""
+
+    def __init__(self, settings: KafkaSettings, admin: KafkaAdmin | None = None) -> None:
+        self.settings = settings
+        self._own_admin = admin is None
+        self.admin = admin or KafkaAdmin(
+            common_config(settings),
+            timeout=settings.operation_timeout,
+            replication_factor=settings.replication_factor,
+        )
+        self._producer: AsyncProducer | None = None
+        self._children: list[KafkaLogConsumer | KafkaLogReader] = []
+        self._later: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<KafkaLog {self.settings.servers}>"
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ClosedError("the Kafka log is closed")
+
+    @property
+    def producer(self) -> AsyncProducer:
+        """The producer behind ``send``/``produce`` (created on first use)."""
+        if self._producer is None:
+            self._producer = AsyncProducer(
+                producer_config(self.settings),
+                name=f"log-producer-{next(_names)}",
+                close_timeout=self.settings.close_timeout,
+            )
+        return self._producer
+
+    async def create_topic(
+        self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
+    ) -> None:
+        """Create ``name``; a no-op when it exists with the same partition count (else ConfigError).
+
+        ``config`` carries topic settings such as ``{"cleanup.policy": "compact"}``.
+        """
+        self._check()
+        await self.admin.create_topic(name, partitions, config=config)
+
+    async def partitions(self, topic: str) -> int:
+        """The partition count of ``topic`` (``UnknownTopic`` if it does not exist)."""
+        self._check()
+        return await self.admin.partitions(topic)
+
+    async def watermarks(self, partition: TopicPartition) -> tuple[int, int]:
+        """``(low, high)``: the first retained offset and the offset the next record will get."""
+        self._check()
+        return await self.admin.watermarks(partition)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one record without waiting; await the result for ``(TopicPartition, offset)``.
+
+        ``partition=None`` picks the partition from the key (murmur2) or spreads unkeyed records.
+        ``value=None`` writes a tombstone.
+        """
+        self._check()
+        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"a record value must be bytes or None, got {type(value).__name__}")
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"a record key must be str or None, got {type(key).__name__}")
+        if attributes:
+            validate_attributes(attributes)
+        owner = self.producer
+        owner.check_open("produce")
+        loop = asyncio.get_running_loop()
+        delivery = _RecordDelivery(loop, topic)
+        headers = dict(attributes) if attributes else None
+        target = -1 if partition is None else partition
+        ck = sdk.confluent()
+        try:
+            owner.producer.produce(
+                topic, value, key, target, on_delivery=delivery.on_delivery, headers=headers
+            )
+        except BufferError:
+            task = loop.create_task(self._send_later(delivery, topic, value, key, target, headers))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+            return delivery.future
+        except ck.KafkaException as exc:
+            raise wrap(exc, f"cannot produce to {topic!r}", PublishError) from exc
+        owner.kick()
+        return delivery.future
+
+    async def _send_later(
+        self, delivery: _RecordDelivery, topic: str, value: Any, key: Any, partition: int, headers: Any
+    ) -> None:
+        owner = self.producer
+        while not owner.closed:
+            await owner.wait_for_room()
+            try:
+                owner.producer.produce(
+                    topic, value, key, partition, on_delivery=delivery.on_delivery, headers=headers
+                )
+            except BufferError:
+                continue
+            except Exception as exc:
+                _fail(delivery.future, wrap(exc, f"cannot produce to {topic!r}", PublishError))
+                return
+            owner.kick()
+            return
+        _fail(delivery.future, ClosedError("the Kafka log closed before the record was queued"))
+
+    async def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> tuple[TopicPartition, int]:
+        """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``."""
+        return await self.send(topic, value, key=key, partition=partition, attributes=attributes)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued record was written (``Timeout`` if some remain after ``timeout``)."""
+        self._check()
+        if self._producer is None:
+            return
+        remaining = await self._producer.flush(timeout)
+        if remaining:
+            raise Timeout(f"{remaining} record(s) still queued after {timeout}s")
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        start: StartPosition = "earliest",
+        listener: RebalanceListener | None = None,
+        **options: Any,
+    ) -> KafkaLogConsumer:
+        """Join ``group`` reading ``topics``; assignment changes reach ``listener``.
+
+        ``options`` override the connection's consumer settings (``session_timeout``, ...). A topic
+        that does not exist yet is picked up at librdkafka's next metadata refresh
+        (``topic.metadata.refresh.interval.ms``, 5 minutes unless ``consumer_config`` lowers it).
+        """
+        self._check()
+        opts = self.settings.consumer_options(start=start, **options)
+        core = GroupCore(
+            consumer_config(self.settings, opts, group),
+            list(topics),
+            name=f"log-{group}-{next(_names)}",
+            prefetch=opts.batch_size,
+            close_timeout=self.settings.close_timeout,
+            listener=listener,
+            cooperative=opts.cooperative,
+        )
+        child = KafkaLogConsumer(core)
+        self._children.append(child)
+        return child
+
+    def reader(self, **options: Any) -> KafkaLogReader:
+        """A reader outside any group (``options`` override the consumer settings)."""
+        self._check()
+        opts = self.settings.consumer_options(**options)
+        core = ReaderCore(
+            reader_config(self.settings, opts),
+            name=f"log-reader-{next(_names)}",
+            prefetch=opts.batch_size,
+            close_timeout=self.settings.close_timeout,
+        )
+        child = KafkaLogReader(core)
+        self._children.append(child)
+        return child
+
+    async def committed(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The committed offsets of ``group`` (None where nothing was committed)."""
+        self._check()
+        return await self.admin.committed(group, partitions)
+
+    async def close(self) -> None:
+        """Close every consumer and reader made here, then flush and close the producer."""
+        if self._closed:
+            return
+        self._closed = True
+        children, self._children = self._children, []
+        await asyncio.gather(*(child.close() for child in children), return_exceptions=True)
+        if self._producer is not None:
+            await self._producer.close()
+        if self._own_admin:
+            await self.admin.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,289 @@
+"""Publishing to Kafka: ``Publisher``/``Topic`` and the ``TransactionalPublisher``.
+
+``publish`` returns once the broker acknowledged the record (its delivery report arrived);
+``batch_publish`` enqueues every record first and then waits once for all their reports, so a
+batch costs one wait, not one round trip per record. Records are validated before the first one
+is enqueued. A ``timeout`` stops the wait, not the delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from backends.kafka import sdk
+from backends.kafka.errors import error_of, wrap
+from backends.kafka.mapping import check_outbound
+from backends.kafka.producer import AsyncProducer, DeliveryBatch
+from broker.errors import ClosedError, PublishError, TransactionError
+from broker.log import TopicPartition
+from broker.message import OutboundMessage, Record
+
+__all__ = ["GroupMetadataSource", "KafkaPublisher", "KafkaTopic", "KafkaTransactionalPublisher"]
+
+log = logging.getLogger("backends.kafka")
+
+
+class KafkaTopic:
+    """A publishing handle for one Kafka topic."""
+
+    __slots__ = ("_publisher", "name")
+
+    def __init__(self, publisher: KafkaPublisher, name: str) -> None:
+        self._publisher = publisher
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<KafkaTopic {self.name!r}>"
+
+    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
+        """Publish one record; returns when the broker has it."""
+        await self._publisher._publish(self.name, (message,), timeout)
+
+    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
+        """Enqueue every record, then wait once until the broker has all of them."""
+        if messages:
+            await self._publisher._publish(self.name, messages, timeout)
+
+
+class KafkaPublisher:
+    """A Publisher: one librdkafka producer shared by every topic handle."""
+
+    def __init__(self, producer: AsyncProducer) -> None:
+        self._producer = producer
+        self._topics: dict[str, KafkaTopic] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._producer.name}>"
+
+    @property
+    def producer(self) -> Any:
+        """The confluent-kafka ``Producer`` underneath (escape hatch)."""
+        return self._producer.producer
+
+    def topic(self, name: str) -> KafkaTopic:
+        """The handle for topic ``name`` (cached)."""
+        self._producer.check_open("get a topic")
+        topic = self._topics.get(name)
+        if topic is None:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"a topic name must be a non-empty string, got {name!r}")
+            topic = self._topics[name] = KafkaTopic(self, name)
+        return topic
+
+    def _before_publish(self) -> None:
+        """Hook: transactional publishers check their state here."""
+
+    async def _publish(
+        self, topic: str, messages: tuple[OutboundMessage, ...], timeout: float | None
+    ) -> None:
+        owner = self._producer
+        if owner.closed:
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        check_outbound(messages)
+        self._before_publish()
+        loop = asyncio.get_running_loop()
+        batch = DeliveryBatch(loop, len(messages))
+        on_delivery = batch.on_delivery
+        produce = owner.producer.produce
+        poll = owner.producer.poll
+        sent = 0
+        try:
+            for message in messages:
+                attributes = message.attributes
+                while True:
+                    try:
+                        if attributes:
+                            produce(
+                                topic,
+                                message.data,
+                                message.key,
+                                on_delivery=on_delivery,
+                                headers=attributes if type(attributes) is dict else dict(attributes),
+                            )
+                        else:
+                            produce(topic, message.data, message.key, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        owner.kick()
+                        await owner.wait_for_room()
+                        if owner.closed:
+                            raise ClosedError(f"publishing to {topic!r} stopped: publisher closed") from None
+                sent += 1
+                if not sent & 4095:
+                    poll(0)
+        except sdk.confluent().KafkaException as exc:
+            raise wrap(exc, f"cannot publish to {topic!r}", PublishError) from exc
+        finally:
+            if sent:
+                owner.kick()
+        await owner.wait(batch, timeout, f"publishing to {topic!r}")
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Wait until every enqueued record was delivered; returns how many are still queued."""
+        return await self._producer.flush(timeout)
+
+    async def close(self) -> None:
+        """Flush what is queued, then release the producer. Idempotent."""
+        await self._producer.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class GroupMetadataSource(Protocol):
+    """A group consumer whose offsets a transaction can commit (consume-transform-produce)."""
+
+    async def group_metadata(self) -> Any:
+        """The SDK's consumer group metadata of the member."""
+
+
+class KafkaTransactionalPublisher(KafkaPublisher):
+    """A TransactionalPublisher on a transactional producer (``transactional.id``).
+
+    ``send_offsets`` commits a group consumer's offsets inside the transaction, so the consumed
+    input and the produced output become visible together (consume-transform-produce). Reusing a
+    ``transactional_id`` fences any older producer that used it.
+    """
+
+    def __init__(self, producer: AsyncProducer, transactional_id: str, operation_timeout: float) -> None:
+        super().__init__(producer)
+        self.transactional_id = transactional_id
+        self.operation_timeout = operation_timeout
+        self._initialized = False
+        self._open = False
+
+    @staticmethod
+    def new_id() -> str:
+        """A unique transactional id (used when none is configured)."""
+        return f"polybroker-txn-{uuid.uuid4().hex}"
+
+    @property
+    def in_transaction(self) -> bool:
+        """True between ``begin()`` and ``commit()``/``abort()``."""
+        return self._open
+
+    def _before_publish(self) -> None:
+        if not self._open:
+            raise TransactionError("publish on a transactional publisher needs begin() first")
+
+    async def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return await self._producer.thread.submit(fn, *args)
+        except sdk.confluent().KafkaException as exc:
+            raise wrap(exc, what, TransactionError) from exc
+
+    async def begin(self) -> None:
+        """Start a transaction (the first call registers the ``transactional.id`` with the broker)."""
+        self._producer.check_open("begin a transaction")
+        if self._open:
+            raise TransactionError("a transaction is already open; commit or abort it first")
+        producer = self._producer.producer
+        if not self._initialized:
+            await self._call("init_transactions failed", producer.init_transactions, self.operation_timeout)
+            self._initialized = True
+        try:
+            producer.begin_transaction()
+        except sdk.confluent().KafkaException as exc:
+            raise wrap(exc, "begin_transaction failed", TransactionError) from exc
+        self._open = True
+
+    async def send_offsets(
+        self,
+        consumer: GroupMetadataSource,
+        offsets: Mapping[TopicPartition, int] | Iterable[Record],
+    ) -> None:
+        """Commit ``consumer``'s offsets as part of the transaction.
+
+        ``offsets`` maps partitions to the next offset to read, or is the records handled (their
+        highest offset + 1 per partition is committed).
+        """
+        if not self._open:
+            raise TransactionError("send_offsets needs begin() first")
+        ck = sdk.confluent()
+        if isinstance(offsets, Mapping):
+            positions = {TopicPartition(*tp): int(offset) for tp, offset in offsets.items()}
+        else:
+            positions = {}
+            for record in offsets:
+                tp = TopicPartition(record.topic, record.partition)
+                positions[tp] = max(positions.get(tp, 0), record.offset + 1)
+        if not positions:
+            return
+        metadata = await consumer.group_metadata()
+        partitions = [ck.TopicPartition(tp.topic, tp.partition, offset) for tp, offset in positions.items()]
+        await self._call(
+            "send_offsets_to_transaction failed",
+            self._producer.producer.send_offsets_to_transaction,
+            partitions,
+            metadata,
+            self.operation_timeout,
+        )
+
+    async def commit(self) -> bool:
+        """Commit; True when committed, False when the broker forced an abort (then aborted here)."""
+        if not self._open:
+            raise TransactionError("commit() without begin()")
+        owner = self._producer
+        await owner.flush(self.operation_timeout)
+        producer = owner.producer
+        for _attempt in range(3):
+            try:
+                await owner.thread.submit(producer.commit_transaction, self.operation_timeout)
+            except sdk.confluent().KafkaException as exc:
+                error = error_of(exc)
+                if error is not None and error.retriable() and not error.txn_requires_abort():
+                    continue
+                if error is not None and error.txn_requires_abort():
+                    log.warning("transaction %s must be aborted: %s", self.transactional_id, error.str())
+                    await self._abort_now()
+                    return False
+                self._open = False
+                raise wrap(exc, "commit_transaction failed", TransactionError) from exc
+            self._open = False
+            return True
+        await self._abort_now()
+        return False
+
+    async def _abort_now(self) -> None:
+        owner = self._producer
+        try:
+            await owner.thread.submit(owner.producer.abort_transaction, self.operation_timeout)
+        except sdk.confluent().KafkaException as exc:
+            raise wrap(exc, "abort_transaction failed", TransactionError) from exc
+        finally:
+            self._open = False
+            await owner.flush(0)
+
+    async def abort(self) -> bool:
+        """Abort: the transaction's records are never visible to ``read_committed`` consumers."""
+        if not self._open:
+            raise TransactionError("abort() without begin()")
+        await self._producer.flush(self.operation_timeout)
+        for _attempt in range(3):
+            try:
+                await self._abort_now()
+                return True
+            except TransactionError as exc:
+                error = error_of(exc.__cause__) if exc.__cause__ is not None else None
+                if error is None or not error.retriable():
+                    raise
+        return False
+
+    async def close(self) -> None:
+        """Abort an open transaction, then close."""
+        if self._open and not self._producer.closed:
+            try:
+                await self._abort_now()
+            except Exception as exc:
+                log.warning("aborting the open transaction at close failed: %r", exc)
+        await super().close()

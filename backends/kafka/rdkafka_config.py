@@ -1,0 +1,164 @@
+"""librdkafka configuration dicts built from :class:`~backends.kafka.settings.KafkaSettings`.
+
+Order of precedence, lowest first: our defaults, the settings' typed fields, the raw
+``librdkafka`` dict, then the role's raw dict (``producer_config`` / ``consumer_config``). Nothing
+here is forced: every key can be overridden through the raw dicts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from backends.kafka.settings import ConsumerOptions, KafkaSettings
+
+__all__ = ["common_config", "consumer_config", "producer_config", "reader_config", "redacted"]
+
+#: librdkafka's own log lines go to this logger (``logger`` config key), not to stderr.
+sdk_log = logging.getLogger("backends.kafka.librdkafka")
+
+_ACKS = {"all": "all", "leader": "1", "none": "0"}
+_SECRET_WORDS = ("password", "secret", "pem", "token", "jaas", "keytab")
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
+
+
+def security_config(settings: KafkaSettings) -> dict[str, Any]:
+    """The ``security.protocol``, ``ssl.*`` and ``sasl.*`` keys for ``settings``."""
+    out: dict[str, Any] = {}
+    mechanism = settings.sasl_mechanism
+    kerberos = settings.kerberos_keytab or settings.kerberos_principal or settings.kerberos_service_name
+    if mechanism is None and kerberos:
+        mechanism = "GSSAPI"
+    if mechanism is None and (settings.sasl_username or settings.sasl_password):
+        mechanism = "PLAIN"
+    tls = bool(
+        settings.ssl_ca_location
+        or settings.ssl_certificate_location
+        or settings.ssl_key_location
+        or settings.ssl_key_pem
+        or settings.insecure_skip_verify
+    )
+    protocol = settings.security_protocol
+    if protocol is None:
+        protocol = "sasl_ssl" if mechanism else ("ssl" if tls else "plaintext")
+    out["security.protocol"] = protocol
+    optional = {
+        "ssl.ca.location": settings.ssl_ca_location,
+        "ssl.certificate.location": settings.ssl_certificate_location,
+        "ssl.key.location": settings.ssl_key_location,
+        "ssl.key.password": settings.ssl_key_password,
+        "ssl.key.pem": settings.ssl_key_pem,
+        "sasl.username": settings.sasl_username,
+        "sasl.password": settings.sasl_password,
+        "sasl.kerberos.service.name": settings.kerberos_service_name,
+        "sasl.kerberos.principal": settings.kerberos_principal,
+        "sasl.kerberos.keytab": settings.kerberos_keytab,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    if mechanism:
+        out["sasl.mechanism"] = mechanism
+    if settings.insecure_skip_verify:
+        out["enable.ssl.certificate.verification"] = False
+        out["ssl.endpoint.identification.algorithm"] = "none"
+    return out
+
+
+def common_config(settings: KafkaSettings) -> dict[str, Any]:
+    """Keys every client shares: servers, client id, security, logging; then the raw ``librdkafka``."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.servers,
+        "client.id": settings.client_id,
+        "logger": sdk_log,
+    }
+    config.update(security_config(settings))
+    config.update(settings.librdkafka or {})
+    return config
+
+
+def producer_config(settings: KafkaSettings, *, transactional_id: str | None = None) -> dict[str, Any]:
+    """A producer's configuration (transactional when ``transactional_id`` is given)."""
+    config = common_config(settings)
+    idempotence = settings.idempotence
+    if idempotence is None:
+        idempotence = settings.acks == "all"
+    config.update(
+        {
+            "linger.ms": settings.linger * 1000,
+            "batch.size": settings.batch_bytes,
+            "queue.buffering.max.messages": settings.max_buffered_records,
+            "acks": _ACKS[settings.acks],
+            "enable.idempotence": idempotence or transactional_id is not None,
+            "compression.type": settings.compression,
+            "partitioner": settings.partitioner,
+        }
+    )
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
+        config["transaction.timeout.ms"] = _ms(settings.transaction_timeout)
+    config.update(settings.librdkafka or {})
+    config.update(settings.producer_config or {})
+    return config
+
+
+def _fetch_config(options: ConsumerOptions) -> dict[str, Any]:
+    return {
+        "fetch.min.bytes": options.fetch_min_bytes,
+        "fetch.wait.max.ms": _ms(options.fetch_max_wait),
+        "fetch.max.bytes": options.fetch_max_bytes,
+        "max.partition.fetch.bytes": options.fetch_max_bytes,
+        "isolation.level": options.isolation_level,
+    }
+
+
+def consumer_config(settings: KafkaSettings, options: ConsumerOptions, group: str) -> dict[str, Any]:
+    """A group member's configuration: manual commits, no automatic offset store."""
+    config = common_config(settings)
+    config.update(_fetch_config(options))
+    config.update(
+        {
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": options.start,
+            "session.timeout.ms": _ms(options.session_timeout),
+            "heartbeat.interval.ms": _ms(options.heartbeat_interval),
+            "max.poll.interval.ms": _ms(options.max_poll_interval),
+        }
+    )
+    if options.assignment_strategy:
+        config["partition.assignment.strategy"] = options.assignment_strategy
+    config.update(settings.librdkafka or {})
+    config.update(options.consumer_config or {})
+    return config
+
+
+def reader_config(settings: KafkaSettings, options: ConsumerOptions) -> dict[str, Any]:
+    """A reader's configuration: assigned partitions only, no commits.
+
+    It has no ``group.id``: librdkafka wants one even for a consumer that only assigns, so the
+    reader adds a unique one unless the raw dicts name it.
+    """
+    config = common_config(settings)
+    config.update(_fetch_config(options))
+    config.update(
+        {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": options.start,
+        }
+    )
+    config.update(settings.librdkafka or {})
+    config.update(options.consumer_config or {})
+    return config
+
+
+def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` safe to log: credential-like values read ``'***'``."""
+    return {
+        key: "***" if any(word in key.lower() for word in _SECRET_WORDS) and value is not None else value
+        for key, value in config.items()
+    }

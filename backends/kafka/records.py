@@ -1,0 +1,110 @@
+"""``RecordIterator`` and ``BatchedIterator`` over a consumer-group member.
+
+``Record.ack()`` commits ``offset + 1`` of its partition (acks of a partition this member lost
+in a rebalance are dropped). ``close()`` finishes pending commits, then leaves the group;
+records fetched but not handed out are read again by the partition's next owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+from backends.kafka.consumer import GroupCore
+from broker.errors import ClosedError, Timeout
+from broker.log import TopicPartition
+from broker.message import Record
+
+__all__ = ["KafkaBatchedIterator", "KafkaRecordIterator"]
+
+
+class KafkaRecordIterator:
+    """Pull records one at a time from ``topics`` as a member of ``group``."""
+
+    def __init__(self, core: GroupCore, batch_size: int, batch_timeout: float) -> None:
+        self._core = core
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} group={self._core.group!r} topics={list(self._core.topics)}>"
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        return self._core.group
+
+    @property
+    def consumer(self) -> Any:
+        """The confluent-kafka ``Consumer`` (escape hatch; call it only through ``core.thread``)."""
+        return self._core.consumer
+
+    @property
+    def core(self) -> GroupCore:
+        """The group member underneath."""
+        return self._core
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this member owns right now."""
+        return frozenset(TopicPartition(*tp) for tp in self._core.assigned)
+
+    async def group_metadata(self) -> Any:
+        """The SDK's group metadata, for ``KafkaTransactionalPublisher.send_offsets``."""
+        return await self._core.group_metadata()
+
+    async def next_record(self, timeout: float | None = None) -> Record:
+        """The next record; ``Timeout`` when none arrives within ``timeout`` seconds."""
+        records = await self._core.records(1, timeout)
+        if not records:
+            raise Timeout(f"no record within {timeout}s")
+        return records[0]
+
+    async def next_batch(self, timeout: float | None = None) -> list[Record]:
+        """The records that are ready, up to ``batch_size``; else the first to arrive in the window.
+
+        The window is ``timeout`` (default ``batch_timeout``) seconds; ``[]`` when it closes empty.
+        """
+        return await self._core.records(self.batch_size, self.batch_timeout if timeout is None else timeout)
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Record]:
+        while True:
+            try:
+                yield await self.next_record()
+            except ClosedError:
+                return
+
+    def batches(self) -> AsyncIterator[list[Record]]:
+        """Iterate over non-empty batches until closed."""
+        return self._iterate_batches()
+
+    async def _iterate_batches(self) -> AsyncIterator[list[Record]]:
+        while True:
+            try:
+                batch = await self.next_batch()
+            except ClosedError:
+                return
+            if batch:
+                yield batch
+
+    async def close(self) -> None:
+        """Commit what is pending, leave the group. Idempotent."""
+        await self._core.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class KafkaBatchedIterator(KafkaRecordIterator):
+    """The batched view: ``async for`` yields non-empty batches."""
+
+    def __aiter__(self) -> AsyncIterator[list[Record]]:  # type: ignore[override]
+        return self.batches()

@@ -1,0 +1,240 @@
+"""Settings of the Kafka backend: connection and security, producer defaults, consumer defaults.
+
+``kafka://host:9092,host2:9092?group_id=orders&linger=0.005`` fills :class:`KafkaSettings`; every
+query key is a field name here. Defaults follow the seed library (lib-brokers on franz-go) where
+librdkafka has the same knob, with three documented departures:
+
+* ``max_buffered_records`` is librdkafka's 100,000, not the seed's 40: librdkafka refuses new
+  records once the buffer is full, so 40 would cap every ``batch_publish`` at 40 records per
+  round trip.
+* ``isolation_level`` is ``read_committed`` (librdkafka's default; the seed read uncommitted data
+  unless its consumer was transactional). An aborted transaction must never reach a portable
+  consumer; the conformance suite checks it.
+* ``partitioner`` is ``murmur2_random``, the Java client's (and franz-go's) key hash, so keyed records
+  land where ``broker.partitioning.partition_for`` and other Kafka clients put them.
+
+Security settings pass through to librdkafka. Fields made with :func:`broker.settings.secret` (and
+the raw ``librdkafka``/``producer_config``/``consumer_config`` dicts, which may carry credentials)
+never show in ``repr`` or :func:`broker.settings.describe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from broker.errors import ConfigError
+from broker.settings import secret
+
+__all__ = ["ConsumerOptions", "KafkaSettings"]
+
+MiB = 1024 * 1024
+
+Start = Literal["earliest", "latest"]
+Isolation = Literal["read_committed", "read_uncommitted"]
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """Per-consumer options of ``records()`` / ``batched_records()`` / ``log().consumer()``.
+
+    Unset options come from :class:`KafkaSettings`; times are in seconds.
+    """
+
+    #: Where a group with no committed offset starts (librdkafka ``auto.offset.reset``).
+    start: Start = "earliest"
+    #: Records fetched per call to the SDK; also the largest batch a batched iterator returns.
+    batch_size: int = 100
+    #: ``fetch.min.bytes``: the broker waits for this much data (or ``fetch_max_wait``).
+    fetch_min_bytes: int = 100
+    #: ``fetch.wait.max.ms`` in seconds.
+    fetch_max_wait: float = 5.0
+    #: ``fetch.max.bytes`` and ``max.partition.fetch.bytes``.
+    fetch_max_bytes: int = 10 * MiB
+    #: ``read_committed`` hides aborted and open transactions.
+    isolation_level: Isolation = "read_committed"
+    #: ``session.timeout.ms`` in seconds: a silent member is removed after this long.
+    session_timeout: float = 45.0
+    #: ``heartbeat.interval.ms`` in seconds.
+    heartbeat_interval: float = 3.0
+    #: ``max.poll.interval.ms`` in seconds.
+    max_poll_interval: float = 300.0
+    #: ``partition.assignment.strategy`` (None: librdkafka's ``range,roundrobin``).
+    assignment_strategy: str | None = None
+    #: Raw librdkafka consumer settings applied last (may hold credentials: never shown).
+    consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.fetch_min_bytes < 1:
+            raise ConfigError(f"fetch_min_bytes must be >= 1, got {self.fetch_min_bytes}")
+        if self.fetch_max_wait < 0:
+            raise ConfigError(f"fetch_max_wait must be >= 0, got {self.fetch_max_wait}")
+        _positive("fetch_max_bytes", self.fetch_max_bytes)
+        _positive("session_timeout", self.session_timeout)
+        _positive("heartbeat_interval", self.heartbeat_interval)
+        _positive("max_poll_interval", self.max_poll_interval)
+        if self.heartbeat_interval >= self.session_timeout:
+            raise ConfigError(
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be below "
+                f"session_timeout ({self.session_timeout}s)"
+            )
+
+    @property
+    def cooperative(self) -> bool:
+        """True when the assignment strategy rebalances incrementally (cooperative-sticky)."""
+        return "cooperative" in (self.assignment_strategy or "")
+
+
+#: Names of the ConsumerOptions fields that KafkaSettings carries as defaults.
+CONSUMER_FIELDS = (
+    "start",
+    "batch_size",
+    "fetch_min_bytes",
+    "fetch_max_wait",
+    "fetch_max_bytes",
+    "isolation_level",
+    "session_timeout",
+    "heartbeat_interval",
+    "max_poll_interval",
+    "assignment_strategy",
+    "consumer_config",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """Everything ``kafka://`` accepts. Times are in seconds, sizes in bytes."""
+
+    # -- connection --------------------------------------------------------------------------
+    #: Seed brokers (the URL's hosts); the rest of the cluster is discovered from them.
+    bootstrap_servers: tuple[str, ...] = ("127.0.0.1:9092",)
+    #: ``client.id`` reported to the brokers.
+    client_id: str = "polybroker"
+    #: Consumer group used by ``records()`` when no group is passed.
+    group_id: str | None = None
+    #: How long admin requests, commits and transaction steps may take.
+    operation_timeout: float = 30.0
+    #: How long ``close()`` waits for the SDK (leaving the group, flushing) before giving up.
+    close_timeout: float = 10.0
+
+    # -- security (passed through to librdkafka) ---------------------------------------------
+    #: ``plaintext``, ``ssl``, ``sasl_plaintext`` or ``sasl_ssl``. None: ``sasl_ssl`` when a SASL
+    #: mechanism is set (credentials never travel in clear by default, as in the seed), ``ssl``
+    #: when a TLS file is set, else ``plaintext``.
+    security_protocol: Literal["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"] | None = None
+    #: CA bundle that verifies the brokers' certificates (``ssl.ca.location``).
+    ssl_ca_location: str | None = None
+    #: Client certificate for mutual TLS (``ssl.certificate.location``).
+    ssl_certificate_location: str | None = None
+    #: Client private key (``ssl.key.location``).
+    ssl_key_location: str | None = None
+    #: Password of the client private key.
+    ssl_key_password: str | None = secret()
+    #: Client private key as PEM text (``ssl.key.pem``).
+    ssl_key_pem: str | None = secret()
+    #: Skip verifying the brokers' certificates and host names: for tests only.
+    insecure_skip_verify: bool = False
+    #: ``PLAIN``, ``SCRAM-SHA-256``, ``SCRAM-SHA-512``, ``GSSAPI`` (Kerberos) or ``OAUTHBEARER``;
+    #: ``PLAIN`` when only a username and password are given.
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] | None = None
+    #: SASL username (the URL's user).
+    sasl_username: str | None = None
+    #: SASL password (the URL's password).
+    sasl_password: str | None = secret()
+    #: Kerberos service name of the brokers (``sasl.kerberos.service.name``).
+    kerberos_service_name: str | None = None
+    #: Kerberos principal of this client (``user@REALM``).
+    kerberos_principal: str | None = None
+    #: Kerberos keytab file.
+    kerberos_keytab: str | None = None
+
+    # -- escape hatches ----------------------------------------------------------------------
+    #: Raw librdkafka settings for every client, applied after everything above.
+    librdkafka: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
+    #: Raw librdkafka settings for producers only, applied last.
+    producer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
+
+    # -- producer ----------------------------------------------------------------------------
+    #: ``linger.ms`` in seconds: how long a partition's batch waits for more records (seed: 10 ms).
+    linger: float = 0.01
+    #: ``batch.size``: the largest record batch in bytes (seed: 5 MiB).
+    batch_bytes: int = 5 * MiB
+    #: ``queue.buffering.max.messages``: records buffered before produce waits for room.
+    max_buffered_records: int = 100_000
+    #: ``all`` (every in-sync replica, the seed's default), ``leader`` or ``none``.
+    acks: Literal["all", "leader", "none"] = "all"
+    #: Idempotent producer; None: on exactly when ``acks`` is ``all`` (as in the seed).
+    idempotence: bool | None = None
+    #: ``snappy`` (the seed's first choice), ``zstd``, ``gzip``, ``lz4`` or ``none``.
+    compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
+    #: librdkafka ``partitioner`` for keyed records.
+    partitioner: str = "murmur2_random"
+    #: Default ``transactional.id`` of ``transactional_publisher()`` (None: a unique one each time).
+    transactional_id: str | None = None
+    #: ``transaction.timeout.ms`` in seconds.
+    transaction_timeout: float = 60.0
+    #: Replication factor of topics the log port creates (-1: the broker's default).
+    replication_factor: int = -1
+
+    # -- consumer defaults (see ConsumerOptions) ---------------------------------------------
+    start: Start = "earliest"
+    batch_size: int = 100
+    fetch_min_bytes: int = 100
+    fetch_max_wait: float = 5.0
+    fetch_max_bytes: int = 10 * MiB
+    isolation_level: Isolation = "read_committed"
+    session_timeout: float = 45.0
+    heartbeat_interval: float = 3.0
+    max_poll_interval: float = 300.0
+    assignment_strategy: str | None = None
+    consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers or not all(self.bootstrap_servers):
+            raise ConfigError("kafka needs at least one bootstrap server (kafka://host:port)")
+        for server in self.bootstrap_servers:
+            host, _, port = server.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"bootstrap server {server!r} is not host:port")
+        _positive("operation_timeout", self.operation_timeout)
+        _positive("close_timeout", self.close_timeout)
+        _positive("transaction_timeout", self.transaction_timeout)
+        if self.linger < 0:
+            raise ConfigError(f"linger must be >= 0 seconds, got {self.linger}")
+        _positive("batch_bytes", self.batch_bytes)
+        _positive("max_buffered_records", self.max_buffered_records)
+        if self.group_id == "":
+            raise ConfigError("group_id must not be empty (leave it unset instead)")
+        if self.sasl_mechanism == "GSSAPI" and self.sasl_password:
+            raise ConfigError("Kerberos (GSSAPI) and a SASL password cannot be used together")
+        kerberos = self.kerberos_keytab or self.kerberos_principal or self.kerberos_service_name
+        if kerberos and self.sasl_mechanism not in (None, "GSSAPI"):
+            raise ConfigError(
+                f"Kerberos settings were given with sasl_mechanism={self.sasl_mechanism}; "
+                "one SASL mechanism at a time"
+            )
+        if kerberos and self.sasl_password:
+            raise ConfigError("Kerberos settings and a SASL password cannot be used together")
+        self.consumer_options()  # validates the consumer defaults
+
+    def consumer_options(self, **overrides: Any) -> ConsumerOptions:
+        """The consumer options of this connection, with ``overrides`` (already typed) applied."""
+        values = {name: getattr(self, name) for name in CONSUMER_FIELDS}
+        values.update(overrides)
+        return ConsumerOptions(**values)
+
+    def consumer_defaults(self) -> dict[str, Any]:
+        """The consumer option defaults, by name (for ``build_settings(ConsumerOptions, ...)``)."""
+        return {name: getattr(self, name) for name in CONSUMER_FIELDS}
+
+    @property
+    def servers(self) -> str:
+        """``bootstrap.servers`` as librdkafka takes it."""
+        return ",".join(self.bootstrap_servers)

@@ -1,0 +1,140 @@
+"""One daemon thread per SDK object: blocking calls leave the event loop, in submission order.
+
+confluent-kafka's ``Consumer`` lets one thread in at a time (a call from a second thread waits
+until the first returns), and its rebalance callbacks run inside ``consume()``. So every call on
+a consumer goes through one :class:`SdkThread`; while a callback waits for the event loop (to run
+an async rebalance listener), :meth:`SdkThread.serve_until` keeps executing the calls the
+listener submits (commits, seeks) on the same thread, which the SDK allows from inside its
+callbacks.
+
+The thread is a daemon and is never joined: a call stuck in the SDK cannot hang interpreter exit,
+and ``close()`` of the resources above gives up waiting after its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+__all__ = ["SdkThread"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("backends.kafka")
+
+_STOP: Final = object()
+_WAKE: Final = object()
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+class SdkThread:
+    """A worker thread running callables one at a time; results come back as asyncio futures."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<SdkThread {self.name}>"
+
+    @property
+    def ident(self) -> int | None:
+        """The worker thread's id (None before the first call)."""
+        return self._thread.ident if self._thread is not None else None
+
+    def in_thread(self) -> bool:
+        """True when called from the worker thread itself."""
+        return self._thread is not None and threading.get_ident() == self._thread.ident
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run ``fn(*args)`` on the worker; the returned future (of the running loop) gets its result.
+
+        Cancelling the future does not stop the call: the SDK call runs to its end.
+        """
+        if self._stopped:
+            raise RuntimeError(f"{self.name} is stopped")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._thread is None:
+            self._start()
+        self._queue.put((fn, args, future, loop))
+        return future
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the worker without waiting; a failure is logged."""
+        if self._stopped:
+            return
+        if self._thread is None:
+            self._start()
+        self._queue.put((fn, args, None, None))
+
+    def serve_until(self, done: concurrent.futures.Future[Any]) -> None:
+        """From the worker thread: execute submitted calls until ``done`` completes."""
+        done.add_done_callback(lambda _: self._queue.put(_WAKE))
+        while not done.done():
+            item = self._queue.get()
+            if item is _WAKE:
+                continue
+            if item is _STOP:
+                self._queue.put(_STOP)  # let the outer loop see it too
+                return
+            self._execute(item)
+
+    def stop(self) -> None:
+        """Let the worker finish what was submitted, then end (never blocks)."""
+        if not self._stopped:
+            self._stopped = True
+            if self._thread is not None:
+                self._queue.put(_STOP)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if item is _WAKE:
+                continue
+            self._execute(item)
+
+    @staticmethod
+    def _execute(item: tuple[Callable[..., Any], tuple[Any, ...], Any, Any]) -> None:
+        fn, args, future, loop = item
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # delivered to the awaiting coroutine
+            if future is None:
+                log.warning("background SDK call %s failed: %r", getattr(fn, "__name__", fn), exc)
+                return
+            try:
+                loop.call_soon_threadsafe(_set_exception, future, exc)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+            return
+        if future is not None:
+            try:
+                loop.call_soon_threadsafe(_set_result, future, result)
+            except RuntimeError:
+                pass

@@ -1,0 +1,40 @@
+"""Fixtures of the Kafka integration tests: one Tansu for the session, a backend per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+import broker
+from backends.kafka.backend import KafkaBackend
+from broker.devserver import ProcessServer
+from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, TEST_QUERY, tansu
+
+
+@pytest.fixture(scope="session")
+def tansu_server() -> Iterator[ProcessServer]:
+    with tansu() as server:
+        yield server
+
+
+@pytest.fixture
+def kafka_url(tansu_server: ProcessServer) -> str:
+    return f"{tansu_server.url}?{TEST_QUERY}"
+
+
+@pytest.fixture
+async def backend(kafka_url: str) -> AsyncIterator[KafkaBackend]:
+    opened = broker.connect(kafka_url)
+    assert isinstance(opened, KafkaBackend)
+    async with opened:
+        yield opened
+
+
+@pytest.fixture
+async def exact_backend(kafka_url: str) -> AsyncIterator[KafkaBackend]:
+    """A backend whose producers send one record per batch (Tansu's watermark bug)."""
+    opened = broker.connect({"url": kafka_url, "producer_config": ONE_RECORD_PER_BATCH})
+    assert isinstance(opened, KafkaBackend)
+    async with opened:
+        yield opened

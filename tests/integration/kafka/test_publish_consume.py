@@ -1,0 +1,349 @@
+"""Publishing and group consumption on a real Kafka-compatible broker (Tansu)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+import broker
+from backends.kafka.backend import KafkaBackend
+from backends.kafka.records import KafkaRecordIterator
+from broker import OutboundMessage, Record
+from broker.errors import ClosedError, InvalidAttributes, Timeout
+from broker.log import TopicPartition
+from broker.partitioning import partition_for
+from tests.integration.kafka.support import unique
+
+PATIENCE = 15.0
+
+
+async def collect(iterator: KafkaRecordIterator, count: int, *, ack: bool = True) -> list[Record]:
+    out: list[Record] = []
+    async with asyncio.timeout(PATIENCE):
+        while len(out) < count:
+            record = await iterator.next_record()
+            if ack:
+                await record.ack()
+            out.append(record)
+    return out
+
+
+async def drain(iterator: KafkaRecordIterator, quiet: float = 1.0) -> list[Record]:
+    out: list[Record] = []
+    while True:
+        try:
+            record = await iterator.next_record(timeout=quiet)
+        except Timeout:
+            return out
+        await record.ack()
+        out.append(record)
+
+
+async def wait_for_assignment(*iterators: KafkaRecordIterator, partitions: int) -> list[list[Record]]:
+    """Poll every member until each owns something and together they own ``partitions``.
+
+    Returns what each member read meanwhile (unacked).
+    """
+    taken: list[list[Record]] = [[] for _ in iterators]
+
+    async def poll(index: int, it: KafkaRecordIterator) -> None:
+        try:
+            taken[index].append(await it.next_record(timeout=0.1))
+        except Timeout:
+            pass
+
+    async with asyncio.timeout(PATIENCE):
+        while True:
+            await asyncio.gather(*(poll(i, it) for i, it in enumerate(iterators)))
+            owned = [it.assignment() for it in iterators]
+            if all(owned) and sum(len(o) for o in owned) == partitions:
+                return taken
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(PATIENCE):
+        while not condition():  # noqa: ASYNC110 - plain state with no event to wait on
+            await asyncio.sleep(0.02)
+
+
+async def test_round_trip_of_data_key_attributes_and_times(backend: KafkaBackend) -> None:
+    topic = unique("rt")
+    await backend.admin.create_topic(topic, 3)
+    sent = [
+        OutboundMessage(b"hello", key="k1", attributes={"a": "1", "trace": "xyz"}),
+        OutboundMessage(b"", key=None),
+        OutboundMessage("naïve ☃ 東京".encode(), key="ключ", attributes={"lang": "ünï"}),
+    ]
+    before = time.time()
+    async with backend.publisher() as publisher:
+        for message in sent:
+            await publisher.topic(topic).publish(message)
+    async with backend.records(topic, unique("g")) as records:
+        got = await collect(records, len(sent))
+        assert await drain(records, 0.5) == []
+    by_value = {r.value: r for r in got}
+    assert set(by_value) == {m.data for m in sent}
+    for message in sent:
+        record = by_value[message.data]
+        assert record.key == message.key
+        assert dict(record.attributes) == dict(message.attributes)
+        assert record.publish_time is not None and before - 1 <= record.publish_time <= time.time() + 1
+        assert record.ingestion_time is not None and record.ingestion_time >= record.publish_time - 1
+        assert record.raw is not None
+        if message.key is not None:
+            assert record.partition == partition_for(message.key.encode(), 3)
+
+
+async def test_batch_publish_delivers_every_record_once_in_key_order(backend: KafkaBackend) -> None:
+    topic = unique("batch")
+    await backend.admin.create_topic(topic, 4)
+    count = 2000
+    messages = [OutboundMessage(f"{i % 10}:{i}".encode(), key=f"k{i % 10}") for i in range(count)]
+    async with backend.publisher() as publisher:
+        await publisher.topic(topic).batch_publish(*messages)
+    seen: list[Record] = []
+    async with backend.batched_records(topic, unique("g"), batch_size=300, batch_timeout=0.5) as batches:
+        async with asyncio.timeout(PATIENCE):
+            while len(seen) < count:
+                batch = await batches.next_batch()
+                assert len(batch) <= 300
+                seen.extend(batch)
+                await broker.commit_highest_offsets(batch)
+        assert await batches.next_batch(timeout=0.5) == []
+    values = Counter(int((r.value or b"").split(b":")[1]) for r in seen)
+    assert set(values) == set(range(count)) and max(values.values()) == 1
+    for key in range(10):
+        order = [int((r.value or b"").split(b":")[1]) for r in seen if r.key == f"k{key}"]
+        assert order == sorted(order), f"order of k{key} broken"
+
+
+async def test_bad_input_raises_before_anything_is_sent(backend: KafkaBackend) -> None:
+    topic = unique("bad")
+    await backend.admin.create_topic(topic, 1)
+    async with backend.publisher() as publisher:
+        handle = publisher.topic(topic)
+        with pytest.raises(InvalidAttributes):
+            await handle.batch_publish(OutboundMessage(b"ok"), OutboundMessage(b"x", attributes={"n": 1}))  # type: ignore[dict-item]
+        with pytest.raises(TypeError):
+            await handle.publish(OutboundMessage("text"))  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await handle.publish(OutboundMessage(b"x", key=7))  # type: ignore[arg-type]
+        await handle.publish(OutboundMessage(b"sentinel"))
+    async with backend.records(topic, unique("g")) as records:
+        (first,) = await collect(records, 1)
+        assert first.value == b"sentinel" and first.offset == 0
+
+
+async def test_publish_after_close_raises_and_close_is_idempotent(backend: KafkaBackend) -> None:
+    publisher = backend.publisher()
+    handle = publisher.topic(unique("closed"))
+    await publisher.close()
+    await publisher.close()
+    with pytest.raises(ClosedError):
+        await handle.publish(OutboundMessage(b"late"))
+    with pytest.raises(ClosedError):
+        publisher.topic("other")
+
+
+async def test_two_members_split_the_partitions_without_duplicates(backend: KafkaBackend) -> None:
+    topic = unique("split")
+    group = unique("g")
+    await backend.admin.create_topic(topic, 4)
+    async with backend.records(topic, group) as first, backend.records(topic, group) as second:
+        assert await wait_for_assignment(first, second, partitions=4) == [[], []]
+        assert first.assignment().isdisjoint(second.assignment())
+        count = 200
+        async with backend.publisher() as publisher:
+            await publisher.topic(topic).batch_publish(
+                *(OutboundMessage(str(i).encode(), key=f"key-{i}") for i in range(count))
+            )
+        seen: dict[str, list[int]] = {"first": [], "second": []}
+
+        async def take(name: str, it: KafkaRecordIterator) -> None:
+            while len(seen["first"]) + len(seen["second"]) < count:
+                try:
+                    record = await it.next_record(timeout=0.2)
+                except Timeout:
+                    continue
+                assert TopicPartition(record.topic, record.partition) in it.assignment()
+                await record.ack()
+                seen[name].append(int(record.value or b""))
+
+        async with asyncio.timeout(PATIENCE):
+            await asyncio.gather(take("first", first), take("second", second))
+    everything = seen["first"] + seen["second"]
+    assert sorted(everything) == list(range(count)), "records were lost or read twice"
+    assert seen["first"] and seen["second"], "one member got all the work"
+
+
+async def test_commit_and_restart_loses_nothing_and_repeats_nothing(backend: KafkaBackend) -> None:
+    topic = unique("restart")
+    group = unique("g")
+    await backend.admin.create_topic(topic, 3)
+    count = 90
+    async with backend.publisher() as publisher:
+        await publisher.topic(topic).batch_publish(
+            *(OutboundMessage(str(i).encode(), key=f"k{i % 9}") for i in range(count))
+        )
+    async with backend.records(topic, group) as records:
+        handled = await collect(records, 40)
+        await collect(records, 1, ack=False)  # taken, never acked: read again after the restart
+    async with backend.records(topic, group) as records:
+        rest = await collect(records, count - 40)
+        rest += await drain(records)
+    values = Counter(int(r.value or b"") for r in handled + rest)
+    assert set(values) == set(range(count)), f"lost: {set(range(count)) - set(values)}"
+    assert all(n == 1 for n in values.values()), "an acked record was read again"
+    committed = await backend.log().committed(group, [TopicPartition(topic, p) for p in range(3)])
+    assert sum(v or 0 for v in committed.values()) == count
+
+
+async def test_acks_of_a_partition_moved_to_another_member_are_dropped(backend: KafkaBackend) -> None:
+    topic = unique("moved")
+    group = unique("g")
+    log = backend.log()
+    await log.create_topic(topic, 2)
+    await log.produce(topic, b"zero", partition=0)
+    await log.produce(topic, b"one", partition=1)
+    first = backend.records(topic, group)
+    held = await collect(first, 2, ack=False)
+    second = backend.records(topic, group)
+    _, read_by_second = await wait_for_assignment(first, second, partitions=2)
+    moved = next(r for r in held if TopicPartition(r.topic, r.partition) in second.assignment())
+    tp = TopicPartition(topic, moved.partition)
+    await moved.ack()  # from a partition this member lost: dropped, not committed with a stale generation
+    assert await log.committed(group, [tp]) == {tp: None}
+    # The new owner reads it again (at-least-once), and its own ack commits.
+    if not read_by_second:
+        read_by_second = await collect(second, 1, ack=False)
+    (again,) = read_by_second
+    assert (again.partition, again.value) == (moved.partition, moved.value)
+    await again.ack()
+    assert await log.committed(group, [tp]) == {tp: 1}
+    await first.close()
+    await second.close()
+
+
+async def test_one_member_reads_several_topics(backend: KafkaBackend) -> None:
+    first, second = unique("multi-a"), unique("multi-b")
+    for name in (first, second):
+        await backend.admin.create_topic(name, 2)
+    async with backend.publisher() as publisher:
+        await publisher.topic(first).batch_publish(*(OutboundMessage(f"a{i}".encode()) for i in range(10)))
+        await publisher.topic(second).batch_publish(*(OutboundMessage(f"b{i}".encode()) for i in range(10)))
+    async with backend.records(f"{first},{second}", unique("g")) as records:
+        got = await collect(records, 20)
+        assert len(records.assignment()) == 4
+    assert Counter(r.topic for r in got) == {first: 10, second: 10}
+    assert sorted(r.value or b"" for r in got) == sorted(
+        [f"a{i}".encode() for i in range(10)] + [f"b{i}".encode() for i in range(10)]
+    )
+
+
+async def test_close_commits_acks_in_flight(backend: KafkaBackend) -> None:
+    topic = unique("final")
+    group = unique("g")
+    await backend.admin.create_topic(topic, 1)
+    async with backend.publisher() as publisher:
+        await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(20)))
+    records = backend.records(topic, group)
+    taken = await collect(records, 12, ack=False)
+    acks = [asyncio.ensure_future(r.ack()) for r in taken]  # not awaited before close
+    await records.close()
+    await asyncio.gather(*acks)
+    tp = TopicPartition(topic, 0)
+    assert await backend.log().committed(group, [tp]) == {tp: 12}
+    async with backend.records(topic, group) as again:
+        rest = await collect(again, 8)
+        assert await drain(again, 0.5) == []
+    assert [int(r.value or b"") for r in rest] == list(range(12, 20))
+
+
+async def test_close_wakes_a_waiting_consumer_and_cancel_loses_nothing(backend: KafkaBackend) -> None:
+    topic = unique("wake")
+    await backend.admin.create_topic(topic, 1)
+    records = backend.records(topic, unique("g"))
+    waiting = asyncio.ensure_future(records.next_record())
+    await until(lambda: records.core._inflight is not None)  # the call waits on the broker
+    started = time.monotonic()
+    await records.close()
+    with pytest.raises(ClosedError):
+        await waiting
+    assert time.monotonic() - started < 2.0
+    await records.close()
+    with pytest.raises(ClosedError):
+        await records.next_record(timeout=0.1)
+
+    async with backend.records(topic, unique("g")) as records:
+        pending = asyncio.ensure_future(records.next_record())
+        await until(lambda: bool(records.assignment()))  # joined and fetching
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        async with backend.publisher() as publisher:
+            await publisher.topic(topic).publish(OutboundMessage(b"after-cancel"))
+        (record,) = await collect(records, 1)
+        assert record.value == b"after-cancel"
+
+
+async def test_batches_are_bounded_and_empty_after_the_window(backend: KafkaBackend) -> None:
+    topic = unique("window")
+    await backend.admin.create_topic(topic, 1)
+    async with backend.batched_records(topic, unique("g"), batch_size=7, batch_timeout=0.3) as batches:
+        assert await batches.next_batch(timeout=1.5) == []  # joins, nothing there
+        async with backend.publisher() as publisher:
+            await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(20)))
+        sizes: list[int] = []
+        async with asyncio.timeout(PATIENCE):
+            while sum(sizes) < 20:
+                batch = await batches.next_batch()
+                sizes.append(len(batch))
+                await broker.commit_highest_offsets(batch)
+        assert max(sizes) <= 7
+        started = time.monotonic()
+        assert await batches.next_batch() == []
+        assert 0.25 <= time.monotonic() - started < 2.0
+
+
+async def test_start_latest_reads_only_new_records(exact_backend: KafkaBackend) -> None:
+    topic = unique("latest")
+    log = exact_backend.log()
+    await log.create_topic(topic, 1)
+    for i in range(5):
+        await log.produce(topic, f"old-{i}".encode())
+    async with exact_backend.records(topic, unique("g"), start="latest") as records:
+        # The member resolves "latest" some time after joining; probe until it reads something.
+        probes = 0
+        async with asyncio.timeout(PATIENCE):
+            while True:
+                await log.produce(topic, f"probe-{probes}".encode())
+                probes += 1
+                try:
+                    first = await records.next_record(timeout=0.2)
+                    break
+                except Timeout:
+                    continue
+        await log.produce(topic, b"new")
+        rest = [first]
+        async with asyncio.timeout(PATIENCE):
+            while rest[-1].value != b"new":
+                rest.append(await records.next_record())
+    values = [r.value or b"" for r in rest]
+    assert not any(v.startswith(b"old") for v in values), values
+    assert [r.offset for r in rest] == list(range(rest[0].offset, rest[0].offset + len(rest)))
+    assert rest[-1].offset == 5 + probes
+
+
+async def test_a_default_group_comes_from_the_url(kafka_url: str) -> None:
+    async with broker.connect(f"{kafka_url}&group_id=from-url") as backend:
+        assert isinstance(backend, KafkaBackend)
+        async with backend.records(unique("t")) as records:
+            assert records.group == "from-url"
+    async with broker.connect(kafka_url) as backend:
+        assert isinstance(backend, KafkaBackend)
+        with pytest.raises(broker.errors.ConfigError, match="group"):
+            backend.records("t")
