@@ -11,6 +11,13 @@ from backends.kafka.consumer import GroupCore
 from backends.kafka.log import KafkaLog
 from backends.kafka.producer import AsyncProducer
 from backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
+from backends.kafka.queue import (
+    QueueBatchedMessageIterator,
+    QueueMessageIterator,
+    RedeliveryTracker,
+    open_messages,
+)
+from backends.kafka.queue.config import queue_config_for_topic
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
 from backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
 from backends.kafka.settings import ConsumerOptions, KafkaSettings
@@ -21,13 +28,23 @@ from broker.settings import build_settings
 
 __all__ = ["CAPABILITIES", "KafkaBackend"]
 
-#: What Kafka offers natively. Per-message acknowledgement (``messages``) comes with the marker queue.
+#: Kafka's log natively; per-message acknowledgement (``messages``) through the marker-topic queue.
 CAPABILITIES = Capabilities(
     persistent=True,
     per_key_order=True,
     records=True,
     transactions=True,
     replay=True,
+    messages=True,
+    nack_redelivers=True,
+    delayed_nack=True,
+    ack_deadline=True,
+    in_progress=True,
+    delivery_attempt=True,
+    dead_letter=True,
+    competing_consumers=True,
+    # librdkafka's default message.max.bytes; START markers carry the payload plus ~100 bytes.
+    max_message_bytes=1_000_000,
 )
 
 _names = itertools.count(1)
@@ -149,6 +166,65 @@ class KafkaBackend(BackendBase):
         opts = self._options(options)
         iterator = KafkaBatchedIterator(self._core(topics, group, opts), opts.batch_size, batch_timeout)
         return self._track(iterator)  # type: ignore[no-any-return]
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> QueueMessageIterator:
+        """Per-message acknowledgement on ``topic`` through the marker-topic queue.
+
+        Every subscription sees every message of the topic; consumers of one subscription split the
+        partitions. ``ack()`` writes an END marker, ``nack(delay)`` asks for redelivery after
+        ``delay``, ``in_progress()`` a KEEPALIVE; a message neither settled nor kept alive for
+        ``ack_deadline`` seconds (default 60) is redelivered by a tracker. Each consumer runs one
+        (``embedded_tracker=False`` to run them apart: ``queue_tracker()`` / ``broker queue
+        tracker``). Other options: ``marker_topic`` (default ``<topic>.markers``),
+        ``max_attempts`` + ``dead_letter_topic``, and the rest of
+        :class:`~backends.kafka.queue.QueueConfig`.
+        """
+        return self._queue_iterator(topic, subscription, None, 1.0, options)
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> QueueBatchedMessageIterator:
+        """Like :meth:`messages`, in batches of what the consumer has buffered (up to ``batch_size``)."""
+        iterator = self._queue_iterator(topic, subscription, batch_size, batch_timeout, options)
+        assert isinstance(iterator, QueueBatchedMessageIterator)
+        return iterator
+
+    def _queue_iterator(
+        self,
+        topic: str,
+        subscription: str,
+        batch_size: int | None,
+        batch_timeout: float,
+        options: dict[str, Any],
+    ) -> QueueMessageIterator:
+        self._check_open()
+        if not subscription:
+            raise ConfigError("a subscription name is needed")
+        embedded = options.pop("embedded_tracker", True)
+        if not isinstance(embedded, bool):
+            embedded = str(embedded).lower() in ("1", "true", "yes", "on")
+        config = queue_config_for_topic(topic, options)
+        iterator = open_messages(
+            self.log(),
+            config,
+            subscription,
+            embedded_tracker=embedded,
+            batch_size=batch_size,
+            batch_timeout=batch_timeout,
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def queue_tracker(self, topic: str, **options: Any) -> RedeliveryTracker:
+        """A redelivery tracker for the marker queue on ``topic`` (options as for :meth:`messages`)."""
+        self._check_open()
+        tracker = RedeliveryTracker(self.log(), queue_config_for_topic(topic, options))
+        return self._track(tracker)  # type: ignore[no-any-return]
 
     def log(self) -> KafkaLog:
         """The ``broker.log`` port on this cluster."""

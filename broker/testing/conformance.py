@@ -339,7 +339,8 @@ class ConformanceSuite:
             if len(set(handled)) == count:
                 all_handled.set()
 
-        receiver = adapt.receiver(harness.messages(topic, sub), concurrency=4)
+        source = harness.messages(topic, sub)
+        receiver = adapt.receiver(source, concurrency=4)
         task = asyncio.ensure_future(receiver.receive(handler))
         await (
             harness.backend.publisher()
@@ -354,6 +355,7 @@ class ConformanceSuite:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+            await source.close()
         assert sorted(set(handled)) == list(range(count))
         assert failed_once == {3, 13, 23, 33, 43}
         # The message whose handler was interrupted was nacked, so it comes back.

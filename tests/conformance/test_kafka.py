@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,9 @@ class KafkaHarness(Harness):
     async def prepare(self, topic: str, subscriptions: object = ()) -> None:
         await self.backend.admin.create_topic(topic, 3)  # type: ignore[attr-defined]
 
+    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any]:
+        return {"max_attempts": max_attempts, "dead_letter_topic": topic}
+
 
 class TestKafkaConformance(ConformanceSuite):
     @pytest.fixture
@@ -32,6 +36,7 @@ class TestKafkaConformance(ConformanceSuite):
             yield KafkaHarness(
                 backend,
                 patience=15.0,
+                short_ack_deadline=2.0,
                 bad_urls=["kafka://127.0.0.1:9092?linger=soon", "kafka://127.0.0.1:9092?acks=some"],
             )
 

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from broker.errors import ConfigError
 
-__all__ = ["HEADER_ATTEMPT", "HEADER_KEY", "HEADER_ORIGINAL_ID", "HEADER_REDELIVERY_FOR", "QueueConfig"]
+__all__ = [
+    "HEADER_ATTEMPT",
+    "HEADER_KEY",
+    "HEADER_ORIGINAL_ID",
+    "HEADER_REDELIVERY_FOR",
+    "QueueConfig",
+    "queue_config_for_topic",
+]
 
 #: Header carrying the delivery attempt of a redelivered copy (absent: 1).
 HEADER_ATTEMPT = "mq-delivery-attempt"
@@ -43,8 +51,10 @@ class QueueConfig:
     group_prefix: str = "kafka-mq-"
     #: Consumer group of the redelivery trackers.
     tracker_group: str = "kafka-mq-redelivery"
-    #: Seconds after the last marker seen in a partition before the tracker's clock runs on local time.
-    use_now_if_no_marker_seen: float = 60.0
+    #: Seconds after the last marker seen in a partition before the tracker's clock runs on local time
+    #: (until then "now" is the newest marker's timestamp). kafka-mq-go documents 60 s, which holds a
+    #: quiet partition's redeliveries back by up to a minute; 1 s keeps them on time.
+    use_now_if_no_marker_seen: float = 1.0
     #: Markers added between two offset commits of the tracker.
     num_offsets_per_commit: int = 1000
     #: Deliveries after which a message goes to ``dead_letter_topic`` instead (None: unlimited).
@@ -75,3 +85,27 @@ class QueueConfig:
     def redelivery_timeout_ms(self) -> int:
         """The redelivery timeout in milliseconds, as markers carry it."""
         return int(self.redelivery_timeout * 1000)
+
+
+def queue_config_for_topic(topic: str, options: dict[str, Any]) -> QueueConfig:
+    """The queue settings for per-message consumption of ``topic``.
+
+    ``options`` are QueueConfig fields; ``ack_deadline`` is accepted for ``redelivery_timeout`` (the
+    portable name) and ``max_attempts`` for ``max_deliveries``; the markers topic defaults to
+    ``<topic>.markers``. Unknown names raise UnknownSetting.
+    """
+    from broker.settings import build_settings
+
+    values = dict(options)
+    for portable, own in (("ack_deadline", "redelivery_timeout"), ("max_attempts", "max_deliveries")):
+        if portable in values:
+            if own in values:
+                raise ConfigError(f"give {portable!r} or {own!r}, not both")
+            values[own] = values.pop(portable)
+    values.setdefault("marker_topic", f"{topic}.markers")
+    # Trackers of unrelated topics must not share a group: each join would stall the others.
+    values.setdefault("tracker_group", f"kafka-mq-redelivery-{values['marker_topic']}")
+    if "message_topic" in values:
+        raise ConfigError("the message topic is the topic being consumed; do not set message_topic")
+    values["message_topic"] = topic
+    return build_settings(QueueConfig, values, backend="kafka")

@@ -1,9 +1,12 @@
 """The queue Consumer: a background loop filling a bounded buffer, keep-alives, and settlement.
 
 The loop asks the MqClient for batches and puts their messages into a buffer of
-``receive_buffer_capacity`` (a full buffer stops the polling: back-pressure). From the moment a
-START is written until the message is settled, one keep-alive task writes KEEPALIVE markers for
-every held message each ``redelivery_timeout / 2`` — batched, never a timer per message.
+``receive_buffer_capacity`` (a full buffer stops the polling: back-pressure). One keep-alive task
+writes KEEPALIVE markers each ``redelivery_timeout / 2`` — batched, never a timer per message — for
+every message the consumer holds: with ``keepalive_received=True`` (kafka-mq-go's behaviour) from
+START until the message is settled; with ``False`` (the portable ``messages()``) only while it
+waits in the buffer, so a received message that is neither settled nor kept alive with
+``in_progress()`` is redelivered after the timeout, as on every other broker.
 
 Settlement: ``ack`` writes END; ``nack(delay)`` writes a KEEPALIVE whose timeout is the delay, so
 the tracker redelivers it then (kafka-mq-go's Nack was an Ack); ``in_progress`` writes a
@@ -33,24 +36,29 @@ __all__ = ["Consumer"]
 
 log = logging.getLogger("backends.kafka.queue")
 
+_CLOSED = object()  # put into the buffer by close() to wake receivers
 _HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
 
 
 class Consumer(AsyncResource):
     """Receives the messages of one logical queue; also their :class:`~broker.message.Acker`."""
 
-    def __init__(self, client: MqClient, metrics: QueueMetrics | None = None) -> None:
+    def __init__(
+        self, client: MqClient, metrics: QueueMetrics | None = None, *, keepalive_received: bool = True
+    ) -> None:
         self.client = client
+        self.keepalive_received = keepalive_received
+        self._received: set[MessageId] = set()
         self.config = client.config
         self.metrics = metrics or QueueMetrics()
-        self._buffer: asyncio.Queue[Message] = asyncio.Queue(maxsize=self.config.receive_buffer_capacity)
+        self._buffer: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.config.receive_buffer_capacity)
         self._held: dict[MessageId, Message] = {}
         self._writes: set[asyncio.Future[Any]] = set()
         self._sender = MessageSender(client._log)
         self._loop_task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
         self._closed = False
-        self._error: BaseException | None = None
+        self._waiting = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -122,9 +130,14 @@ class Consumer(AsyncResource):
         period = self.config.redelivery_timeout / 2
         while not self._closed:
             await asyncio.sleep(period)
-            if self._held:
-                self._track(self.client.processing_in_progress(list(self._held)))
-                self.metrics.count("keepalives", len(self._held))
+            ids = (
+                list(self._held)
+                if self.keepalive_received
+                else [m for m in self._held if m not in self._received]
+            )
+            if ids:
+                self._track(self.client.processing_in_progress(ids))
+                self.metrics.count("keepalives", len(ids))
 
     def _track(self, writes: list[Any]) -> None:
         for write in writes:
@@ -159,7 +172,11 @@ class Consumer(AsyncResource):
                     await task
         unreceived = []
         while not self._buffer.empty():
-            unreceived.append(self._buffer.get_nowait())
+            item = self._buffer.get_nowait()
+            if item is not _CLOSED:
+                unreceived.append(item)
+        for _ in range(self._waiting):  # wake every receive() blocked on the empty buffer
+            self._buffer.put_nowait(_CLOSED)
         for message in unreceived:
             self._held.pop(message.raw, None)
         if unreceived:
@@ -173,23 +190,39 @@ class Consumer(AsyncResource):
         if self._closed:
             raise ClosedError("the queue consumer is closed")
         self.start()
+        self._waiting += 1
         try:
             async with asyncio.timeout(timeout):
-                return await self._buffer.get()
+                item = await self._buffer.get()
         except TimeoutError:
             if self._closed:
                 raise ClosedError("the queue consumer is closed") from None
             raise Timeout(f"no message on queue {self.client.queue_id!r} within {timeout}s") from None
+        finally:
+            self._waiting -= 1
+        if item is _CLOSED:
+            raise ClosedError("the queue consumer is closed")
+        message: Message = item
+        if not self.keepalive_received:
+            self._received.add(message.raw)
+        return message
 
     def receive_ready(self, limit: int) -> list[Message]:
         """Up to ``limit`` messages already buffered, without waiting."""
         out: list[Message] = []
         while len(out) < limit and not self._buffer.empty():
-            out.append(self._buffer.get_nowait())
+            item = self._buffer.get_nowait()
+            if item is _CLOSED:
+                self._buffer.put_nowait(item)
+                break
+            out.append(item)
+        if not self.keepalive_received:
+            self._received.update(m.raw for m in out)
         return out
 
     # -- the Acker protocol ---------------------------------------------------------------
     def _release(self, message: Message) -> bool:
+        self._received.discard(message.raw)
         released = self._held.pop(message.raw, None) is not None
         if released:
             self.metrics.set_in_flight(len(self._held))
@@ -209,6 +242,7 @@ class Consumer(AsyncResource):
             if message.acker is self:
                 if claim_ack(message):
                     self._held.pop(message.raw, None)
+                    self._received.discard(message.raw)
                     ids.append(message.raw)
             else:
                 others.append(message)
@@ -227,7 +261,7 @@ class Consumer(AsyncResource):
     async def in_progress(self, message: Message) -> None:
         """Write KEEPALIVE: the message gets another full redelivery timeout."""
         if message.raw not in self._held:
-            raise AckError(f"message {message.id} is not held by this consumer")
+            raise AckError(f"message {message.id} is not held by this consumer (settled, or closed)")
         await asyncio.gather(*self.client.processing_in_progress([message.raw]))
 
     async def dead_letter(self, message: Message, reason: str | None) -> None:

@@ -35,9 +35,16 @@ class QueueService:
         """A producer for queue ``queue_id``."""
         return Producer(self.log, self.config, queue_id)
 
-    def consumer(self, queue_id: str, *, mode: Literal["queue", "topic"] = "queue") -> Consumer:
-        """A consumer of queue ``queue_id`` (call ``start()`` or ``receive()`` to begin)."""
-        return Consumer(MqClient(self.log, self.config, queue_id, mode=mode), self.metrics)
+    def consumer(
+        self, queue_id: str, *, mode: Literal["queue", "topic"] = "queue", keepalive_received: bool = True
+    ) -> Consumer:
+        """A consumer of queue ``queue_id`` (call ``start()`` or ``receive()`` to begin).
+
+        ``keepalive_received`` keeps received messages alive until settled (kafka-mq-go); without
+        it only buffered ones are, and received ones follow the redelivery timeout.
+        """
+        client = MqClient(self.log, self.config, queue_id, mode=mode)
+        return Consumer(client, self.metrics, keepalive_received=keepalive_received)
 
     def tracker(self) -> RedeliveryTracker:
         """A redelivery tracker (``async with`` it, or ``start()`` it)."""
@@ -117,7 +124,7 @@ def open_messages(
     group, so redelivery needs no separate process (and survives any one process).
     """
     service = QueueService(log_port, config, metrics)
-    consumer = service.consumer(subscription, mode="topic")
+    consumer = service.consumer(subscription, mode="topic", keepalive_received=False)
     tracker = service.tracker() if embedded_tracker else None
     if batch_size is None:
         return QueueMessageIterator(consumer, tracker)

@@ -185,7 +185,8 @@ class RedeliveryTracker(AsyncResource):
             deadline = state.queue.next_deadline()
             now = state.now()
             if deadline is not None and now is not None:
-                timeout = min(timeout, max(0.0, deadline - now))
+                # at least 10 ms: a clock held at the newest marker's time may not move for a while
+                timeout = min(timeout, max(0.01, deadline - now))
         return timeout
 
     def _redeliver_expired(self) -> None:

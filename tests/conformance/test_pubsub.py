@@ -1,0 +1,81 @@
+"""The conformance suite on the Pub/Sub backend, against Google's emulator.
+
+Pub/Sub's shortest ack deadline is 10 s, so the deadline tests take 10-45 s each. Every
+subscription is created before anything is published (Pub/Sub delivers to a subscription
+only what was published after it existed), with the suite's ack deadline.
+
+Two configurations run:
+
+* ``TestPubsubConformance``: message ordering on (keys are ordering keys) and a dead-letter
+  policy (which makes Pub/Sub count delivery attempts) — the whole suite but one test;
+* ``TestPubsubUnorderedConformance``: no ordering, no dead-letter policy — the consumer tests
+  that need no keys, among them ``test_no_loss_across_consumer_restart``. The emulator treats
+  messages *without* an ordering key on an ordering subscription as one ordered sequence: when
+  one of them expires, it redelivers every later one, acked or not (the real service applies
+  this only to messages sharing a key). So that test runs on unordered subscriptions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+
+import pytest
+
+import broker
+from backends.pubsub.backend import PubsubBackend
+from broker.devserver import ProcessServer
+from broker.testing import ConformanceSuite, Harness
+from tests.integration.pubsub.conftest import shared_emulator, stop_shared_emulator
+
+BAD_URLS = [
+    "pubsub://",
+    "pubsub://a,b",
+    "pubsub://p?ack_deadline=5",
+    "pubsub://p?max_delivery_attempts=2",
+    "pubsub://p?credentials_file=/x&credentials_json={}",
+]
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[ProcessServer]:
+    yield shared_emulator()
+    stop_shared_emulator()
+
+
+class PubsubHarness(Harness):
+    """Creates topics and subscriptions up front, with the short ack deadline."""
+
+    async def prepare(self, topic: str, subscriptions: Sequence[str] = ()) -> None:
+        backend = self.backend
+        assert isinstance(backend, PubsubBackend)
+        await backend.ensure_topic(topic)
+        for subscription in subscriptions:
+            await backend.ensure_subscription(topic, subscription, ack_deadline=self.short_ack_deadline)
+
+
+class TestPubsubConformance(ConformanceSuite):
+    @pytest.fixture
+    async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
+        url = f"{emulator.url}&message_ordering=true&dead_letter_topic=conformance-dead-letters"
+        async with broker.connect(url) as backend:
+            yield PubsubHarness(backend, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS)
+
+    async def test_no_loss_across_consumer_restart(self, harness: Harness) -> None:
+        pytest.skip("emulator quirk with key-less messages on ordering subscriptions; run unordered below")
+
+
+class TestPubsubUnorderedConformance:
+    """The consumer tests that need no keys, on subscriptions without ordering or dead-lettering."""
+
+    @pytest.fixture
+    async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
+        async with broker.connect(emulator.url) as backend:
+            yield PubsubHarness(backend, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS)
+
+    test_no_loss_across_consumer_restart = ConformanceSuite.test_no_loss_across_consumer_restart
+    test_nack_redelivers = ConformanceSuite.test_nack_redelivers
+    test_competing_consumers_split_the_work = ConformanceSuite.test_competing_consumers_split_the_work
+    test_receiver_handles_all_and_nacks_on_cancel = (
+        ConformanceSuite.test_receiver_handles_all_and_nacks_on_cancel
+    )
+    test_batched_messages = ConformanceSuite.test_batched_messages
