@@ -70,11 +70,6 @@ class TestPulsarConformance(ConformanceSuite):
             test = request.node.originalname
             if test in _SAME_AS_SHARED:
                 pytest.skip("the ack-timeout path does not depend on the subscription type: run on shared")
-            if test == "test_receiver_handles_all_and_nacks_on_cancel":
-                pytest.skip(
-                    "Key_Shared keeps keyless messages on the first consumer while it is connected, and "
-                    "this test leaves that consumer open, so the nacked message never reaches the second"
-                )
             if test == "test_no_loss_across_consumer_restart":
                 pulsar.expect_bug(request, KEY_SHARED_CHURN)
             if test in ("test_batch_publish_delivers_every_message_once", "test_per_key_order"):

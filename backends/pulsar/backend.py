@@ -1,0 +1,185 @@
+"""The Pulsar backend: ``pulsar://host:6650``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any, Final
+
+from backends.pulsar.callbacks import settle, wait
+from backends.pulsar.client import create_client
+from backends.pulsar.consumer import (
+    CLOSE_TIMEOUT,
+    PulsarBatchedMessageIterator,
+    PulsarMessageIterator,
+    Subscription,
+    log,
+)
+from backends.pulsar.publisher import PulsarPublisher
+from backends.pulsar.records import PulsarReader, PulsarRecordIterator
+from backends.pulsar.settings import PulsarSettings
+from broker.backend import BackendBase, topics_tuple
+from broker.capabilities import Capabilities
+from broker.errors import BrokerError, ConnectionFailed
+from broker.message import OutboundMessage
+
+__all__ = ["MAX_MESSAGE_BYTES", "PulsarBackend", "capabilities_for"]
+
+#: Apache Pulsar's default ``maxMessageSize`` (5 MiB); brokers can be configured otherwise.
+MAX_MESSAGE_BYTES: Final = 5 * 1024 * 1024
+
+
+def capabilities_for(settings: PulsarSettings) -> Capabilities:
+    """What the backend does with ``settings`` (the subscription type decides order and sharing)."""
+    kind = settings.subscription_type
+    return Capabilities(
+        persistent=True,
+        per_key_order=kind != "shared",
+        messages=True,
+        records=True,
+        nack_redelivers=True,
+        delayed_nack=False,
+        ack_deadline=True,
+        in_progress=False,
+        delivery_attempt=True,
+        dead_letter=True,
+        competing_consumers=kind in ("shared", "key_shared"),
+        transactions=False,
+        replay=True,
+        max_message_bytes=MAX_MESSAGE_BYTES,
+    )
+
+
+class PulsarBackend(BackendBase):
+    """A connection to a Pulsar cluster: one client shared by every publisher and consumer it opens.
+
+    ``messages()`` / ``batched_messages()`` consume a subscription (``shared`` by default: competing
+    consumers); ``records()`` reads topics as a log through a durable failover subscription named
+    after the group; :meth:`reader` replays a topic from a message id. Consumer options are the
+    fields of :class:`~backends.pulsar.settings.ConsumerOptions` (``ack_timeout``,
+    ``nack_redelivery_delay``, ``max_attempts``, ``dead_letter_topic``, ``subscription_type``, ...),
+    defaulting to the backend's settings.
+    """
+
+    name = "pulsar"
+
+    def __init__(self, settings: PulsarSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or PulsarSettings()
+        self.capabilities = capabilities_for(self.settings)
+        self._client = create_client(self.settings)
+        self._dead_letters: PulsarPublisher | None = None
+
+    def __repr__(self) -> str:
+        return f"<PulsarBackend {self.settings.url}>"
+
+    @property
+    def client(self) -> Any:
+        """The ``_pulsar.Client`` underneath, an escape hatch for Pulsar-specific features."""
+        return self._client
+
+    def publisher(self) -> PulsarPublisher:
+        """A publisher; each topic gets one producer, made on its first publish."""
+        return self._track(PulsarPublisher(self._client, self.settings))  # type: ignore[no-any-return]
+
+    async def _dead_letter(self, topic: str, message: OutboundMessage) -> None:
+        if self._dead_letters is None:
+            self._dead_letters = self.publisher()
+        await self._dead_letters.topic(topic).publish(message)
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> PulsarMessageIterator:
+        """Consume ``topic`` through ``subscription`` (created on first use; kept when closed)."""
+        self._check_open()
+        opts = self.settings.consumer_options(options)
+        iterator = PulsarMessageIterator(self._client, topic, subscription, opts, self._dead_letter)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> PulsarBatchedMessageIterator:
+        """Batches of the messages that are ready, up to ``batch_size`` (default: setting ``batch_size``)."""
+        self._check_open()
+        opts = self.settings.consumer_options(options)
+        iterator = PulsarBatchedMessageIterator(
+            self._client,
+            topic,
+            subscription,
+            opts,
+            self._dead_letter,
+            batch_size or opts.batch_size,
+            batch_timeout,
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> PulsarRecordIterator:
+        """Read ``topics`` as logs in consumer group ``group`` (a durable failover subscription).
+
+        ``initial_position`` (default ``earliest``) decides where a new group starts.
+        """
+        self._check_open()
+        values = {"subscription_type": "failover", **options}
+        opts = self.settings.consumer_options(values)
+        return self._track(PulsarRecordIterator(self._client, topics_tuple(topics), group, opts))  # type: ignore[no-any-return]
+
+    def reader(
+        self,
+        topic: str,
+        start: Any = "earliest",
+        *,
+        inclusive: bool = False,
+        receiver_queue_size: int | None = None,
+    ) -> PulsarReader:
+        """Replay ``topic`` from ``start``: ``"earliest"``, ``"latest"``, a ``Message.id``, Message or Record.
+
+        ``inclusive`` also returns the message at ``start``. A reader keeps no state on the broker.
+        """
+        self._check_open()
+        size = receiver_queue_size or self.settings.receiver_queue_size
+        reader = PulsarReader(self._client, topic, start, inclusive=inclusive, receiver_queue_size=size)
+        return self._track(reader)  # type: ignore[no-any-return]
+
+    async def create_subscription(self, topic: str, subscription: str, **options: Any) -> None:
+        """Make ``subscription`` exist on ``topic`` (from ``initial_position``) without consuming.
+
+        Pulsar keeps messages only for subscriptions that exist, so create one before publishing
+        what it must see.
+        """
+        self._check_open()
+        opts = self.settings.consumer_options(options)
+        created = Subscription(self._client, topic, subscription, opts, 1, receive=False)
+        try:
+            await created.open()
+        finally:
+            await created.close()
+
+    async def _close_connection(self) -> None:
+        """Close the client on a thread of its own, waiting at most :data:`CLOSE_TIMEOUT`.
+
+        Not ``close_async``: the client runs that callback on a thread it starts for the purpose
+        and releases the Python callable there after the call, which can race the interpreter's
+        shutdown (observed as a crash at exit). The blocking ``close()`` runs no Python callback.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        client = self._client
+
+        def close() -> None:
+            failure: BaseException | None = None
+            try:
+                client.close()
+            except BaseException as exc:  # handed to the loop
+                failure = exc
+            settle(future, failure, None)
+
+        threading.Thread(target=close, name="pulsar-client-close", daemon=True).start()
+        try:
+            await wait(future, "closing the Pulsar client", ConnectionFailed, CLOSE_TIMEOUT)
+        except (BrokerError, TimeoutError) as exc:
+            log.warning("closing the Pulsar client: %s", exc)

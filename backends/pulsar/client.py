@@ -1,0 +1,65 @@
+"""The Pulsar client a backend shares: configuration, authentication, TLS and logging."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import _pulsar  # type: ignore[import-not-found]
+import pulsar  # type: ignore[import-untyped]
+
+from backends.pulsar.settings import PulsarSettings
+from broker.errors import ConfigError
+
+__all__ = ["create_client"]
+
+_LOG_LEVELS = {
+    "debug": _pulsar.LoggerLevel.Debug,
+    "info": _pulsar.LoggerLevel.Info,
+    "warn": _pulsar.LoggerLevel.Warn,
+    "error": _pulsar.LoggerLevel.Error,
+}
+
+
+def _authentication(settings: PulsarSettings) -> Any:
+    if settings.token is not None:
+        return pulsar.AuthenticationToken(settings.token).auth
+    if settings.oauth2 is not None:
+        return pulsar.AuthenticationOauth2(settings.oauth2).auth
+    if settings.basic_password is not None or settings.basic_username is not None:
+        return pulsar.AuthenticationBasic(settings.basic_username or "", settings.basic_password or "").auth
+    return None
+
+
+def create_client(settings: PulsarSettings) -> Any:
+    """A ``_pulsar.Client`` for ``settings``; it connects lazily, so this never blocks."""
+    conf = _pulsar.ClientConfiguration()
+    auth = _authentication(settings)
+    if auth is not None:
+        conf.authentication(auth)
+    conf.operation_timeout_seconds(max(1, math.ceil(settings.operation_timeout)))
+    conf.connection_timeout(max(1, round(settings.connection_timeout * 1000)))
+    conf.io_threads(settings.io_threads)
+    conf.message_listener_threads(1)
+    conf.stats_interval_in_seconds(0)
+    # The client's own lines go to stderr, filtered in C++: a Python logger would be called (and
+    # take the GIL) for every debug line, several per message.
+    conf.set_console_logger(_LOG_LEVELS[settings.sdk_log_level])
+    if settings.listener_name:
+        conf.listener_name(settings.listener_name)
+    trust = settings.tls_trust_certs_file_path
+    if trust is None:
+        import certifi
+
+        trust = certifi.where()
+    conf.tls_trust_certs_file_path(trust)
+    conf.tls_allow_insecure_connection(settings.tls_allow_insecure_connection)
+    conf.tls_validate_hostname(settings.tls_validate_hostname)
+    if settings.tls_certificate_file_path is not None:
+        conf.tls_certificate_file_path(settings.tls_certificate_file_path)
+    if settings.tls_private_key_file_path is not None:
+        conf.tls_private_key_file_path(settings.tls_private_key_file_path)
+    try:
+        return _pulsar.Client(settings.url, conf)
+    except (ValueError, _pulsar.PulsarException) as exc:
+        raise ConfigError(f"the Pulsar client rejected its settings: {exc}") from exc

@@ -1,0 +1,402 @@
+"""Per-message consumption of a Pulsar subscription: message iterators and their acker.
+
+A consumer subscribes as soon as it is made inside a running event loop (``async with`` waits for
+the subscription), receives on a thread (:mod:`backends.pulsar.fetcher`) and settles messages
+through the client:
+
+* ``ack()`` acknowledges the message individually;
+* ``nack()`` negatively acknowledges it: the broker redelivers it after the consumer's
+  ``nack_redelivery_delay``. A per-call ``delay`` is not honoured (Pulsar has no per-message
+  redelivery delay), which is why the backend does not claim ``delayed_nack``;
+* ``in_progress()`` raises ``NotSupported``: Pulsar's ack timeout cannot be extended per message;
+* ``dead_letter(reason)`` publishes the message to the dead-letter topic (``dead_letter_topic`` or
+  Pulsar's default ``<topic>-<subscription>-DLQ``) with the properties Pulsar's own dead-letter
+  policy sets (``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID``) and acknowledges it.
+
+Closing a consumer closes it on the broker and keeps its subscription, with every message not yet
+acknowledged (the lib-brokers seed unsubscribed, deleting them). ``unsubscribe()`` deletes the
+subscription explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, Self
+
+import _pulsar  # type: ignore[import-not-found]
+import pulsar  # type: ignore[import-untyped]
+
+from backends.pulsar.callbacks import error_or_value, outcome, wait
+from backends.pulsar.errors import wrap
+from backends.pulsar.fetcher import Fetcher
+from backends.pulsar.mapping import to_message, to_messages
+from backends.pulsar.settings import ConsumerOptions
+from broker.errors import AckError, BrokerError, ClosedError, NotSupported, ReceiveError
+from broker.message import Message, OutboundMessage, claim_ack, release_claim
+from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "DeadLetterSink",
+    "PulsarAcker",
+    "PulsarBatchedMessageIterator",
+    "PulsarMessageIterator",
+    "Subscription",
+    "consumer_configuration",
+]
+
+log = logging.getLogger("backends.pulsar")
+
+#: Seconds closing a consumer may take before it is abandoned (closing never hangs).
+CLOSE_TIMEOUT: Final = 5.0
+#: Largest chunk the receiving thread takes in one go.
+MAX_CHUNK: Final = 1000
+
+_TYPES: Final = {
+    "shared": _pulsar.ConsumerType.Shared,
+    "key_shared": _pulsar.ConsumerType.KeyShared,
+    "failover": _pulsar.ConsumerType.Failover,
+    "exclusive": _pulsar.ConsumerType.Exclusive,
+}
+_POSITIONS: Final = {
+    "earliest": _pulsar.InitialPosition.Earliest,
+    "latest": _pulsar.InitialPosition.Latest,
+}
+
+#: Publishes one message to a topic: how the acker dead-letters.
+DeadLetterSink = Callable[[str, OutboundMessage], Awaitable[None]]
+
+
+def consumer_configuration(options: ConsumerOptions, batch_receive: int = 0) -> Any:
+    """The client's consumer configuration for ``options``; batch receives take up to ``batch_receive``."""
+    conf = _pulsar.ConsumerConfiguration()
+    conf.consumer_type(_TYPES[options.subscription_type])
+    conf.subscription_initial_position(_POSITIONS[options.initial_position])
+    conf.receiver_queue_size(options.receiver_queue_size)
+    conf.negative_ack_redelivery_delay_ms(round(options.nack_redelivery_delay * 1000))
+    if options.ack_timeout is not None:
+        conf.unacked_messages_timeout_ms(round(options.ack_timeout * 1000))
+    if options.consumer_name:
+        conf.consumer_name(options.consumer_name)
+    conf.batch_index_ack_enabled(options.batch_index_ack)
+    if batch_receive > 0:  # return what is ready within 1 ms instead of waiting for a full batch
+        conf.batch_receive_policy(_pulsar.BatchReceivePolicy(batch_receive, -1, 1))
+    if options.max_attempts is not None:
+        policy = pulsar.ConsumerDeadLetterPolicy(options.max_attempts - 1, options.dead_letter_topic)
+        conf.dead_letter_policy(policy.policy())
+    return conf
+
+
+def _chunk_size(options: ConsumerOptions, wanted: int) -> int:
+    """How many messages the receiving thread takes at once.
+
+    With an ack timeout the client starts a message's clock when the thread takes it, so the
+    thread takes only ``wanted`` (1, or a batch), and only while a caller waits (on demand);
+    without one, up to a receiver queue's worth ahead.
+    """
+    if options.ack_timeout is not None:
+        return max(1, wanted)
+    return max(wanted, min(options.receiver_queue_size, MAX_CHUNK))
+
+
+class Subscription:
+    """One client consumer on a subscription, with its receiving thread; closing keeps the subscription.
+
+    ``receive=False`` makes a consumer that never receives (it only makes the subscription exist).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        topics: str | Sequence[str],
+        name: str,
+        options: ConsumerOptions,
+        chunk: int,
+        *,
+        receive: bool = True,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a subscription name must be a non-empty string, got {name!r}")
+        self._client = client
+        self.topics = topics
+        self.name = name
+        self.options = options
+        self._label = f"{topics!r}/{name}"
+        # The thread receives one message (waiting), then whatever else is ready with a batch receive.
+        more = min(chunk, options.receiver_queue_size) - 1
+        self._conf = consumer_configuration(options, more)
+        self._future: asyncio.Future[Any] | None = None
+        self.consumer: Any = None
+        #: True once closed.
+        self.closed = False
+        self._receives = receive
+        self.fetcher = Fetcher(
+            self._receive,
+            self._receive_more if more > 0 else None,
+            chunk,
+            self._label,
+            on_demand=options.ack_timeout is not None,
+        )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop: subscribe on first use
+            return
+        self._subscribe(loop)
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self._label} {self.options.subscription_type}>"
+
+    def _subscribe(self, loop: asyncio.AbstractEventLoop) -> None:
+        future: asyncio.Future[Any] = loop.create_future()
+        self._client.subscribe_async_v2(self.topics, self.name, self._conf, error_or_value(future))
+        self._future = future
+
+    def _receive(self, timeout_ms: int) -> Any:
+        return self.consumer.receive(timeout_ms)
+
+    def _receive_more(self) -> list[Any]:
+        return self.consumer.batch_receive()  # type: ignore[no-any-return]
+
+    async def open(self, timeout: float | None = None) -> Any:
+        """The client consumer, subscribing first if needed."""
+        consumer = self.consumer
+        if consumer is not None:
+            return consumer
+        if self.closed:
+            raise ClosedError(f"the consumer of {self._label} is closed")
+        loop = asyncio.get_running_loop()
+        if self._future is None:
+            self._subscribe(loop)
+        assert self._future is not None
+        consumer = await wait(
+            asyncio.shield(self._future), f"subscribing to {self._label}", ReceiveError, timeout
+        )
+        if self.closed:
+            raise ClosedError(f"the consumer of {self._label} is closed")
+        if self.consumer is None:
+            self.consumer = consumer
+            if self._receives:
+                self.fetcher.start(loop)
+        return consumer
+
+    async def close(self) -> None:
+        """Close the client consumer (not the subscription); waits at most :data:`CLOSE_TIMEOUT`."""
+        if self.closed:
+            return
+        self.closed = True
+        self.fetcher.close()
+        consumer = self.consumer
+        if consumer is None and self._future is not None:
+            try:
+                consumer = await wait(
+                    asyncio.shield(self._future), f"subscribing to {self._label}", ReceiveError, CLOSE_TIMEOUT
+                )
+            except (BrokerError, TimeoutError):
+                consumer = None
+        if consumer is None:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        consumer.close_async(outcome(future))
+        try:
+            await wait(future, f"closing the consumer of {self._label}", ReceiveError, CLOSE_TIMEOUT)
+        except (BrokerError, TimeoutError) as exc:
+            log.warning("closing the consumer of %s: %s", self._label, exc)
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription on the broker (with its unacknowledged messages), then close."""
+        consumer = await self.open()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        consumer.unsubscribe_async(outcome(future))
+        await wait(future, f"unsubscribing {self._label}", ReceiveError, CLOSE_TIMEOUT)
+        await self.close()
+
+
+class PulsarAcker:
+    """Settles the messages of one consumer through the client (see the module documentation)."""
+
+    __slots__ = ("_dead_letters", "_dlq_topic", "_subscription", "_warned")
+
+    def __init__(self, subscription: Subscription, dead_letters: DeadLetterSink, dlq_topic: str) -> None:
+        self._subscription = subscription
+        self._dead_letters = dead_letters
+        self._dlq_topic = dlq_topic
+        self._warned = False
+
+    def _consumer(self) -> Any:
+        consumer = self._subscription.consumer
+        if consumer is None or self._subscription.closed:
+            raise ClosedError("the consumer that received this message is closed")
+        return consumer
+
+    async def ack(self, message: Message) -> None:
+        """Acknowledge ``message``."""
+        subscription = self._subscription
+        consumer = subscription.consumer
+        if consumer is None or subscription.closed:
+            raise ClosedError("the consumer that received this message is closed")
+        try:
+            consumer.acknowledge(message.raw)
+        except _pulsar.PulsarException as exc:
+            raise wrap(exc, f"acknowledging {message.id}", AckError) from None
+
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
+        """Acknowledge this consumer's pending messages among ``messages``; returns the others."""
+        acknowledge = self._consumer().acknowledge
+        others: list[Message] = []
+        for message in messages:
+            if message.acker is not self:
+                others.append(message)
+            elif claim_ack(message):
+                try:
+                    acknowledge(message.raw)
+                except _pulsar.PulsarException as exc:
+                    release_claim(message)
+                    raise wrap(exc, f"acknowledging {message.id}", AckError) from None
+        return others
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        """Negatively acknowledge ``message``: redelivered after the consumer's nack redelivery delay."""
+        if delay is not None and not self._warned:
+            self._warned = True
+            log.info(
+                "Pulsar redelivers nacked messages after the consumer's nack_redelivery_delay (%ss); "
+                "a per-call delay is not honoured",
+                self._subscription.options.nack_redelivery_delay,
+            )
+        try:
+            self._consumer().negative_acknowledge(message.raw)
+        except _pulsar.PulsarException as exc:
+            raise wrap(exc, f"nacking {message.id}", AckError) from None
+
+    async def in_progress(self, message: Message) -> None:
+        """Not supported: Pulsar cannot extend one message's ack timeout."""
+        raise NotSupported("Pulsar cannot extend a message's ack timeout; see capabilities.in_progress")
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Publish ``message`` to the dead-letter topic, then acknowledge it."""
+        consumer = self._consumer()
+        raw = message.raw
+        attributes = dict(message.attributes)
+        attributes["REAL_TOPIC"] = raw.topic_name()
+        attributes["ORIGIN_MESSAGE_ID"] = str(raw.message_id())
+        if reason:
+            attributes["DEAD_LETTER_REASON"] = reason
+        await self._dead_letters(self._dlq_topic, OutboundMessage(message.data, message.key, attributes))
+        try:
+            consumer.acknowledge(raw)
+        except _pulsar.PulsarException as exc:
+            raise wrap(exc, f"acknowledging dead-lettered {message.id}", AckError) from None
+
+
+class _Consuming(AsyncResource):
+    """What both message iterators share: the subscription, the acker; ``async with`` subscribes."""
+
+    def __init__(
+        self,
+        client: Any,
+        topic: str,
+        subscription: str,
+        options: ConsumerOptions,
+        chunk: int,
+        dead_letters: DeadLetterSink,
+    ) -> None:
+        self.topic = topic
+        self.options = options
+        self._subscription = Subscription(client, topic, subscription, options, chunk)
+        self._fetcher = self._subscription.fetcher
+        dlq = options.dead_letter_topic or f"{topic}-{subscription}-DLQ"
+        self._acker = PulsarAcker(self._subscription, dead_letters, dlq)
+
+    @property
+    def subscription(self) -> str:
+        """The subscription's name."""
+        return self._subscription.name
+
+    async def start(self) -> None:
+        """Subscribe now (``async with`` does this)."""
+        await self._subscription.open()
+
+    async def close(self) -> None:
+        """Close the consumer, keeping the subscription and its unacknowledged messages. Idempotent."""
+        await self._subscription.close()
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription (and every message it still holds), then close."""
+        await self._subscription.unsubscribe()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+
+class PulsarMessageIterator(_Consuming, MessageIteration):
+    """A MessageIterator over one subscription of one topic."""
+
+    def __init__(
+        self,
+        client: Any,
+        topic: str,
+        subscription: str,
+        options: ConsumerOptions,
+        dead_letters: DeadLetterSink,
+    ) -> None:
+        super().__init__(client, topic, subscription, options, _chunk_size(options, 1), dead_letters)
+
+    def __repr__(self) -> str:
+        return f"<PulsarMessageIterator {self.topic!r}/{self.subscription}>"
+
+    async def next_message(self, timeout: float | None = None) -> Message:
+        """The next message; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
+        if self._subscription.consumer is None:
+            await self._subscription.open(timeout)
+        fetcher = self._fetcher
+        current, position = fetcher._current, fetcher._position
+        if position < len(current):  # the common case under load: no coroutine to wait in
+            fetcher._position = position + 1
+            raw = current[position]
+        else:
+            raw = await fetcher.take(timeout)
+        return to_message(raw, self._acker, time.time())
+
+
+class PulsarBatchedMessageIterator(_Consuming, BatchedMessageIteration):
+    """A BatchedMessageIterator: each batch is what is ready, up to ``batch_size``."""
+
+    def __init__(
+        self,
+        client: Any,
+        topic: str,
+        subscription: str,
+        options: ConsumerOptions,
+        dead_letters: DeadLetterSink,
+        batch_size: int,
+        batch_timeout: float,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_timeout < 0:
+            raise ValueError(f"batch_timeout must be >= 0 seconds, got {batch_timeout}")
+        super().__init__(client, topic, subscription, options, _chunk_size(options, batch_size), dead_letters)
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    def __repr__(self) -> str:
+        return (
+            f"<PulsarBatchedMessageIterator {self.topic!r}/{self.subscription} batch_size={self.batch_size}>"
+        )
+
+    async def next_batch(self, timeout: float | None = None) -> list[Message]:
+        """Up to ``batch_size`` messages: those ready, else the first to arrive within the timeout.
+
+        ``timeout`` defaults to the iterator's ``batch_timeout``; an empty list means none arrived.
+        """
+        wait_for = self.batch_timeout if timeout is None else timeout
+        if self._subscription.consumer is None:
+            await self._subscription.open(None if wait_for == 0 else max(wait_for, 1.0))
+        raws = await self._fetcher.take_many(self.batch_size, wait_for)
+        if not raws:
+            return []
+        return to_messages(raws, self._acker, time.time())

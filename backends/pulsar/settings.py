@@ -1,0 +1,195 @@
+"""Settings of the Pulsar backend: the connection, the producers and the consumers.
+
+Defaults follow the lib-brokers seed (connection timeout 5 s, operation timeout 30 s, send timeout
+30 s, nack redelivery delay 30 s, receiver queue 1000) with these deliberate differences:
+
+* ``subscription_type`` is mapped to the Pulsar type of the same name (the seed turned
+  ``Exclusive`` into ``KeyShared``), and defaults to ``shared``: competing consumers with
+  per-message acknowledgement, which is what a message queue needs.
+* ``max_pending_messages`` defaults to 1000 instead of the seed's 1, which allowed a single
+  message in flight per producer and so serialized every batch publish.
+* ``batching`` (the client's producer batching) is off by default. With batching on, Pulsar
+  stores a batch as one entry and tracks acknowledgements per entry: when one message of a batch
+  is nacked, or a consumer stops with part of a batch unacknowledged, the messages of the batch
+  that were already acknowledged are delivered again. Turn it on for throughput when duplicates
+  are acceptable, and add ``batch_index_ack`` where the broker enables batch-index
+  acknowledgement (``acknowledgmentAtBatchIndexLevelEnabled``).
+
+Consumers take their defaults from :class:`PulsarSettings`; ``backend.messages(topic, sub,
+**options)`` overrides them per consumer with the fields of :class:`ConsumerOptions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from broker.errors import ConfigError
+from broker.settings import build_settings, secret
+
+__all__ = [
+    "MIN_ACK_TIMEOUT",
+    "ConsumerOptions",
+    "InitialPosition",
+    "PulsarSettings",
+    "SubscriptionType",
+]
+
+#: The Pulsar client refuses ack timeouts shorter than this (seconds).
+MIN_ACK_TIMEOUT = 10.0
+
+SubscriptionType = Literal["shared", "key_shared", "failover", "exclusive"]
+InitialPosition = Literal["earliest", "latest"]
+Compression = Literal["none", "lz4", "zlib", "zstd", "snappy"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """Per-consumer options of ``messages()``, ``batched_messages()`` and ``records()``."""
+
+    #: ``shared`` (competing consumers, the default), ``key_shared`` (competing consumers, one
+    #: consumer per key at a time), ``failover`` or ``exclusive`` (one active consumer).
+    subscription_type: SubscriptionType = "shared"
+    #: Where a subscription that does not exist yet starts: the oldest retained message, or new ones.
+    initial_position: InitialPosition = "earliest"
+    #: Messages the client prefetches per consumer (Pulsar's ``receiverQueueSize``).
+    receiver_queue_size: int = 1000
+    #: Seconds after which a nacked message is redelivered (Pulsar's nack redelivery delay).
+    nack_redelivery_delay: float = 30.0
+    #: Seconds an unacknowledged message may stay with a consumer before it is redelivered
+    #: (Pulsar's ack timeout; None: never). The client needs at least 10 seconds.
+    ack_timeout: float | None = None
+    #: Deliveries after which a message goes to the dead-letter topic (None: redeliver forever).
+    #: Pulsar's ``maxRedeliverCount`` is ``max_attempts - 1``, so this must be at least 2.
+    max_attempts: int | None = None
+    #: The dead-letter topic (None: Pulsar's default, ``<topic>-<subscription>-DLQ``).
+    dead_letter_topic: str | None = None
+    #: Acknowledge single messages of a batch (needs the broker's batch-index acknowledgement).
+    batch_index_ack: bool = False
+    #: The consumer's name as the broker shows it (None: generated).
+    consumer_name: str | None = None
+    #: Largest batch a batched consumer returns.
+    batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        if self.receiver_queue_size < 1:
+            raise ConfigError(f"receiver_queue_size must be >= 1, got {self.receiver_queue_size}")
+        if self.nack_redelivery_delay < 0:
+            raise ConfigError(f"nack_redelivery_delay must be >= 0 seconds, got {self.nack_redelivery_delay}")
+        if self.ack_timeout is not None and self.ack_timeout < MIN_ACK_TIMEOUT:
+            raise ConfigError(
+                f"ack_timeout must be at least {MIN_ACK_TIMEOUT:g} seconds (a limit of the Pulsar client), "
+                f"got {self.ack_timeout}"
+            )
+        if self.max_attempts is not None and self.max_attempts < 2:
+            raise ConfigError(
+                f"max_attempts must be >= 2 (Pulsar redelivers at least once before dead-lettering), "
+                f"got {self.max_attempts}"
+            )
+        if self.dead_letter_topic is not None and self.max_attempts is None:
+            raise ConfigError("dead_letter_topic needs max_attempts (after how many deliveries to give up)")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+
+
+_CONSUMER_FIELDS = tuple(f.name for f in fields(ConsumerOptions))
+
+
+@dataclass(frozen=True, slots=True)
+class PulsarSettings:
+    """``pulsar://host:6650[,host:6650]?setting=value``: one Pulsar client shared by everything it opens.
+
+    Credentials (``token``, ``oauth2``, ``basic_password``) pass through to the client and are never
+    shown in ``repr`` or logs. TLS: ``tls=true`` (or a ``pulsar+ssl://`` service URL) with
+    ``tls_trust_certs_file_path``; mutual TLS with ``tls_certificate_file_path`` and
+    ``tls_private_key_file_path``.
+    """
+
+    #: ``pulsar://host:port[,host:port]`` or ``pulsar+ssl://...``.
+    service_url: str = "pulsar://127.0.0.1:6650"
+    #: Connect with TLS (turns ``pulsar://`` into ``pulsar+ssl://``).
+    tls: bool = False
+    tls_trust_certs_file_path: str | None = None
+    tls_allow_insecure_connection: bool = False
+    tls_validate_hostname: bool = False
+    tls_certificate_file_path: str | None = None
+    tls_private_key_file_path: str | None = None
+    #: A JWT for token authentication.
+    token: str | None = secret()
+    #: OAuth2 client-credentials parameters, as the JSON string the Pulsar client takes.
+    oauth2: str | None = secret()
+    #: Basic authentication (also taken from ``pulsar://user:password@host``).
+    basic_username: str | None = None
+    basic_password: str | None = secret()
+    #: Seconds to establish a TCP connection.
+    connection_timeout: float = 5.0
+    #: Seconds for client operations (subscribe, create producer, close, ...).
+    operation_timeout: float = 30.0
+    #: The client's IO threads.
+    io_threads: int = 1
+    #: The listener name for brokers with several advertised listeners.
+    listener_name: str | None = None
+    #: Level of the client's own log lines, written to stderr: debug, info, warn or error.
+    sdk_log_level: Literal["debug", "info", "warn", "error"] = "warn"
+
+    # -- producers ----------------------------------------------------------------------------
+    #: Seconds before an unacknowledged send fails.
+    send_timeout: float = 30.0
+    #: Messages a producer may have in flight; further publishes wait (never block the loop).
+    max_pending_messages: int = 1000
+    #: The client's producer batching (see the module documentation for the trade-off).
+    batching: bool = False
+    batching_max_messages: int = 1000
+    batching_max_bytes: int = 128 * 1024
+    #: Seconds a batch may wait to fill.
+    batching_max_delay: float = 0.01
+    compression: Compression = "none"
+
+    # -- consumer defaults (see ConsumerOptions) ----------------------------------------------
+    subscription_type: SubscriptionType = "shared"
+    initial_position: InitialPosition = "earliest"
+    receiver_queue_size: int = 1000
+    nack_redelivery_delay: float = 30.0
+    ack_timeout: float | None = None
+    max_attempts: int | None = None
+    dead_letter_topic: str | None = None
+    batch_index_ack: bool = False
+    consumer_name: str | None = None
+    batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        if not self.service_url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ConfigError(
+                f"service_url must start with pulsar:// or pulsar+ssl://, got {self.service_url!r}"
+            )
+        if "://" in self.service_url and not self.service_url.split("://", 1)[1].strip("/"):
+            raise ConfigError("service_url names no host")
+        if self.token is not None and (self.oauth2 is not None or self.basic_password is not None):
+            raise ConfigError("choose one authentication: token, oauth2 or basic")
+        if self.oauth2 is not None and self.basic_password is not None:
+            raise ConfigError("choose one authentication: token, oauth2 or basic")
+        if (self.tls_certificate_file_path is None) != (self.tls_private_key_file_path is None):
+            raise ConfigError("mutual TLS needs both tls_certificate_file_path and tls_private_key_file_path")
+        for name in ("connection_timeout", "operation_timeout", "send_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.io_threads < 1:
+            raise ConfigError(f"io_threads must be >= 1, got {self.io_threads}")
+        if self.max_pending_messages < 1:
+            raise ConfigError(f"max_pending_messages must be >= 1, got {self.max_pending_messages}")
+        if self.batching_max_messages < 1 or self.batching_max_bytes < 1 or self.batching_max_delay < 0:
+            raise ConfigError("batching limits must be positive")
+        self.consumer_options({})
+
+    @property
+    def url(self) -> str:
+        """The service URL the client connects to (``pulsar+ssl://`` when ``tls`` is set)."""
+        if self.tls and self.service_url.startswith("pulsar://"):
+            return "pulsar+ssl://" + self.service_url.removeprefix("pulsar://")
+        return self.service_url
+
+    def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
+        """The options of one consumer: these settings' defaults with ``overrides`` applied."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS}
+        values.update(overrides)
+        return build_settings(ConsumerOptions, values, backend="pulsar")

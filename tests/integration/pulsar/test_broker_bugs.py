@@ -1,0 +1,120 @@
+"""Behaviour the library needs that pulsar-lite 0.2.0 gets wrong.
+
+Each test is expected to fail on pulsar-lite (the marker names the bug) and to pass on Apache
+Pulsar: run them there with ``PULSAR_URL=pulsar://host:6650``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+import broker
+from backends.pulsar.backend import PulsarBackend
+from broker import OutboundMessage
+from broker.testing import collect, drain
+from broker.testing.harness import collect_records
+from tests.integration.pulsar.server import (
+    BATCH_INDEX_ACK,
+    CUMULATIVE_BATCH_ACK,
+    EXCLUSIVE_DUPLICATES,
+    EXCLUSIVE_NACK,
+    PulsarTestServer,
+)
+
+Name = Callable[..., str]
+
+
+async def test_exclusive_subscription_redelivers_nacked_messages(
+    request: pytest.FixtureRequest, pulsar: PulsarTestServer, backend: PulsarBackend, name: Name
+) -> None:
+    pulsar.expect_bug(request, EXCLUSIVE_NACK)
+    topic, sub = name("topic"), name("sub")
+    await backend.create_subscription(topic, sub, subscription_type="exclusive")
+    async with backend.messages(topic, sub, subscription_type="exclusive") as consumer:
+        await backend.publisher().topic(topic).publish(OutboundMessage(b"retry"))
+        (first,) = await collect(consumer, 1, 10, ack=False)
+        await first.nack()
+        (again,) = await collect(consumer, 1, 5)
+    assert again.id == first.id
+
+
+async def test_exclusive_subscription_delivers_each_message_once(
+    request: pytest.FixtureRequest, pulsar: PulsarTestServer, backend: PulsarBackend, name: Name
+) -> None:
+    """Three rounds: pulsar-lite's duplicates depend on timing and show in most rounds, not all."""
+    pulsar.expect_bug(request, EXCLUSIVE_DUPLICATES)
+    count = 500
+    for _ in range(3):
+        topic, sub = name("topic"), name("sub")
+        await backend.create_subscription(topic, sub, subscription_type="exclusive")
+        async with backend.messages(topic, sub, subscription_type="exclusive") as consumer:
+            await (
+                backend.publisher()
+                .topic(topic)
+                .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+            )
+            got = await collect(consumer, count, 15, ack=False)  # acked at the end: nothing may come twice
+            got += await drain(consumer, 0.5)
+            await broker.ack_all(got)
+        counts = Counter(int(m.data) for m in got)
+        assert set(counts) == set(range(count))
+        assert max(counts.values()) == 1, f"{sum(counts.values()) - count} duplicates"
+
+
+async def test_batch_index_ack_neither_loses_nor_repeats(
+    request: pytest.FixtureRequest, pulsar: PulsarTestServer, name: Name
+) -> None:
+    """With client batching, batch-index acks make per-message acks exact across a consumer restart.
+
+    On Apache Pulsar this needs ``acknowledgmentAtBatchIndexLevelEnabled=true`` on the broker.
+    """
+    pulsar.expect_bug(request, BATCH_INDEX_ACK)
+    async with broker.connect(f"{pulsar.url}?batching=true&batch_index_ack=true") as backend:
+        assert isinstance(backend, PulsarBackend)
+        topic, sub = name("topic"), name("sub")
+        await backend.create_subscription(topic, sub)
+        await (
+            backend.publisher()
+            .topic(topic)
+            .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(30)))
+        )
+        async with backend.messages(topic, sub) as consumer:
+            handled = await collect(consumer, 10, 10)
+            await collect(consumer, 1, 10, ack=False)
+        async with backend.messages(topic, sub) as consumer:
+            rest = await collect(consumer, 20, 5)
+            rest += await drain(consumer, 1.0)
+    counts = Counter(int(m.data) for m in handled + rest)
+    assert set(counts) == set(range(30))
+    assert max(counts.values()) == 1
+
+
+async def test_group_commit_inside_a_batch_loses_nothing(
+    request: pytest.FixtureRequest, pulsar: PulsarTestServer, name: Name
+) -> None:
+    """A cumulative ack of a record inside a client batch must not commit its later batch-mates."""
+    pulsar.expect_bug(request, CUMULATIVE_BATCH_ACK)
+    async with broker.connect(f"{pulsar.url}?batching=true") as backend:
+        assert isinstance(backend, PulsarBackend)
+        topic, group = name("log"), name("group")
+        await backend.create_subscription(topic, group, subscription_type="failover")
+        await (
+            backend.publisher()
+            .topic(topic)
+            .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(20)))
+        )
+        async with backend.records(topic, group) as records:
+            first = await collect_records(records, 12, 10)
+            await first[-1].ack()
+        async with backend.records(topic, group) as records:
+            rest = []
+            while True:
+                try:
+                    rest.append(await records.next_record(timeout=1.0))
+                except TimeoutError:
+                    break
+    values = {int(r.value or b"") for r in rest}
+    assert set(range(12, 20)) <= values, f"lost {sorted(set(range(12, 20)) - values)}"
