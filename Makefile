@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck java bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy broker
 
-test: lint typecheck
+# Spark needs Java 17+: install a headless JRE from Debian when none is on PATH.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "java not found: installing openjdk-17-jre-headless from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+test: lint typecheck java
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -86,12 +86,22 @@ class ProcessServer:
         self.host = host
         self.port = port
         self._own_dir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="polybroker-dev-"))
+        self._workdir = Path(workdir) if workdir is not None else None
         self.start_timeout = start_timeout
         self.env = env
         self._ready = ready
         self.process: subprocess.Popen[bytes] | None = None
-        self._log_path = self.workdir / "server.log"
+
+    @property
+    def workdir(self) -> Path:
+        """The server's working directory (a temporary one is made on first use)."""
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="polybroker-dev-"))
+        return self._workdir
+
+    @property
+    def _log_path(self) -> Path:
+        return self.workdir / "server.log"
 
     @property
     def url(self) -> str:
@@ -155,8 +165,9 @@ class ProcessServer:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout)
-        if self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._own_dir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -88,7 +88,20 @@ class LogReader(Closeable, Protocol):
         """Stop reading ``partitions``."""
 
     def position(self, partition: TopicPartition) -> int:
-        """The next offset this reader returns for ``partition``."""
+        """The next offset this reader returns for ``partition``.
+
+        Right after ``assign()`` with OFFSET_BEGINNING / OFFSET_END a client library may return that
+        sentinel until its first poll resolves it (Kafka does); the in-memory log resolves it at once.
+        """
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next (or OFFSET_BEGINNING / OFFSET_END)."""
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` until resumed."""
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
 
     async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
         """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``."""

@@ -19,7 +19,16 @@ from broker.errors import BrokerError, ConfigError
 from broker.message import Message, OutboundMessage, Record
 from broker.settings import parse_url, redact_url
 
-__all__ = ["CommandError", "backends", "configure_logging", "consume", "demo", "dev", "publish"]
+__all__ = [
+    "CommandError",
+    "backends",
+    "configure_logging",
+    "consume",
+    "demo",
+    "dev",
+    "publish",
+    "queue_tracker",
+]
 
 
 class CommandError(Exception):
@@ -281,6 +290,52 @@ async def dev(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         print("stopped", file=sys.stderr)
+    return 0
+
+
+# -- queue tracker ------------------------------------------------------------------------------
+async def queue_tracker(args: argparse.Namespace) -> int:
+    """Run the backend's redelivery tracker for a topic until Ctrl-C."""
+    backend = _connect(args.url)
+    make = getattr(backend, "queue_tracker", None)
+    if make is None:
+        raise CommandError(f"the {backend.name} backend has no marker queue (it acks messages natively)")
+    options = {
+        name: value
+        for name, value in (
+            ("marker_topic", args.marker_topic),
+            ("ack_deadline", args.ack_deadline),
+            ("max_attempts", args.max_attempts),
+            ("dead_letter_topic", args.dead_letter_topic),
+        )
+        if value is not None
+    }
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with backend:
+        try:
+            tracker = make(args.topic, **options)
+        except BrokerError as exc:
+            raise CommandError(str(exc)) from exc
+        print(
+            f"tracking {args.topic!r} (markers on {tracker.config.marker_topic!r}); Ctrl-C to stop",
+            file=sys.stderr,
+        )
+        task = tracker.start()
+        done, _ = await asyncio.wait(
+            [task, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        await tracker.close()
+        if task in done and not task.cancelled() and task.exception() is not None:
+            raise CommandError(f"the tracker stopped: {task.exception()}")
+        counts = dict(tracker.metrics.counts)
+    print(
+        f"stopped; redelivered {counts.get('redelivered', 0)}, "
+        f"dead-lettered {counts.get('dead_lettered', 0)}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -29,6 +29,7 @@ examples:
   broker dev kafka                              start a local Kafka-compatible broker, print its URL
   echo hello | broker publish kafka://127.0.0.1:9092 greetings
   broker consume kafka://127.0.0.1:9092 greetings --count 1
+  broker queue tracker kafka://127.0.0.1:9092 orders   redeliver unacked messages of 'orders'
   broker backends                               list installed backends and what they support
 """
 
@@ -97,6 +98,25 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("backend", help="kafka, nats, pubsub or pulsar")
     dev.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
     dev.set_defaults(run=commands.dev)
+
+    queue = sub.add_parser("queue", help="the marker-topic queue that gives Kafka per-message acks")
+    queue_sub = queue.add_subparsers(dest="queue_command", metavar="QUEUE_COMMAND", required=True)
+    tracker = queue_sub.add_parser(
+        "tracker",
+        help="run a redelivery tracker for a topic until Ctrl-C",
+        description=(
+            "Redeliver messages of TOPIC that were received but neither acked nor kept alive in time. "
+            "Every consumer runs one by default; run this one as well (or alone, with consumers opened "
+            "with embedded_tracker=false) for fail-over. Several trackers share the work."
+        ),
+    )
+    tracker.add_argument("url", help="broker URL, e.g. kafka://127.0.0.1:9092")
+    tracker.add_argument("topic", help="the topic consumed with per-message acks")
+    tracker.add_argument("--marker-topic", help="markers topic (default: TOPIC.markers)")
+    tracker.add_argument("--ack-deadline", type=float, help="redelivery timeout in seconds (default 60)")
+    tracker.add_argument("--max-attempts", type=int, help="deliveries before dead-lettering")
+    tracker.add_argument("--dead-letter-topic", help="where messages go after --max-attempts")
+    tracker.set_defaults(run=commands.queue_tracker)
 
     backends = sub.add_parser("backends", help="list the installed backends and their capabilities")
     backends.set_defaults(run=commands.backends)

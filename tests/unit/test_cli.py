@@ -69,3 +69,8 @@ def test_user_errors_are_reported_without_a_traceback(
 def test_backends_lists_what_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["backends"]) == 0
     assert "inmem" in capsys.readouterr().out
+
+
+def test_queue_tracker_needs_a_backend_with_a_marker_queue(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["queue", "tracker", "inmem://x", "orders"]) == 2
+    assert "no marker queue" in capsys.readouterr().err
