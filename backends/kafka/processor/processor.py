@@ -175,6 +175,7 @@ class Processor:
         """Check and create topics, recover lookups, join the group (``manual``: driven by a Tester)."""
         self._manual = manual
         self._state = ProcessorState.STARTING
+        self._checkpointed = asyncio.get_running_loop().time()  # the interval counts from the start
         graph = self.graph
         counts: dict[str, int] = {}
         for edge in (*graph.input_streams, *graph.joint_tables):
