@@ -140,6 +140,10 @@ async def test_stats_count_inputs_outputs_lag_and_recovery(log: InmemLog) -> Non
         await wait_until(
             lambda: sum(p.inputs["in"].count for p in proc._parts.values() if "in" in p.inputs) == 6, 5
         )
+        # table writes are counted when a checkpoint writes them: the idle checkpoint follows the input
+        await wait_until(
+            lambda: all(p.table is not None and p.table.writes == 3 for p in proc._parts.values()), 5
+        )
         stats = await proc.stats()
         assert set(stats.group) == {0, 1}
         for p in (0, 1):
