@@ -225,7 +225,9 @@ class ConformanceSuite:
         _need(harness, "messages", "dead_letter", "nack_redelivers")
         topic, (sub,) = await _open(harness)
         dlq = harness.name("dlq")
-        options = harness.dead_letter_options(max_attempts=2, topic=dlq)
+        options = harness.dead_letter_options(
+            max_attempts=2, topic=dlq, source_topic=topic, source_subscription=sub
+        )
         if options is None:
             pytest.skip("the harness names no dead-letter options for this backend")
         await harness.prepare(dlq, ["inspect"])

@@ -61,10 +61,14 @@ class Harness:
             options["ack_deadline"] = ack_deadline
         return self.backend.messages(topic, subscription, **options)
 
-    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any] | None:
+    def dead_letter_options(
+        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
+    ) -> dict[str, Any] | None:
         """Consumer options that dead-letter to ``topic`` after ``max_attempts`` deliveries.
 
-        None (the default) skips the dead-letter test; each backend names these options its own way.
+        ``source_topic``/``source_subscription`` name what the consumer will read, for brokers where
+        these are properties of the entity (Service Bus). None (the default) skips the dead-letter
+        test; each backend names these options its own way.
         """
         return None
 

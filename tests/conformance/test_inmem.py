@@ -13,7 +13,9 @@ from broker.testing import ConformanceSuite, Harness
 
 
 class InmemHarness(Harness):
-    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any]:
+    def dead_letter_options(
+        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
+    ) -> dict[str, Any]:
         return {"max_attempts": max_attempts, "dead_letter_topic": topic}
 
 

@@ -25,7 +25,9 @@ class JetStreamHarness(Harness):
             options["ack_wait"] = ack_deadline
         return self.backend.messages(topic, subscription, **options)
 
-    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any]:
+    def dead_letter_options(
+        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
+    ) -> dict[str, Any]:
         return {"max_deliver": max_attempts, "dead_letter_subject": topic}
 
 

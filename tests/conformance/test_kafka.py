@@ -25,7 +25,9 @@ class KafkaHarness(Harness):
     async def prepare(self, topic: str, subscriptions: object = ()) -> None:
         await self.backend.admin.create_topic(topic, 3)  # type: ignore[attr-defined]
 
-    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any]:
+    def dead_letter_options(
+        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
+    ) -> dict[str, Any]:
         return {"max_attempts": max_attempts, "dead_letter_topic": topic}
 
 

@@ -42,7 +42,9 @@ class PulsarHarness(Harness):
             return self.backend.messages(topic, subscription)
         return self.backend.messages(topic, subscription, ack_timeout=ack_deadline)
 
-    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any] | None:
+    def dead_letter_options(
+        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
+    ) -> dict[str, Any] | None:
         """Pulsar's dead-letter policy, through the consumer options."""
         return {"max_attempts": max_attempts, "dead_letter_topic": topic}
 

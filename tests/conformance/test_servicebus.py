@@ -24,22 +24,20 @@ class ServiceBusHarness(Harness):
     def __init__(self, backend: broker.Backend, fake: FakeServiceBus, **overrides: object) -> None:
         super().__init__(backend, **overrides)
         self.fake = fake
-        self._prepared: tuple[str, list[str]] = ("", [])
 
     async def prepare(self, topic: str, subscriptions: Sequence[str] = ()) -> None:
         self.fake.create_topic(topic, list(subscriptions))
-        self._prepared = (topic, list(subscriptions))
 
-    def dead_letter_options(self, max_attempts: int, topic: str) -> dict[str, Any]:
+    def dead_letter_options(
+        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
+    ) -> dict[str, Any]:
         # Service Bus makes both entity properties: the subscription just prepared gets
         # MaxDeliveryCount and ForwardDeadLetteredMessagesTo; the consumer needs no options.
-        source, subscriptions = self._prepared
-        for subscription in subscriptions:
-            self.fake.update(
-                f"{source}/Subscriptions/{subscription}",
-                max_delivery_count=max_attempts,
-                forward_dead_lettered_messages_to=topic,
-            )
+        self.fake.update(
+            f"{source_topic}/Subscriptions/{source_subscription}",
+            max_delivery_count=max_attempts,
+            forward_dead_lettered_messages_to=topic,
+        )
         return {}
 
     def messages(

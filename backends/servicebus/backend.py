@@ -1,0 +1,122 @@
+"""The Azure Service Bus backend: ``servicebus://NAMESPACE`` or a connection string.
+
+Names: ``publisher().topic(name)`` sends to the queue or topic ``name``.
+``messages(topic, subscription)`` reads the queue ``topic`` when ``subscription`` is empty or
+equal to ``topic``, and otherwise the subscription ``subscription`` of the topic ``topic``.
+Queues, topics and subscriptions must exist (Service Bus creates nothing on first use), and their
+lock duration and max delivery count are entity properties set where the entity is defined.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from backends.servicebus.connection import Shutdowns
+from backends.servicebus.consumer import Entity, ServiceBusBatchedMessageIterator, ServiceBusMessageIterator
+from backends.servicebus.publisher import ServiceBusPublisher
+from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
+from broker.backend import BackendBase
+from broker.capabilities import Capabilities
+from broker.errors import ConfigError
+from broker.settings import build_settings
+
+__all__ = ["CAPABILITIES", "ServiceBusBackend"]
+
+#: Per-key order is guaranteed only within a session, so it is claimed only when keys are session
+#: ids and consumers receive by session (see ``ServiceBusBackend``). The largest message depends on
+#: the namespace's tier (256 KiB Standard, up to 100 MiB Premium); the SDK reads it from the link.
+CAPABILITIES = Capabilities(
+    persistent=True,
+    per_key_order=False,
+    messages=True,
+    records=False,
+    nack_redelivers=True,
+    delayed_nack=True,
+    ack_deadline=True,
+    in_progress=True,
+    delivery_attempt=True,
+    dead_letter=True,
+    competing_consumers=True,
+    transactions=False,
+    replay=False,
+    max_message_bytes=None,
+)
+
+
+def _endpoint(settings: ServiceBusSettings) -> str:
+    """The namespace host, for reprs (never a credential)."""
+    if settings.connection_string is None:
+        return settings.fully_qualified_namespace or "?"
+    for part in settings.connection_string.split(";"):
+        name, _, value = part.partition("=")
+        if name.strip().lower() == "endpoint":
+            return value.strip().split("://", 1)[-1].rstrip("/")
+    return "?"
+
+
+class ServiceBusBackend(BackendBase):
+    """A connection to one Service Bus namespace (each publisher and consumer has its own AMQP connection)."""
+
+    name = "servicebus"
+    capabilities = CAPABILITIES
+
+    def __init__(self, settings: ServiceBusSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self._shutdowns = Shutdowns()
+        if settings.key_to == "session_id" and settings.sessions:
+            self.capabilities = dataclasses.replace(CAPABILITIES, per_key_order=True)
+
+    def __repr__(self) -> str:
+        return f"<ServiceBusBackend {_endpoint(self.settings)}>"
+
+    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+        values = self.settings.consumer_defaults()
+        values.update(options)
+        return build_settings(ConsumerOptions, values, backend=self.name)
+
+    @staticmethod
+    def _entity(topic: str, subscription: str) -> Entity:
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(f"a queue or topic name is needed, got {topic!r}")
+        if not isinstance(subscription, str):
+            raise ConfigError(f"the subscription must be a string, got {subscription!r}")
+        if not subscription or subscription == topic:
+            return Entity(topic, None)
+        return Entity(topic, subscription)
+
+    def publisher(self) -> ServiceBusPublisher:
+        """A publisher; ``topic(name)`` sends to the queue or topic ``name``."""
+        return self._track(ServiceBusPublisher(self.settings, self._shutdowns))  # type: ignore[no-any-return]
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> ServiceBusMessageIterator:
+        """Receive from queue ``topic`` (``subscription`` empty or ``== topic``) or from a subscription.
+
+        Options (defaults from the settings): ``receive_mode``, ``prefetch``, ``max_wait``,
+        ``lock_renewal``, ``sessions``, ``session_id``, ``sub_queue``.
+        """
+        entity = self._entity(topic, subscription)
+        iterator = ServiceBusMessageIterator(self.settings, entity, self._options(options), self._shutdowns)
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> ServiceBusBatchedMessageIterator:
+        """Like :meth:`messages`, in batches of up to ``batch_size`` (default: the settings'; max 5000)."""
+        entity = self._entity(topic, subscription)
+        opts = self._options(options)
+        iterator = ServiceBusBatchedMessageIterator(
+            self.settings, entity, opts, self._shutdowns, batch_size or opts.batch_size, batch_timeout
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    async def _close_connection(self) -> None:
+        """Wait (bounded) for the SDK receivers, senders and connections to finish closing."""
+        await self._shutdowns.wait()

@@ -1,0 +1,40 @@
+"""SDK exceptions -> the broker's error hierarchy (the SDK's exception is chained as ``__cause__``)."""
+
+from __future__ import annotations
+
+from azure.servicebus import exceptions as sb
+
+from broker.errors import (
+    AckError,
+    BrokerError,
+    ConnectionFailed,
+    MessageTooLarge,
+    Timeout,
+    UnknownTopic,
+)
+
+__all__ = ["translate"]
+
+
+def translate(exc: BaseException, default: type[BrokerError], what: str) -> BrokerError:
+    """The broker error for SDK exception ``exc`` raised while doing ``what``; raise it ``from exc``."""
+    message = f"{what}: {exc}"
+    if isinstance(exc, BrokerError):
+        return exc
+    if isinstance(exc, sb.MessagingEntityNotFoundError):
+        return UnknownTopic(message)
+    if isinstance(exc, sb.MessageSizeExceededError):
+        return MessageTooLarge(message)
+    if isinstance(exc, sb.OperationTimeoutError | TimeoutError):
+        return Timeout(message)
+    if isinstance(
+        exc,
+        sb.ServiceBusConnectionError
+        | sb.ServiceBusCommunicationError
+        | sb.ServiceBusAuthenticationError
+        | sb.ServiceBusAuthorizationError,
+    ):
+        return ConnectionFailed(message)
+    if isinstance(exc, sb.MessageLockLostError | sb.SessionLockLostError | sb.MessageAlreadySettled):
+        return AckError(message)
+    return default(message)

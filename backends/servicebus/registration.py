@@ -1,0 +1,58 @@
+"""Registration of ``servicebus://`` (Azure Service Bus) under the ``broker.backends`` entry points.
+
+Imports no SDK: :meth:`ServiceBusFactory.open` imports ``azure.servicebus`` (the ``servicebus``
+extra). ``broker.connect`` also routes a connection string (``Endpoint=sb://...``) here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+from backends.servicebus.settings import ServiceBusSettings
+from broker.backend import Backend
+from broker.errors import ConfigError, MissingDependency
+from broker.settings import ParsedUrl
+
+__all__ = ["ServiceBusFactory", "factory"]
+
+
+class ServiceBusFactory:
+    """Builds :class:`~backends.servicebus.backend.ServiceBusBackend` from ``servicebus://NAMESPACE?...``."""
+
+    extra = "servicebus"
+    settings_type = ServiceBusSettings
+
+    def url_options(self, url: ParsedUrl) -> dict[str, Any]:
+        """The namespace from the host (``myns`` or ``myns.servicebus.windows.net``).
+
+        ``servicebus://KEYNAME:KEY@NAMESPACE`` gives a shared access key (URL-encode the key).
+        """
+        options: dict[str, Any] = {}
+        if len(url.hosts) > 1:
+            raise ConfigError("a servicebus:// URL names one namespace")
+        if url.hosts:
+            options["namespace"] = url.hosts[0]
+        if url.path.strip("/"):
+            raise ConfigError(
+                "a servicebus:// URL has no path; name queues and topics when publishing and consuming"
+            )
+        if url.username is not None or url.password is not None:
+            if url.username is None or url.password is None:
+                raise ConfigError("servicebus://KEYNAME:KEY@NAMESPACE needs both the key name and the key")
+            options["shared_access_key_name"] = unquote(url.username)
+            options["shared_access_key"] = unquote(url.password)
+        return options
+
+    def open(self, settings: ServiceBusSettings) -> Backend:
+        """The backend for ``settings`` (connects on first use)."""
+        try:
+            import azure.servicebus.aio  # noqa: F401
+        except ImportError as exc:
+            raise MissingDependency(self.extra, "azure.servicebus") from exc
+        from backends.servicebus.backend import ServiceBusBackend
+
+        return ServiceBusBackend(settings)
+
+
+factory = ServiceBusFactory()

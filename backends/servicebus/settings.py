@@ -1,0 +1,151 @@
+"""Settings of the Service Bus backend: the connection, and per-consumer options.
+
+Credentials (``connection_string``, ``shared_access_key``, ``sas_token``, ``credential``) are
+:func:`~broker.settings.secret` fields: they never appear in ``repr`` or in
+:func:`~broker.settings.describe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from broker.errors import ConfigError
+from broker.settings import secret
+
+__all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
+
+#: The largest ``batch_size`` a batched consumer accepts (lib-brokers' Service Bus limit).
+MAX_BATCH_SIZE: Final = 5000
+
+ReceiveMode = Literal["peek_lock", "receive_and_delete"]
+SubQueue = Literal["", "dead_letter", "transfer_dead_letter"]
+KeyTo = Literal["partition_key", "session_id"]
+
+
+def check_batch_size(batch_size: int) -> None:
+    """Raise :class:`~broker.errors.ConfigError` unless ``1 <= batch_size <= MAX_BATCH_SIZE``."""
+    if batch_size > MAX_BATCH_SIZE:
+        raise ConfigError(f"batch size needs to be at most {MAX_BATCH_SIZE} but {batch_size} was provided")
+    if batch_size < 1:
+        raise ConfigError(f"batch size must be >= 1, got {batch_size}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """Options of one consumer (``Backend.messages(..., **options)``); defaults come from the settings."""
+
+    #: ``peek_lock`` (settle each message) or ``receive_and_delete`` (removed on delivery; ack is a no-op).
+    receive_mode: ReceiveMode = "peek_lock"
+    #: Messages the SDK asks for ahead of the application (its ``prefetch_count``); 0 = off.
+    prefetch: int = 0
+    #: Longest single wait of one SDK receive call, in seconds (``next_message(timeout=None)`` loops).
+    max_wait: float = 5.0
+    #: Seconds for which the consumer renews each unsettled message's lock (at half its time); 0 = off.
+    lock_renewal: float = 0.0
+    #: Receive from sessions: a named ``session_id``, or the next available session when it is None.
+    sessions: bool = False
+    #: The session to receive from (implies ``sessions``).
+    session_id: str | None = None
+    #: Largest batch a batched consumer returns (at most 5000).
+    batch_size: int = 100
+    #: Read a sub-queue instead of the entity: ``dead_letter`` or ``transfer_dead_letter``.
+    sub_queue: SubQueue = ""
+
+    def __post_init__(self) -> None:
+        if self.prefetch < 0:
+            raise ConfigError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.max_wait <= 0:
+            raise ConfigError(f"max_wait must be > 0 seconds, got {self.max_wait}")
+        if self.lock_renewal < 0:
+            raise ConfigError(f"lock_renewal must be >= 0 seconds, got {self.lock_renewal}")
+        check_batch_size(self.batch_size)
+        if self.session_id is not None and not self.session_id:
+            raise ConfigError("session_id must be a non-empty string or None")
+
+    @property
+    def uses_sessions(self) -> bool:
+        """True when receiving goes through session receivers."""
+        return self.sessions or self.session_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceBusSettings:
+    """``servicebus://NAMESPACE?...`` or a connection string: how to reach a Service Bus namespace.
+
+    Give either ``connection_string`` (``Endpoint=sb://...;SharedAccessKeyName=...;...``), or a
+    ``namespace`` (``myns`` stands for ``myns.servicebus.windows.net``) with one credential:
+    ``shared_access_key_name`` + ``shared_access_key``, a ``sas_token``, or ``credential`` (an
+    ``azure.core`` async token credential object, e.g. ``DefaultAzureCredential``). Consumer
+    defaults (``receive_mode`` to ``sub_queue``) can be overridden per consumer.
+    """
+
+    connection_string: str | None = secret()
+    namespace: str | None = None
+    shared_access_key_name: str | None = None
+    shared_access_key: str | None = secret()
+    sas_token: str | None = secret()
+    credential: object | None = secret()
+    #: TLS to the namespace (a connection string with ``UseDevelopmentEmulator=true`` turns it off).
+    use_tls: bool = True
+    #: What a message key becomes on publish (and is read back from): partition key or session id.
+    key_to: KeyTo = "partition_key"
+    #: Retries of the SDK for a failed operation.
+    retry_total: int = 3
+    receive_mode: ReceiveMode = "peek_lock"
+    prefetch: int = 0
+    max_wait: float = 5.0
+    lock_renewal: float = 0.0
+    sessions: bool = False
+    session_id: str | None = None
+    batch_size: int = 100
+    sub_queue: SubQueue = ""
+
+    def __post_init__(self) -> None:
+        if self.connection_string is not None:
+            if not self.connection_string.strip().lower().startswith("endpoint="):
+                raise ConfigError(
+                    "connection_string must look like 'Endpoint=sb://...;SharedAccessKeyName=...'"
+                )
+            if self.namespace is not None:
+                raise ConfigError("give either connection_string or namespace, not both")
+        elif not self.namespace:
+            raise ConfigError("the servicebus backend needs a connection_string or a namespace")
+        else:
+            keyed = self.shared_access_key_name is not None or self.shared_access_key is not None
+            if keyed and (self.shared_access_key_name is None or self.shared_access_key is None):
+                raise ConfigError("shared_access_key_name and shared_access_key go together")
+            given = sum((keyed, self.sas_token is not None, self.credential is not None))
+            if given != 1:
+                raise ConfigError(
+                    "a namespace needs exactly one credential: shared_access_key_name + shared_access_key, "
+                    "sas_token, or credential (an azure.core async token credential)"
+                )
+        if isinstance(self.credential, str | bytes):
+            raise ConfigError("credential must be a token credential object; give a SAS string as sas_token")
+        if self.retry_total < 0:
+            raise ConfigError(f"retry_total must be >= 0, got {self.retry_total}")
+        ConsumerOptions(**self.consumer_defaults())
+
+    @property
+    def fully_qualified_namespace(self) -> str | None:
+        """The namespace host (``myns`` becomes ``myns.servicebus.windows.net``)."""
+        namespace = self.namespace
+        if namespace is None:
+            return None
+        if "." in namespace or ":" in namespace:
+            return namespace
+        return f"{namespace}.servicebus.windows.net"
+
+    def consumer_defaults(self) -> dict[str, Any]:
+        """The consumer options this connection uses unless a consumer overrides them."""
+        return {
+            "receive_mode": self.receive_mode,
+            "prefetch": self.prefetch,
+            "max_wait": self.max_wait,
+            "lock_renewal": self.lock_renewal,
+            "sessions": self.sessions,
+            "session_id": self.session_id,
+            "batch_size": self.batch_size,
+            "sub_queue": self.sub_queue,
+        }
