@@ -27,7 +27,6 @@ __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"
 log = logging.getLogger("backends.inmem")
 
 
-
 class Lease:
     """The messages handed out together by one ``take()``, sharing one ack deadline.
 

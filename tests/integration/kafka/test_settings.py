@@ -114,11 +114,25 @@ def test_consumer_options_come_from_the_connection_and_per_call_overrides() -> N
 def test_capabilities_and_registration() -> None:
     backend = open_kafka("kafka://k:9092")
     assert backend.capabilities == Capabilities(
-        persistent=True, per_key_order=True, records=True, transactions=True, replay=True
+        persistent=True,
+        per_key_order=True,
+        records=True,
+        transactions=True,
+        replay=True,
+        # per-message acknowledgement through the marker-topic queue
+        messages=True,
+        nack_redelivers=True,
+        delayed_nack=True,
+        ack_deadline=True,
+        in_progress=True,
+        delivery_attempt=True,
+        dead_letter=True,
+        competing_consumers=True,
+        max_message_bytes=1_000_000,
     )
     assert "kafka" in broker.available_backends()
-    with pytest.raises(broker.errors.NotSupported):
-        backend.messages("t", "s")
+    with pytest.raises(broker.errors.ConfigError):
+        backend.messages("t", "")  # a subscription name is needed
     server = factory.dev_server(port=19999)
     server.stop()  # removes its unused work directory
     assert server.url == "kafka://127.0.0.1:19999" and not server.running
