@@ -1,0 +1,158 @@
+"""Writing rows to any backend through its publisher, with a deterministic message id per row.
+
+Input columns (others are ignored): ``value`` (binary or string; null writes a tombstone, which
+needs a partitioned-log backend such as Kafka), ``key`` (string or binary), ``topic`` (string;
+the ``topic`` option wins when both are given, as in Spark's Kafka sink), ``attributes``
+(map<string,string>) and ``id`` (string).
+
+Every message carries an id attribute (option ``idAttribute``, ``none`` to leave it out). By
+default it is the attribute the backend maps onto its native message id (``msg_id_attribute`` or
+``message_id_attribute`` in its settings: JetStream's ``Nats-Msg-Id``, so the server drops a
+replayed copy), else ``polybroker-msg-id`` (a Kafka header, a Pub/Sub attribute, a Service Bus
+application property), for downstream de-duplication. It is the row's ``id`` column when set, else
+``<query id>:<batch id>:<task partition>:<row index>`` for streaming writes (stable when Spark
+retries a task or replays a batch after a restart, given the same rows in the same order, as a
+replayable source without a shuffle provides) and ``<write id>:<task partition>:<row index>`` for
+batch writes. Delivery is at-least-once: a retried task publishes its rows again, with the same
+ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from broker.backend import Backend
+from broker.errors import ConfigError
+from broker.message import OutboundMessage
+from contrib.spark import runtime
+from contrib.spark.options import Options
+
+__all__ = ["DEFAULT_ID_ATTRIBUTE", "id_attribute", "write_batches"]
+
+#: The attribute that carries a row's message id on backends without a native one.
+DEFAULT_ID_ATTRIBUTE: Final = "polybroker-msg-id"
+
+
+def id_attribute(options: Options, backend: Backend) -> str | None:
+    """The attribute name for message ids (None when option ``idAttribute`` is ``none``)."""
+    chosen = options.get("idAttribute")
+    if chosen is not None:
+        return None if chosen.lower() == "none" else chosen
+    settings = getattr(backend, "settings", None)
+    for name in ("msg_id_attribute", "message_id_attribute"):  # the backend maps it to a native id
+        native = getattr(settings, name, None)
+        if isinstance(native, str) and native:
+            return native
+    return DEFAULT_ID_ATTRIBUTE
+
+
+def _texts(column: Any) -> list[str | None]:
+    values: list[Any] = column.to_pylist()
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in values]
+
+
+def _datas(column: Any) -> list[bytes | None]:
+    values: list[Any] = column.to_pylist()
+    return [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+
+
+class _Rows:
+    """One Arrow batch as per-topic lists of messages (built in the Spark thread)."""
+
+    def __init__(self) -> None:
+        self.by_topic: dict[str, list[OutboundMessage]] = {}
+        self.tombstones = False
+        self.ordered: list[tuple[str, bytes | None, str | None, dict[str, str]]] = []
+
+
+def _rows(batch: Any, topic: str | None, id_attr: str | None, id_base: str, first: int) -> _Rows:
+    names = batch.schema.names
+    if "value" not in names:
+        raise ConfigError("the broker sink needs a 'value' column (binary or string)")
+    n = batch.num_rows
+    values = _datas(batch.column(names.index("value")))
+    keys = _texts(batch.column(names.index("key"))) if "key" in names else [None] * n
+    if topic is not None:
+        topics: list[str | None] = [topic] * n
+    elif "topic" in names:
+        topics = _texts(batch.column(names.index("topic")))
+    else:
+        raise ConfigError("the broker sink needs option 'topic' or a 'topic' column")
+    attributes: list[Any] = (
+        batch.column(names.index("attributes")).to_pylist() if "attributes" in names else [None] * n
+    )
+    ids: list[Any] = _texts(batch.column(names.index("id"))) if "id" in names else [None] * n
+    out = _Rows()
+    for i in range(n):
+        target = topics[i]
+        if not target:
+            raise ConfigError(f"row {first + i} of the batch has no topic")
+        attrs: dict[str, str] = dict(attributes[i]) if attributes[i] else {}
+        if id_attr is not None:
+            attrs[id_attr] = ids[i] or f"{id_base}:{first + i}"
+        data = values[i]
+        if data is None:
+            out.tombstones = True
+        else:
+            out.by_topic.setdefault(target, []).append(OutboundMessage(data, keys[i], attrs))
+        out.ordered.append((target, data, keys[i], attrs))
+    return out
+
+
+async def _publish(backend: Backend, publisher: Any, rows: _Rows, logs: dict[str, Any]) -> None:
+    if rows.tombstones:
+        log_factory = getattr(backend, "log", None)
+        if log_factory is None:
+            raise ConfigError(
+                f"null values (tombstones) need a partitioned-log backend such as Kafka, not {backend.name}"
+            )
+        log = logs.get("log")
+        if log is None:
+            log = logs["log"] = log_factory()
+        sends = [
+            log.send(topic, data, key=key, attributes=attrs or None)
+            for topic, data, key, attrs in rows.ordered
+        ]
+        await asyncio.gather(*sends)
+        return
+    await asyncio.gather(*(publisher.topic(t).batch_publish(*msgs) for t, msgs in rows.by_topic.items()))
+
+
+def write_batches(options: Options, batches: Iterator[Any], id_base: str) -> int:
+    """Publish every row of ``batches`` (Arrow record batches); returns the rows written.
+
+    One batch is published while the next is read from Spark; a batch's messages are all
+    acknowledged by the broker before the next batch is published, so per-key order holds.
+    """
+    topic = options.get("topic")
+    backend = options.connect()
+    event_loop = runtime.loop()
+    count = 0
+    logs: dict[str, Any] = {}
+    pending: Any = None
+    try:
+        id_attr = id_attribute(options, backend)
+        publisher = backend.publisher()
+        for batch in batches:
+            rows = _rows(batch, topic, id_attr, id_base, count)
+            count += batch.num_rows
+            if pending is not None:
+                pending.result()
+            pending = asyncio.run_coroutine_threadsafe(_publish(backend, publisher, rows, logs), event_loop)
+        if pending is not None:
+            pending.result()
+            pending = None
+    finally:
+        if pending is not None:
+            pending.cancel()
+        runtime.run(_close(backend, logs))
+    return count
+
+
+async def _close(backend: Backend, logs: Mapping[str, Any]) -> None:
+    log = logs.get("log")
+    if log is not None:
+        await log.close()
+    await backend.close()
