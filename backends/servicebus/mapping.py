@@ -44,20 +44,23 @@ def check(message: OutboundMessage) -> None:
             raise TypeError(f"the attribute name {ATTEMPT_PROPERTY!r} is reserved by the servicebus backend")
 
 
-def to_sdk(message: OutboundMessage, key_to: str) -> ServiceBusMessage:
-    """The SDK message for ``message`` (checked first)."""
+def to_sdk(message: OutboundMessage, key_to: str, id_attribute: str = "MessageId") -> ServiceBusMessage:
+    """The SDK message for ``message`` (checked first); attribute ``id_attribute`` becomes its MessageId."""
     check(message)
     data = message.data
     key = message.key or None
     properties: dict[str | bytes, Any] | None = None
+    message_id = None
     if message.attributes:
         properties = {}
         properties.update(message.attributes)
+        message_id = properties.pop(id_attribute, None)
     return ServiceBusMessage(
         data if type(data) is bytes else bytes(data),
-        application_properties=properties,
+        application_properties=properties or None,
         partition_key=key if key_to == "partition_key" else None,
         session_id=key if key_to == "session_id" else None,
+        message_id=message_id,
     )
 
 

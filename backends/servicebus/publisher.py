@@ -80,7 +80,7 @@ class ServiceBusTopic:
         """Send one message; returns once Service Bus has accepted it."""
         publisher = self._publisher
         publisher._check_open(self.name)
-        outgoing = to_sdk(message, publisher._key_to)
+        outgoing = to_sdk(message, publisher._key_to, publisher._id_attribute)
         deadline = None if timeout is None else time.monotonic() + timeout
         sender = self._sender or await self._open(timeout)
         try:
@@ -98,8 +98,9 @@ class ServiceBusTopic:
         """Send all messages in as few size-bounded batches as fit, in order."""
         publisher = self._publisher
         publisher._check_open(self.name)
-        key_to = publisher._key_to
-        outgoing = [to_sdk(m, key_to) for m in messages]  # every message is checked before any is sent
+        # every message is checked before any is sent
+        key_to, id_attribute = publisher._key_to, publisher._id_attribute
+        outgoing = [to_sdk(m, key_to, id_attribute) for m in messages]
         if not outgoing:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -153,6 +154,7 @@ class ServiceBusPublisher:
     def __init__(self, settings: ServiceBusSettings, shutdowns: Shutdowns) -> None:
         self._settings = settings
         self._key_to = settings.key_to
+        self._id_attribute = settings.message_id_attribute
         self._shutdowns = shutdowns
         self._sdk_client: ServiceBusClient | None = None
         self._topics: dict[str, ServiceBusTopic] = {}

@@ -90,6 +90,9 @@ class ServiceBusSettings:
     use_tls: bool = True
     #: What a message key becomes on publish (and is read back from): partition key or session id.
     key_to: KeyTo = "partition_key"
+    #: The attribute whose value becomes the message's ``MessageId`` on publish (and is taken out of the
+    #: application properties), so Service Bus duplicate detection can drop a retried publish.
+    message_id_attribute: str = "MessageId"
     #: Retries of the SDK for a failed operation.
     retry_total: int = 3
     receive_mode: ReceiveMode = "peek_lock"

@@ -302,3 +302,17 @@ async def test_unsettled_messages_come_back_after_their_consumer_closes(
         assert await drain(consumer, 0.5) == []
     assert sorted(int(m.data) for m in first[:2] + rest) == list(range(10))
     assert all(m.delivery_attempt == 2 for m in rest)
+
+
+async def test_the_message_id_attribute_becomes_the_message_id(
+    fake_servicebus: FakeServiceBus, backend: broker.Backend
+) -> None:
+    queue = _name("q")
+    fake_servicebus.create_queue(queue)
+    await backend.publisher().topic(queue).publish(
+        OutboundMessage(b"x", attributes={"MessageId": "order-17", "other": "kept"})
+    )
+    async with backend.messages(queue, "") as consumer:
+        (message,) = await collect(consumer, 1, 10)
+    assert message.id == "order-17"
+    assert dict(message.attributes) == {"other": "kept"}
