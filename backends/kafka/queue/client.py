@@ -9,12 +9,13 @@ with ``reset()`` / ``reconnect()`` before the next batch, as kafka-mq-go does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal
 
 from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_REDELIVERY_FOR, QueueConfig
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId
+from backends.kafka.queue.markers import Marker, MarkerType, MessageId, encode_start
 from backends.kafka.queue.producer import MarkerProducer
 from broker.errors import BrokerError, ClosedError, ReceiveError
 from broker.log import OFFSET_BEGINNING, Log, LogConsumer, TopicPartition
@@ -68,6 +69,8 @@ class MqClient:
         self.needs_reset = False
         self.needs_reconnect = False
         self._closed = False
+        self._settling: asyncio.Future[None] | None = None
+        self._timeout_ms = config.redelivery_timeout_ms
 
     def _ensure_consumer(self) -> LogConsumer:
         if self._consumer is None:
@@ -95,24 +98,37 @@ class MqClient:
             raise ReceiveError(f"polling the queue topic failed: {exc}") from exc
         if not records:
             return []
-        mine = [r for r in records if self.accept(r)]
-        if mine:
+        settled = self._settling = asyncio.get_running_loop().create_future()
+        try:
+            mine = [r for r in records if self.accept(r)]
+            if mine:
+                try:
+                    await self.markers.start(self.queue_id, [self.encoded_start(r) for r in mine])
+                except Exception as exc:
+                    self.needs_reset = True
+                    raise BrokerError(f"writing START markers failed: {exc}") from exc
+            positions: dict[TopicPartition, int] = {}
+            for record in records:
+                tp = TopicPartition(record.topic, record.partition)
+                if record.offset + 1 > positions.get(tp, -1):
+                    positions[tp] = record.offset + 1
             try:
-                await self.markers.start(self.queue_id, (self.start_marker(r) for r in mine))
+                await consumer.commit(positions)
             except Exception as exc:
                 self.needs_reset = True
-                raise BrokerError(f"writing START markers failed: {exc}") from exc
-        positions: dict[TopicPartition, int] = {}
-        for record in records:
-            tp = TopicPartition(record.topic, record.partition)
-            if record.offset + 1 > positions.get(tp, -1):
-                positions[tp] = record.offset + 1
-        try:
-            await consumer.commit(positions)
-        except Exception as exc:
-            self.needs_reset = True
-            raise BrokerError(f"committing the queue position failed: {exc}") from exc
-        return mine
+                raise BrokerError(f"committing the queue position failed: {exc}") from exc
+            return mine
+        finally:
+            settled.set_result(None)
+
+    async def settled(self) -> None:
+        """Wait until the batch being started and committed (if any) is done.
+
+        Close after this, never between the two steps: cut there, a batch would be both
+        redelivered (it has START markers) and read again (its position was not committed).
+        """
+        if self._settling is not None and not self._settling.done():
+            await asyncio.shield(self._settling)
 
     def start_marker(self, record: Record) -> Marker:
         """The START marker of ``record``: its key, payload, attributes and delivery attempt."""
@@ -126,6 +142,20 @@ class MqClient:
             value=record.value or b"",
             delivery_attempt=attempt,
             headers=attributes,
+        )
+
+    def encoded_start(self, record: Record) -> bytes:
+        """``encode_marker(self.start_marker(record))``, without building the Marker."""
+        attributes = record.attributes
+        attempt = int(attributes.get(HEADER_ATTEMPT, "1") or 1) if attributes else 1
+        return encode_start(
+            record.partition,
+            record.offset,
+            self._timeout_ms,
+            (record.key or "").encode(),
+            record.value or b"",
+            attempt,
+            attributes,
         )
 
     def processing_in_progress(

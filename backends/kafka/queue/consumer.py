@@ -96,10 +96,14 @@ class Consumer(AsyncResource):
                 continue
             now = time.time()
             self.metrics.count("received", len(records))
+            buffer, held = self._buffer, self._held
             for record in records:
                 message = self._message(record, now)
-                self._held[MessageId(record.partition, record.offset)] = message
-                await self._buffer.put(message)
+                held[message.raw] = message
+                if buffer.full():
+                    await buffer.put(message)  # back-pressure: wait for receivers
+                else:
+                    buffer.put_nowait(message)
             self.metrics.set_in_flight(len(self._held))
 
     def _message(self, record: Record, now: float) -> Message:
@@ -165,6 +169,7 @@ class Consumer(AsyncResource):
         if self._closed:
             return
         self._closed = True
+        await self.client.settled()  # never cut a batch between its START markers and its commit
         for task in (self._loop_task, self._keepalive_task):
             if task is not None:
                 task.cancel()

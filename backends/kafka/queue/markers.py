@@ -22,7 +22,15 @@ from typing import NamedTuple
 
 from broker.errors import DecodeError
 
-__all__ = ["Marker", "MarkerType", "MessageId", "decode_marker", "encode_marker"]
+__all__ = [
+    "Marker",
+    "MarkerType",
+    "MessageId",
+    "decode_marker",
+    "encode_id_marker",
+    "encode_marker",
+    "encode_start",
+]
 
 
 class MarkerType(enum.IntEnum):
@@ -53,51 +61,87 @@ class Marker:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-def _varint(value: int, out: bytearray) -> None:
+_BYTES = tuple(bytes((i,)) for i in range(0x80))
+
+
+def _uvarint(value: int) -> bytes:
+    """A varint (negative values as 10-byte two's complement, as protobuf encodes int32/int64)."""
+    if 0 <= value < 0x80:
+        return _BYTES[value]
+    if 0 < value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 < value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value < 0:
-        value += 1 << 64  # two's complement, 10 bytes, as protobuf encodes negative int32/int64
-    while True:
-        byte = value & 0x7F
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return
+    out.append(value)
+    return bytes(out)
 
 
-def _field_varint(number: int, value: int, out: bytearray) -> None:
+def _message_id(partition: int, offset: int) -> bytes:
+    """Field 3, the MessageID submessage (zero fields omitted)."""
+    mid = b""
+    if partition:
+        mid = b"\x08" + _uvarint(partition)
+    if offset:
+        mid += b"\x10" + _uvarint(offset)
+    return b"\x1a" + _uvarint(len(mid)) + mid
+
+
+def encode_id_marker(kind: MarkerType, partition: int, offset: int, redeliver_after_ms: int = 0) -> bytes:
+    """An END or KEEPALIVE marker, straight from its fields (what ``encode_marker`` writes for them)."""
+    out = b"\x10" + _BYTES[kind] + _message_id(partition, offset) if kind else _message_id(partition, offset)
+    if redeliver_after_ms:
+        out += b"\x20" + _uvarint(redeliver_after_ms)
+    return out
+
+
+def encode_start(
+    partition: int,
+    offset: int,
+    redeliver_after_ms: int,
+    key: bytes,
+    value: bytes,
+    delivery_attempt: int = 0,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """A START marker, straight from its fields (what ``encode_marker`` writes for it)."""
+    parts = [_message_id(partition, offset)]
+    if redeliver_after_ms:
+        parts += (b"\x20", _uvarint(redeliver_after_ms))
+    if key:
+        parts += (b"\x2a", _uvarint(len(key)), key)
     if value:
-        _varint(number << 3, out)
-        _varint(value, out)
-
-
-def _field_bytes(number: int, value: bytes, out: bytearray) -> None:
-    _varint((number << 3) | 2, out)
-    _varint(len(value), out)
-    out += value
+        parts += (b"\x32", _uvarint(len(value)), value)
+    if delivery_attempt:
+        parts += (b"\x38", _uvarint(delivery_attempt))
+    if headers:
+        for name, text in headers.items():
+            raw_name, raw_text = name.encode(), text.encode()
+            header = (
+                b"\x0a" + _uvarint(len(raw_name)) + raw_name + b"\x12" + _uvarint(len(raw_text)) + raw_text
+            )
+            parts += (b"\x42", _uvarint(len(header)), header)
+    return b"".join(parts)
 
 
 def encode_marker(marker: Marker) -> bytes:
     """Serialize ``marker`` (proto3: zero values are omitted)."""
-    out = bytearray()
-    _field_varint(2, int(marker.type), out)
-    mid = bytearray()
-    _field_varint(1, marker.message_id.partition, mid)
-    _field_varint(2, marker.message_id.offset, mid)
-    _field_bytes(3, bytes(mid), out)
-    _field_varint(4, marker.redeliver_after_ms, out)
-    if marker.key:
-        _field_bytes(5, marker.key, out)
-    if marker.value:
-        _field_bytes(6, marker.value, out)
-    _field_varint(7, marker.delivery_attempt, out)
-    for name, value in marker.headers.items():
-        header = bytearray()
-        _field_bytes(1, name.encode(), header)
-        _field_bytes(2, value.encode(), header)
-        _field_bytes(8, bytes(header), out)
-    return bytes(out)
+    mid = marker.message_id
+    out = b"" if marker.type is MarkerType.START else b"\x10" + _BYTES[marker.type]
+    return out + encode_start(
+        mid.partition,
+        mid.offset,
+        marker.redeliver_after_ms,
+        marker.key,
+        marker.value,
+        marker.delivery_attempt,
+        marker.headers,
+    )
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -148,8 +192,71 @@ def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
     return out
 
 
+_TYPES = tuple(MarkerType)
+
+
+def _decode_common(data: bytes) -> Marker | None:
+    """The markers this queue and kafka-mq-go write, parsed in one pass; None for anything else."""
+    n = len(data)
+    pos = 0
+    kind = partition = offset = redeliver = attempt = 0
+    key = value = b""
+    headers: dict[str, str] = {}
+    read = _read_varint
+    while pos < n:
+        tag = data[pos]
+        pos += 1
+        if tag == 0x1A:  # message_id
+            length = data[pos]
+            pos += 1
+            end = pos + length
+            if length >= 0x80 or end > n:
+                return None
+            while pos < end:
+                sub = data[pos]
+                number, pos = read(data, pos + 1)
+                if sub == 0x08:
+                    partition = number
+                elif sub == 0x10:
+                    offset = number
+                else:
+                    return None
+            if pos != end:
+                return None
+        elif tag == 0x10:
+            kind, pos = read(data, pos)
+        elif tag == 0x20:
+            redeliver, pos = read(data, pos)
+        elif tag == 0x2A or tag == 0x32:
+            length, pos = read(data, pos)
+            if pos + length > n:
+                return None
+            if tag == 0x2A:
+                key = data[pos : pos + length]
+            else:
+                value = data[pos : pos + length]
+            pos += length
+        elif tag == 0x38:
+            attempt, pos = read(data, pos)
+        else:  # headers, version, unknown fields: the general parser
+            return None
+    if kind >= len(_TYPES):
+        return None
+    if partition >= 1 << 31:
+        partition = _signed(partition, 32)
+    if offset >= 1 << 63:
+        offset -= 1 << 64
+    return Marker(_TYPES[kind], MessageId(partition, offset), redeliver, key, value, attempt, headers)
+
+
 def decode_marker(data: bytes) -> Marker:
     """Parse a marker; unknown fields are skipped, malformed data raises DecodeError."""
+    try:
+        marker = _decode_common(data)
+    except (IndexError, DecodeError):
+        marker = None
+    if marker is not None:
+        return marker
     kind = 0
     partition = offset = redeliver = attempt = 0
     key = value = b""

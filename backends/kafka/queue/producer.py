@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Iterable, Mapping
+from typing import cast
 
 from backends.kafka.queue.config import HEADER_KEY, QueueConfig
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId, encode_marker
+from backends.kafka.queue.markers import Marker, MarkerType, MessageId, encode_id_marker, encode_marker
 from broker.attributes import validate_attributes
 from broker.log import Log, TopicPartition
 
@@ -23,27 +25,31 @@ class MarkerProducer:
         self._log = log_port
         self._config = config
 
-    def _send(self, queue_id: str, marker: Marker) -> Awaitable[tuple[TopicPartition, int]]:
-        return self._log.send(self._config.marker_topic, encode_marker(marker), key=queue_id)
+    def _send(self, queue_id: str, marker: bytes) -> Awaitable[tuple[TopicPartition, int]]:
+        return self._log.send(self._config.marker_topic, marker, key=queue_id)
 
-    async def start(self, queue_id: str, markers: Iterable[Marker]) -> None:
-        """Write START markers for a fetched batch and wait for all of them together."""
-        sends = [self._send(queue_id, m) for m in markers]
-        if sends:
-            await asyncio.gather(*sends)
+    async def start(self, queue_id: str, markers: Iterable[Marker | bytes]) -> None:
+        """Write START markers (or their encodings) for a fetched batch and wait for all together."""
+        send = self._send
+        sends = [send(queue_id, m if isinstance(m, bytes) else encode_marker(m)) for m in markers]
+        if all(isinstance(s, asyncio.Future) and s.done() for s in sends):
+            # Already written (an in-memory log): no yield, so polling, START and commit stay atomic.
+            for done in sends:
+                cast("asyncio.Future[tuple[TopicPartition, int]]", done).result()
+            return
+        await asyncio.gather(*sends)
 
     def keepalive(
         self, queue_id: str, ids: Iterable[MessageId], redeliver_after_ms: int
     ) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """Queue KEEPALIVE markers: each message may go ``redeliver_after_ms`` more without settling."""
-        return [
-            self._send(queue_id, Marker(MarkerType.KEEPALIVE, mid, redeliver_after_ms=redeliver_after_ms))
-            for mid in ids
-        ]
+        send, keepalive = self._send, MarkerType.KEEPALIVE
+        return [send(queue_id, encode_id_marker(keepalive, p, o, redeliver_after_ms)) for p, o in ids]
 
     def end(self, queue_id: str, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """Queue END markers: the messages are done and will not be redelivered."""
-        return [self._send(queue_id, Marker(MarkerType.END, mid)) for mid in ids]
+        send, end = self._send, MarkerType.END
+        return [send(queue_id, encode_id_marker(end, p, o)) for p, o in ids]
 
 
 class MessageSender:
@@ -53,16 +59,25 @@ class MessageSender:
         self._log = log_port
 
     def send(
-        self, topic: str, value: bytes, *, key: str | None, headers: Mapping[str, str] | None = None
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: str | None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Queue one record; await the result to know it was written."""
-        return self._log.send(topic, value, key=key, attributes=headers)
+        """Queue one record (to ``partition``, else by key); await the result to know it was written."""
+        return self._log.send(topic, value, key=key, partition=partition, attributes=headers)
 
 
 class Producer:
     """Sends messages to one logical queue (record key = queue id, as kafka-mq-go does).
 
-    An application key travels in the ``mq-key`` header; attributes become headers.
+    Records go to a random partition of the queue topic (kafka-mq-go's producer uses librdkafka's
+    ``random`` partitioner): keyed by the queue id alone they would all land in one partition, and
+    a queue's competing consumers could not share its work. An application key travels in the
+    ``mq-key`` header; attributes become headers.
     """
 
     def __init__(self, log_port: Log, config: QueueConfig, queue_id: str) -> None:
@@ -73,6 +88,7 @@ class Producer:
         self._config = config
         self.queue_id = queue_id
         self._pending: set[asyncio.Future[tuple[TopicPartition, int]]] = set()
+        self._partition_count: int | None = None
 
     def _headers(self, key: str | None, attributes: Mapping[str, str] | None) -> dict[str, str] | None:
         if attributes:
@@ -84,23 +100,44 @@ class Producer:
             headers[HEADER_KEY] = key
         return headers
 
+    async def _count(self) -> int | None:
+        """The queue topic's partition count (looked up once; None if it cannot be known yet)."""
+        if self._partition_count is None:
+            try:
+                self._partition_count = await self._log.partitions(self._config.message_topic)
+            except Exception as exc:  # e.g. not created yet: the log's partitioner decides
+                log.debug("partitions of %r unknown (%r): sending by key", self._config.message_topic, exc)
+        return self._partition_count
+
+    def _write(
+        self, payload: bytes, headers: dict[str, str] | None, count: int | None
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        return self._sender.send(
+            self._config.message_topic,
+            payload,
+            key=self.queue_id,
+            headers=headers,
+            partition=random.randrange(count) if count else None,
+        )
+
+    async def _send(self, payload: bytes, headers: dict[str, str] | None) -> tuple[TopicPartition, int]:
+        return await self._write(payload, headers, await self._count())
+
     async def send(
         self, payload: bytes, *, key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> tuple[TopicPartition, int]:
         """Send one message and wait until the log has it."""
-        return await self._sender.send(
-            self._config.message_topic, payload, key=self.queue_id, headers=self._headers(key, attributes)
-        )
+        return await self._send(payload, self._headers(key, attributes))
 
     def send_async(
         self, payload: bytes, *, key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future[tuple[TopicPartition, int]]:
         """Queue one message without waiting; the future resolves when it is written."""
-        future = asyncio.ensure_future(
-            self._sender.send(
-                self._config.message_topic, payload, key=self.queue_id, headers=self._headers(key, attributes)
-            )
-        )
+        headers = self._headers(key, attributes)
+        if self._partition_count is None:
+            future = asyncio.ensure_future(self._send(payload, headers))
+        else:
+            future = asyncio.ensure_future(self._write(payload, headers, self._partition_count))
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         return future
