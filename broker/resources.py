@@ -38,14 +38,23 @@ class AsyncResource:
 
 
 class MessageIteration(AsyncResource):
-    """``async for message in iterator`` over ``next_message()``, ending when closed."""
+    """``async for message in iterator`` over ``next_message()``, ending when closed.
+
+    The iterator is its own async iterator (no generator object in between: one call per item).
+    """
 
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message (subclasses implement it)."""
         raise NotImplementedError
 
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return _until_closed(self.next_message)
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.next_message()
+        except ClosedError:
+            raise StopAsyncIteration from None
 
 
 class RecordIteration(AsyncResource):
@@ -55,8 +64,18 @@ class RecordIteration(AsyncResource):
         """The next record (subclasses implement it)."""
         raise NotImplementedError
 
-    def __aiter__(self) -> AsyncIterator[Record]:
-        return _until_closed(self.next_record)
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Record:
+        try:
+            return await self.next_record()
+        except ClosedError:
+            raise StopAsyncIteration from None
+
+    def batches(self) -> AsyncIterator[list[Record]]:
+        """Iterate over non-empty batches of ``next_batch()`` until closed (where the iterator has it)."""
+        return _batches_until_closed(self.next_batch)  # type: ignore[attr-defined]
 
 
 class BatchedMessageIteration(AsyncResource):
@@ -79,14 +98,6 @@ class BatchedRecordIteration(AsyncResource):
 
     def __aiter__(self) -> AsyncIterator[list[Record]]:
         return _batches_until_closed(self.next_batch)
-
-
-async def _until_closed(pull: Any) -> AsyncIterator[Any]:
-    while True:
-        try:
-            yield await pull()
-        except ClosedError:
-            return
 
 
 async def _batches_until_closed(pull: Any) -> AsyncIterator[Any]:

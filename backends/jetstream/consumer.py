@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Self
 
 from nats.aio.msg import Msg
 
 from backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
 from backends.jetstream.mapping import to_messages, to_records
 from backends.jetstream.pull import PullEngine
-from broker.errors import ClosedError, ConfigError, Timeout
+from broker.errors import ConfigError, Timeout
 from broker.message import Message, Record
+from broker.resources import (
+    AsyncResource,
+    BatchedMessageIteration,
+    BatchedRecordIteration,
+    MessageIteration,
+    RecordIteration,
+)
 
 __all__ = [
     "JetStreamBatchedMessageIterator",
@@ -36,7 +40,7 @@ __all__ = [
 ]
 
 
-class _Consumer:
+class _Consumer(AsyncResource):
     """What every consumer shares: its engine, closing, ``async with``."""
 
     def __init__(self, engine: PullEngine, msg_id_attribute: str) -> None:
@@ -60,16 +64,8 @@ class _Consumer:
         engine = self._engine
         await nak_quietly(engine.client, leftovers, engine.what, engine.connection.settings.request_timeout)
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-
-class JetStreamMessageIterator(_Consumer):
+class JetStreamMessageIterator(_Consumer, MessageIteration):
     """A MessageIterator on a durable pull consumer."""
 
     def __init__(
@@ -86,18 +82,8 @@ class JetStreamMessageIterator(_Consumer):
             raise Timeout(f"no message from {self._engine.what} within {timeout}s")
         return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)[0]
 
-    def __aiter__(self) -> Self:
-        return self
 
-    async def __anext__(self) -> Message:
-        """The next message; the iteration ends when the iterator is closed."""
-        try:
-            return await self.next_message()
-        except ClosedError:
-            raise StopAsyncIteration from None
-
-
-class JetStreamBatchedMessageIterator(_Consumer):
+class JetStreamBatchedMessageIterator(_Consumer, BatchedMessageIteration):
     """A BatchedMessageIterator: each batch is what one pull request brought, up to ``batch_size``."""
 
     def __init__(
@@ -124,18 +110,6 @@ class JetStreamBatchedMessageIterator(_Consumer):
         if not msgs:
             return []
         return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)
-
-    def __aiter__(self) -> AsyncIterator[list[Message]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[list[Message]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
 
 
 class _RecordReader(_Consumer):
@@ -203,34 +177,12 @@ class _RecordReader(_Consumer):
         return handed + leftovers
 
 
-class JetStreamRecordIterator(_RecordReader):
+class JetStreamRecordIterator(_RecordReader, RecordIteration):
     """A RecordIterator (``next_batch`` works too); ``async for`` yields records."""
 
-    def __aiter__(self) -> Self:
-        return self
 
-    async def __anext__(self) -> Record:
-        """The next record; the iteration ends when the iterator is closed."""
-        try:
-            return await self.next_record()
-        except ClosedError:
-            raise StopAsyncIteration from None
-
-
-class JetStreamBatchedRecordIterator(_RecordReader):
+class JetStreamBatchedRecordIterator(_RecordReader, BatchedRecordIteration):
     """A BatchedIterator (``next_record`` works too); ``async for`` yields non-empty batches."""
-
-    def __aiter__(self) -> AsyncIterator[list[Record]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[list[Record]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
 
 
 class _NoCommit:

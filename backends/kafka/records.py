@@ -7,19 +7,18 @@ records fetched but not handed out are read again by the partition's next owner.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from backends.kafka.consumer import GroupCore
-from broker.errors import ClosedError, Timeout
+from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.message import Record
+from broker.resources import BatchedRecordIteration, RecordIteration
 
 __all__ = ["KafkaBatchedIterator", "KafkaRecordIterator"]
 
 
-class KafkaRecordIterator:
+class KafkaRecordIterator(RecordIteration):
     """Pull records one at a time from ``topics`` as a member of ``group``."""
 
     def __init__(self, core: GroupCore, batch_size: int, batch_timeout: float) -> None:
@@ -67,44 +66,12 @@ class KafkaRecordIterator:
         """
         return await self._core.records(self.batch_size, self.batch_timeout if timeout is None else timeout)
 
-    def __aiter__(self) -> AsyncIterator[Record]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Record]:
-        while True:
-            try:
-                yield await self.next_record()
-            except ClosedError:
-                return
-
-    def batches(self) -> AsyncIterator[list[Record]]:
-        """Iterate over non-empty batches until closed."""
-        return self._iterate_batches()
-
-    async def _iterate_batches(self) -> AsyncIterator[list[Record]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
-
     async def close(self) -> None:
         """Commit what is pending, leave the group. Idempotent."""
         await self._core.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 class KafkaBatchedIterator(KafkaRecordIterator):
     """The batched view: ``async for`` yields non-empty batches."""
 
-    def __aiter__(self) -> AsyncIterator[list[Record]]:  # type: ignore[override]
-        return self.batches()
+    __aiter__ = BatchedRecordIteration.__aiter__  # type: ignore[assignment]

@@ -30,10 +30,9 @@ import asyncio
 import datetime
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
@@ -50,6 +49,7 @@ from backends.servicebus.mapping import redelivery_copy, to_message
 from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
 from broker.errors import AckError, ClosedError, NotSupported, ReceiveError, Timeout
 from broker.message import Message
+from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
 __all__ = ["Entity", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
 
@@ -185,7 +185,7 @@ class _Settler:
         await self._settle(operation, message, "dead-letter")
 
 
-class _Receiving:
+class _Receiving(AsyncResource):
     """What both iterators share: the SDK receiver, one receive call at a time, the buffer, closing."""
 
     def __init__(
@@ -524,14 +524,6 @@ class _Receiving:
         )
         await close_quietly(client, f"the client of the consumer of {self.entity}")
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
 
 class _suppress_timeout:
     """``contextlib.suppress(TimeoutError)`` that also logs."""
@@ -552,7 +544,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-class ServiceBusMessageIterator(_Receiving):
+class ServiceBusMessageIterator(_Receiving, MessageIteration):
     """A MessageIterator on a queue or subscription (see the module docstring)."""
 
     async def next_message(self, timeout: float | None = None) -> Message:
@@ -562,18 +554,8 @@ class ServiceBusMessageIterator(_Receiving):
             return buffer.popleft()
         return (await self._take(1, timeout))[0]
 
-    def __aiter__(self) -> Self:
-        return self
 
-    async def __anext__(self) -> Message:
-        """The next message; the iteration ends when the iterator is closed."""
-        try:
-            return await self.next_message()
-        except ClosedError:
-            raise StopAsyncIteration from None
-
-
-class ServiceBusBatchedMessageIterator(_Receiving):
+class ServiceBusBatchedMessageIterator(_Receiving, BatchedMessageIteration):
     """A BatchedMessageIterator: one SDK receive call per batch, up to ``batch_size`` messages."""
 
     def __init__(
@@ -598,15 +580,3 @@ class ServiceBusBatchedMessageIterator(_Receiving):
             return await self._take(self.batch_size, self.batch_timeout if timeout is None else timeout)
         except Timeout:
             return []
-
-    def __aiter__(self) -> AsyncIterator[list[Message]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[list[Message]]:
-        while True:
-            try:
-                batch = await self.next_batch()
-            except ClosedError:
-                return
-            if batch:
-                yield batch
