@@ -1,0 +1,186 @@
+"""The Google Cloud Pub/Sub backend: ``pubsub://PROJECT``.
+
+* ``publisher()``: batching publisher (:mod:`backends.pubsub.publisher`).
+* ``messages()`` / ``batched_messages()``: pull-based iterators (:mod:`backends.pubsub.pull`).
+* ``receiver()`` / ``batched_receiver()``: streaming pull with bounded concurrency
+  (:mod:`backends.pubsub.receiver`).
+* ``ensure_topic()`` / ``ensure_subscription()``: create what is missing up front (consumers and
+  publishers also do it on first use while ``create_missing`` is on). Pub/Sub delivers to a
+  subscription only what is published after it exists.
+
+Capabilities depend on the settings: ``per_key_order`` only with ``message_ordering``, and
+``delivery_attempt`` only with a ``dead_letter_topic`` (Pub/Sub counts deliveries only on
+subscriptions with a dead-letter policy; elsewhere ``Message.delivery_attempt`` is None).
+``dead_letter`` is claimed because ``Message.dead_letter()`` always works (forwarding to the
+subscription's dead-letter topic, or dropping with a warning when it has none); dead-lettering
+after a number of attempts needs ``dead_letter_topic``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.pubsub.admin import Admin, SubscriptionInfo
+from backends.pubsub.clients import Clients
+from backends.pubsub.publisher import PubsubPublisher
+from backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
+from backends.pubsub.receiver import PubsubReceiver
+from backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
+from broker.backend import BackendBase
+from broker.capabilities import Capabilities
+from broker.settings import build_settings, describe
+
+__all__ = ["PubsubBackend", "capabilities_for"]
+
+
+def capabilities_for(settings: PubsubSettings) -> Capabilities:
+    """What a backend with ``settings`` supports."""
+    return Capabilities(
+        persistent=True,
+        per_key_order=settings.message_ordering,
+        messages=True,
+        records=False,
+        nack_redelivers=True,
+        delayed_nack=True,
+        ack_deadline=True,
+        in_progress=True,
+        delivery_attempt=settings.dead_letter_topic is not None,
+        dead_letter=True,
+        competing_consumers=True,
+        transactions=False,
+        replay=False,
+        max_message_bytes=MAX_MESSAGE_BYTES,
+    )
+
+
+class PubsubBackend(BackendBase):
+    """A connection to one Google Cloud project's Pub/Sub (or an emulator)."""
+
+    name = "pubsub"
+
+    def __init__(self, settings: PubsubSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.capabilities = capabilities_for(settings)
+        self.clients = Clients(settings)
+        self.admin = Admin(self.clients, settings.create_missing)
+        self._creator = self.admin if settings.create_missing else Admin(self.clients, True)
+
+    def __repr__(self) -> str:
+        where = f" emulator={self.clients.emulator_host}" if self.clients.emulator_host else ""
+        return f"<PubsubBackend {self.settings.project!r}{where}>"
+
+    def describe(self) -> dict[str, Any]:
+        """The settings, safe to log (credentials masked)."""
+        return describe(self.settings)
+
+    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+        values = self.settings.consumer_defaults()
+        values.update(options)
+        return build_settings(ConsumerOptions, values, backend="pubsub")
+
+    # -- publishing -----------------------------------------------------------------------
+    def publisher(self) -> PubsubPublisher:
+        """A publisher with the client's batching (``publish_*`` settings)."""
+        return self._track(PubsubPublisher(self.clients, self.admin, self.settings))  # type: ignore[no-any-return]
+
+    # -- consuming ------------------------------------------------------------------------
+    def messages(self, topic: str, subscription: str, **options: Any) -> PubsubMessageIterator:
+        """Pull ``topic``'s messages through ``subscription`` (created on first use if missing).
+
+        Options: ``ack_deadline``, ``dead_letter_topic``, ``max_delivery_attempts``,
+        ``message_ordering``, ``pull_max_messages`` (see :class:`ConsumerOptions`).
+        """
+        opts = self._options(options)
+        iterator = PubsubMessageIterator(
+            self.clients,
+            self.admin,
+            self.settings,
+            topic,
+            subscription,
+            opts,
+            "ack_deadline" in options,
+            opts.pull_max_messages,
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> PubsubBatchedMessageIterator:
+        """Batches of up to ``batch_size``: each is what one pull returned within ``batch_timeout``."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        opts = self._options(options)
+        iterator = PubsubBatchedMessageIterator(
+            self.clients,
+            self.admin,
+            self.settings,
+            topic,
+            subscription,
+            opts,
+            "ack_deadline" in options,
+            batch_size,
+            batch_timeout=batch_timeout,
+        )
+        return self._track(iterator)  # type: ignore[no-any-return]
+
+    def receiver(
+        self, topic: str, subscription: str, *, concurrency: int | None = None, **options: Any
+    ) -> PubsubReceiver:
+        """Streaming pull calling a handler, ``concurrency`` at a time (default ``receive_concurrency``)."""
+        opts = self._options(options)
+        receiver = PubsubReceiver(
+            self.clients,
+            self.admin,
+            self.settings,
+            topic,
+            subscription,
+            opts,
+            concurrency or self.settings.receive_concurrency,
+        )
+        return self._track(receiver)  # type: ignore[no-any-return]
+
+    def batched_receiver(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        concurrency: int | None = None,
+        **options: Any,
+    ) -> PubsubReceiver:
+        """Streaming pull calling a handler with batches (``receive_batch``)."""
+        opts = self._options(options)
+        receiver = PubsubReceiver(
+            self.clients,
+            self.admin,
+            self.settings,
+            topic,
+            subscription,
+            opts,
+            concurrency or self.settings.receive_concurrency,
+            batch_size=batch_size,
+            batch_timeout=batch_timeout,
+        )
+        return self._track(receiver)  # type: ignore[no-any-return]
+
+    # -- topology -------------------------------------------------------------------------
+    async def ensure_topic(self, topic: str) -> str:
+        """Create ``topic`` if it does not exist (regardless of ``create_missing``); its full name."""
+        self._check_open()
+        return await self._creator.ensure_topic(topic)
+
+    async def ensure_subscription(self, topic: str, subscription: str, **options: Any) -> SubscriptionInfo:
+        """Create ``subscription`` on ``topic`` if missing (with the consumer ``options``); its info."""
+        self._check_open()
+        return await self._creator.ensure_subscription(topic, subscription, self._options(options))
+
+    async def _close_connection(self) -> None:
+        await self.clients.close()

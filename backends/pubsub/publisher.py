@@ -1,0 +1,413 @@
+"""Publishing through the SDK's batching client, awaited from asyncio.
+
+``Topic.publish`` returns once the server assigned the message id. ``Topic.batch_publish``
+hands every message to the client's own batcher (one request per batch threshold, per
+ordering key) and waits once for all of them: SDK threads count completions and wake the
+event loop only per chunk, never per message.
+
+Flow control is done here, asynchronously (the SDK's blocking flow control would block the
+event loop): at most ``publish_max_outstanding_messages`` / ``_bytes`` are handed to the client
+and not yet confirmed; publishing beyond waits without blocking the loop.
+
+A message's ``key`` becomes its ordering key, which needs ``message_ordering`` (else
+``ConfigError``). When a publish with an ordering key fails, the SDK pauses that key; the error
+is raised and the key resumed, so a retry by the caller goes through.
+
+Attributes named ``topic``, ``data``, ``ordering_key``, ``retry`` or ``timeout`` collide with the
+client's keyword arguments; such messages are published with a direct Publish RPC instead of the
+batcher (with ordering on, they may overtake messages of the same key published just before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from google.api_core import exceptions as api_exceptions
+from google.api_core.retry import Retry, if_exception_type
+from google.cloud import pubsub_v1  # type: ignore[import-untyped]
+from google.pubsub_v1.types import PubsubMessage
+
+from backends.pubsub.admin import Admin
+from backends.pubsub.clients import Clients
+from backends.pubsub.errors import translate
+from backends.pubsub.futures import CompletionGroup, post
+from backends.pubsub.mapping import (
+    RESERVED_ATTRIBUTE_NAMES,
+    check_outbound,
+    outbound_size,
+    wire_attributes,
+)
+from backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
+from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
+from broker.message import OutboundMessage
+from broker.resources import AsyncResource
+
+__all__ = ["PubsubPublisher", "PubsubTopic"]
+
+log = logging.getLogger("backends.pubsub")
+
+#: Publish errors the client retries (as its own default), until ``publish_timeout``.
+_TRANSIENT = (
+    api_exceptions.Aborted,
+    api_exceptions.Cancelled,
+    api_exceptions.DeadlineExceeded,
+    api_exceptions.InternalServerError,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.Unknown,
+)
+#: Messages one direct Publish RPC carries at most (the server's limit).
+_DIRECT_BATCH = 1000
+
+
+class _Outstanding:
+    """Asynchronous flow control: messages and bytes handed to the client and not yet confirmed.
+
+    Used on the event loop thread only. A request larger than the limits is admitted when
+    nothing else is outstanding, so it cannot wait forever.
+    """
+
+    def __init__(self, max_messages: int, max_bytes: int) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.messages = 0
+        self.bytes = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _fits(self, count: int, size: int) -> bool:
+        return self.messages == 0 or (
+            self.messages + count <= self.max_messages and self.bytes + size <= self.max_bytes
+        )
+
+    async def acquire(self, count: int, size: int) -> None:
+        """Wait until ``count`` messages of ``size`` bytes fit, then count them."""
+        while not self._fits(count, size):
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+        self.messages += count
+        self.bytes += size
+
+    def release(self, count: int, size: int) -> None:
+        """``count`` messages of ``size`` bytes were confirmed (or failed)."""
+        self.messages -= count
+        self.bytes -= size
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def drained(self, timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds) until nothing is outstanding; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.messages > 0:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, remaining)
+        return True
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (it was reported through another future)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class PubsubTopic:
+    """A Topic of the Pub/Sub backend: publishes through its publisher's batching client."""
+
+    __slots__ = ("_path", "_publisher", "_ready", "name")
+
+    def __init__(self, publisher: PubsubPublisher, name: str) -> None:
+        self._publisher = publisher
+        #: The topic's name as given (a short id or a full ``projects/P/topics/T``).
+        self.name = name
+        self._path = publisher._clients.topic_path(name)
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"<PubsubTopic {self._path}>"
+
+    @property
+    def path(self) -> str:
+        """The full topic name, ``projects/P/topics/T``."""
+        return self._path
+
+    async def _prepare(self) -> None:
+        if self._publisher._settings.create_missing:
+            await self._publisher._admin.ensure_topic(self.name)
+        self._ready = True
+
+    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
+        """Publish one message; returns once Pub/Sub assigned it a message id."""
+        publisher = self._publisher
+        publisher._check_open(self.name)
+        check_outbound(message, publisher.ordering)
+        size = outbound_size(message)
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageTooLarge(
+                f"a {size}-byte message is larger than Pub/Sub's limit of {MAX_MESSAGE_BYTES} bytes"
+            )
+        if timeout is None:
+            if not self._ready:
+                await self._prepare()
+            await publisher._publish_one(self._path, message, size)
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                if not self._ready:
+                    await self._prepare()
+                await publisher._publish_one(self._path, message, size)
+        except TimeoutError as exc:
+            if isinstance(exc, Timeout):
+                raise
+            raise Timeout(f"publishing to {self._path} took longer than {timeout}s") from exc
+
+    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
+        """Publish all messages with the client's batching; returns once Pub/Sub has every one.
+
+        Every message is checked before any is published. The first failure is raised (the
+        messages the server already accepted stay published).
+        """
+        publisher = self._publisher
+        publisher._check_open(self.name)
+        ordering = publisher.ordering
+        sizes: list[int] = []
+        for message in messages:
+            check_outbound(message, ordering)
+            size = outbound_size(message)
+            if size > MAX_MESSAGE_BYTES:
+                raise MessageTooLarge(
+                    f"a {size}-byte message is larger than Pub/Sub's limit of {MAX_MESSAGE_BYTES} bytes"
+                )
+            sizes.append(size)
+        if not messages:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                if not self._ready:
+                    await self._prepare()
+                await publisher._publish_many(self._path, messages, sizes)
+        except TimeoutError as exc:
+            if isinstance(exc, Timeout):
+                raise
+            raise Timeout(
+                f"publishing {len(messages)} messages to {self._path} took longer than {timeout}s"
+            ) from exc
+
+
+class PubsubPublisher(AsyncResource):
+    """A Publisher on one ``pubsub_v1.PublisherClient`` (made on first publish)."""
+
+    def __init__(self, clients: Clients, admin: Admin, settings: PubsubSettings) -> None:
+        self._clients = clients
+        self._admin = admin
+        self._settings = settings
+        #: Whether ordering keys are published (``message_ordering``).
+        self.ordering = settings.message_ordering
+        self._client: Any = None
+        self._topics: dict[str, PubsubTopic] = {}
+        self._flow = _Outstanding(
+            settings.publish_max_outstanding_messages, settings.publish_max_outstanding_bytes
+        )
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<PubsubPublisher {self._settings.project} {'closed' if self._closed else 'open'}>"
+
+    def _check_open(self, topic: str) -> None:
+        if self._closed:
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+
+    @property
+    def client(self) -> Any:
+        """The SDK's ``pubsub_v1.PublisherClient`` (an escape hatch)."""
+        if self._client is None:
+            settings = self._settings
+            batch = pubsub_v1.types.BatchSettings(
+                max_bytes=settings.publish_byte_threshold,
+                max_latency=settings.publish_delay_threshold,
+                max_messages=settings.publish_count_threshold,
+            )
+            options = pubsub_v1.types.PublisherOptions(
+                enable_message_ordering=settings.message_ordering,
+                flow_control=pubsub_v1.types.PublishFlowControl(
+                    limit_exceeded_behavior=pubsub_v1.types.LimitExceededBehavior.IGNORE
+                ),
+                retry=Retry(
+                    initial=0.1,
+                    maximum=60.0,
+                    multiplier=4,
+                    predicate=if_exception_type(*_TRANSIENT),
+                    timeout=settings.publish_timeout,
+                ),
+                timeout=settings.publish_timeout,
+            )
+            self._client = self._clients.publisher(batch, options)
+        return self._client
+
+    def topic(self, name: str) -> PubsubTopic:
+        """The handle for topic ``name`` (a short id, or ``projects/P/topics/T``)."""
+        if self._closed:
+            raise ClosedError("the publisher is closed")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a topic name must be a non-empty string, got {name!r}")
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = self._topics[name] = PubsubTopic(self, name)
+        return topic
+
+    # -- publishing -----------------------------------------------------------------------
+    def _submit(self, path: str, message: OutboundMessage) -> Any:
+        """Hand ``message`` to the client's batcher; its SDK future."""
+        data = message.data if type(message.data) is bytes else bytes(message.data)
+        try:
+            if message.attributes or not data:
+                return self.client.publish(path, data, message.key or "", **wire_attributes(message))
+            return self.client.publish(path, data, message.key or "")
+        except Exception as exc:
+            raise translate(exc, PublishError, f"publishing to {path}") from exc
+
+    def _resume(self, path: str, messages: Sequence[OutboundMessage]) -> None:
+        """Resume the ordering keys of ``messages`` after a failure (the SDK paused them)."""
+        if not self.ordering or self._client is None:
+            return
+        for key in {m.key for m in messages if m.key}:
+            with contextlib.suppress(Exception):
+                self._client.resume_publish(path, key)
+
+    async def _publish_one(self, path: str, message: OutboundMessage, size: int) -> None:
+        if message.attributes and not RESERVED_ATTRIBUTE_NAMES.isdisjoint(message.attributes):
+            await self._publish_direct(path, [message], size)
+            return
+        flow = self._flow
+        await flow.acquire(1, size)
+        loop = asyncio.get_running_loop()
+        try:
+            self._check_open(path)
+            sdk_future = self._submit(path, message)
+        except BaseException:
+            flow.release(1, size)
+            raise
+        result: asyncio.Future[str] = loop.create_future()
+
+        def settle(done: Any) -> None:  # on the loop
+            flow.release(1, size)
+            if result.done():
+                return
+            error = done.exception()
+            if error is None:
+                result.set_result(done.result())
+            else:
+                result.set_exception(error)
+
+        sdk_future.add_done_callback(lambda done: post(loop, settle, done))
+        try:
+            await result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._resume(path, [message])
+            raise translate(exc, PublishError, f"publishing to {path}") from exc
+
+    async def _publish_many(
+        self, path: str, messages: Sequence[OutboundMessage], sizes: Sequence[int]
+    ) -> None:
+        direct = [
+            i
+            for i, m in enumerate(messages)
+            if m.attributes and not RESERVED_ATTRIBUTE_NAMES.isdisjoint(m.attributes)
+        ]
+        if direct:
+            chosen = set(direct)
+            batched = [m for i, m in enumerate(messages) if i not in chosen]
+            batched_sizes = [s for i, s in enumerate(sizes) if i not in chosen]
+            await asyncio.gather(
+                self._publish_direct(path, [messages[i] for i in direct], sum(sizes[i] for i in direct)),
+                self._publish_many(path, batched, batched_sizes),
+            )
+            return
+        loop = asyncio.get_running_loop()
+        flow = self._flow
+        chunk = max(1, min(len(messages), flow.max_messages // 4))
+        groups: list[CompletionGroup] = []
+        try:
+            for start in range(0, len(messages), chunk):
+                part = messages[start : start + chunk]
+                part_bytes = sum(sizes[start : start + chunk])
+                await flow.acquire(len(part), part_bytes)
+                group = CompletionGroup(loop, functools.partial(flow.release, len(part), part_bytes))
+                group.future.add_done_callback(_retrieve)
+                groups.append(group)
+                try:
+                    self._check_open(path)
+                    for message in part:
+                        group.add(self._submit(path, message))
+                finally:
+                    group.seal()  # releases the chunk's capacity once all it holds are done
+                if groups[0].failed or group.failed:
+                    break
+                await asyncio.sleep(0)  # let the loop breathe between chunks of a large batch
+            for group in groups:
+                await group.future
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._resume(path, messages)
+            raise translate(exc, PublishError, f"publishing to {path}") from exc
+
+    async def _publish_direct(self, path: str, messages: Sequence[OutboundMessage], size: int) -> None:
+        """Publish with Publish RPCs of up to 1000 messages each, bypassing the batcher."""
+        await self._flow.acquire(len(messages), size)
+        try:
+            self._check_open(path)
+            client = self._clients.admin_publisher()
+            for start in range(0, len(messages), _DIRECT_BATCH):
+                request = [
+                    PubsubMessage(
+                        data=bytes(m.data), attributes=dict(wire_attributes(m)), ordering_key=m.key or ""
+                    )
+                    for m in messages[start : start + _DIRECT_BATCH]
+                ]
+                await client.publish(topic=path, messages=request, timeout=self._settings.publish_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise translate(exc, PublishError, f"publishing to {path}") from exc
+        finally:
+            self._flow.release(len(messages), size)
+
+    # -- closing --------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Send what is batched, wait (up to ``close_timeout``) for it, close the channel. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        client, self._client = self._client, None
+        if client is None:
+            return
+        with contextlib.suppress(RuntimeError):  # already stopped
+            client.stop()
+        if not await self._flow.drained(self._settings.close_timeout):
+            log.warning(
+                "closing the publisher with %d messages unconfirmed after %ss",
+                self._flow.messages,
+                self._settings.close_timeout,
+            )
+        with contextlib.suppress(Exception):
+            client.transport.close()

@@ -1,0 +1,441 @@
+"""Pull-based consumption: ``MessageIterator`` and ``BatchedMessageIterator`` on unary Pull RPCs.
+
+Everything here is asyncio-native (the generated asyncio client); no thread is involved.
+
+* A pull takes up to ``pull_max_messages`` (the batch size for the batched iterator); what it
+  returns waits in the iterator with its ack deadline running. A buffered message whose
+  deadline (nearly) passed is not handed out: Pub/Sub redelivers it anyway.
+* A pull outlives a ``next_message`` that timed out or was cancelled (cancelling a long poll
+  races with the server handing it messages, which would then stay invisible until their
+  deadline): the next call picks up its result. Pulled messages nobody asks for within 2 s
+  (or half the ack deadline) are nacked, so other consumers get them; a consumer that works
+  longer than that per message should set ``pull_max_messages=1``. ``close()`` nacks what was
+  pulled but not handed out; a pull still running is left to finish (within ``pull_timeout``,
+  or when the backend closes its channel) and what it brings is nacked.
+* Acks and deadline changes issued in the same event-loop turn share one RPC (``ack_all`` of a
+  batch is one Acknowledge call); each ``ack()`` returns once the server took it.
+* There is no automatic lease extension: ``in_progress()`` extends a message's deadline by the
+  consumer's ack deadline. ``nack(delay)`` sets the deadline to ``delay`` (whole seconds, at most
+  600); ``nack()`` makes it redeliverable at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.api_core import exceptions as api_exceptions
+from google.pubsub_v1.types import PullResponse
+
+from backends.pubsub.admin import Admin, SubscriptionInfo
+from backends.pubsub.clients import Clients
+from backends.pubsub.deadletter import forward_dead_letter
+from backends.pubsub.errors import translate
+from backends.pubsub.mapping import from_received
+from backends.pubsub.settings import MAX_ACK_DEADLINE, ConsumerOptions, PubsubSettings
+from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
+from broker.message import Message, claim_ack, release_claim
+from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+
+__all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
+
+log = logging.getLogger("backends.pubsub")
+
+#: Ack ids per Acknowledge / ModifyAckDeadline request (as the SDK does, under the 512 KiB limit).
+_ACK_IDS_PER_REQUEST = 2500
+_RPC_TIMEOUT = 30.0
+#: A buffered message is handed out only while this many seconds of its deadline remain.
+_DEADLINE_MARGIN = 1.0
+#: Seconds pulled messages wait for a caller before they are nacked (released to other consumers).
+_IDLE_RELEASE = 2.0
+
+
+#: Nack tasks of pulls that finished after their consumer was closed (kept from garbage collection).
+_DETACHED: set[asyncio.Task[None]] = set()
+
+
+def _nack_detached(task: asyncio.Task[tuple[float, list[Message]]]) -> None:
+    """A pull of a closed consumer finished: nack what it brought."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    _, messages = task.result()
+    if messages:
+        nacks = asyncio.ensure_future(_nack_quietly(messages))
+        _DETACHED.add(nacks)
+        nacks.add_done_callback(_DETACHED.discard)
+
+
+async def _nack_quietly(messages: list[Message]) -> None:
+    """Nack ``messages``; failures are logged, not raised."""
+    results = await asyncio.gather(*(m.nack() for m in messages if not m.settled), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            log.warning("could not nack %d unclaimed messages: %r", len(messages), result)
+            break
+
+
+def nack_seconds(delay: float | None) -> int:
+    """The ack deadline (whole seconds, 0..600) that redelivers a message after ``delay``."""
+    if not delay:
+        return 0
+    return min(MAX_ACK_DEADLINE, math.ceil(delay))
+
+
+class PullSettler:
+    """The :class:`~broker.message.Acker` of pulled messages: batched Acknowledge and ModifyAckDeadline.
+
+    ``Message.raw`` is the ``ReceivedMessage`` protobuf; its ``ack_id`` identifies the delivery.
+    """
+
+    def __init__(
+        self, clients: Clients, info: Callable[[], SubscriptionInfo], lease: Callable[[], int]
+    ) -> None:
+        self._clients = clients
+        self._info = info
+        self._lease = lease
+        self._acks: list[tuple[str, asyncio.Future[None]]] = []
+        self._modacks: dict[int, list[tuple[str, asyncio.Future[None]]]] = {}
+        self._flushing = False
+        self._sends: set[asyncio.Task[None]] = set()
+
+    def _queue(self, seconds: int | None, ack_id: str) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        if seconds is None:
+            self._acks.append((ack_id, future))
+        else:
+            self._modacks.setdefault(seconds, []).append((ack_id, future))
+        if not self._flushing:
+            self._flushing = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._flushing = False
+        acks, self._acks = self._acks, []
+        modacks, self._modacks = self._modacks, {}
+        task = asyncio.ensure_future(self._send(acks, modacks))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send(
+        self,
+        acks: list[tuple[str, asyncio.Future[None]]],
+        modacks: dict[int, list[tuple[str, asyncio.Future[None]]]],
+    ) -> None:
+        try:
+            path = self._info().path
+            client = self._clients.async_subscriber()
+        except BrokerError as exc:
+            for _, future in [*acks, *(item for items in modacks.values() for item in items)]:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        jobs: list[tuple[int | None, list[tuple[str, asyncio.Future[None]]]]] = [(None, acks)] if acks else []
+        jobs.extend(modacks.items())
+        for seconds, items in jobs:
+            for start in range(0, len(items), _ACK_IDS_PER_REQUEST):
+                chunk = items[start : start + _ACK_IDS_PER_REQUEST]
+                ack_ids = [ack_id for ack_id, _ in chunk]
+                error: BaseException | None = None
+                try:
+                    if seconds is None:
+                        await client.acknowledge(subscription=path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
+                    else:
+                        await client.modify_ack_deadline(
+                            subscription=path,
+                            ack_ids=ack_ids,
+                            ack_deadline_seconds=seconds,
+                            timeout=_RPC_TIMEOUT,
+                        )
+                except Exception as exc:
+                    what = (
+                        "acknowledging" if seconds is None else f"setting the ack deadline to {seconds}s of"
+                    )
+                    error = translate(exc, AckError, f"{what} {len(ack_ids)} message(s) of {path}")
+                for _, future in chunk:
+                    if future.done():
+                        continue
+                    if error is None:
+                        future.set_result(None)
+                    else:
+                        future.set_exception(error)
+
+    async def wait_sent(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds) for every queued ack and deadline change to be sent."""
+        if self._flushing:
+            self._flush()
+        if self._sends:
+            await asyncio.wait(set(self._sends), timeout=timeout)
+
+    async def nack_id(self, ack_id: str, delay: float | None = None) -> None:
+        """Redeliver the delivery ``ack_id`` (now, or after ``delay``); for deliveries never made Messages."""
+        await self._queue(nack_seconds(delay), ack_id)
+
+    # -- the Acker protocol ---------------------------------------------------------------
+    async def ack(self, message: Message) -> None:
+        """Acknowledge: the message is not delivered again."""
+        await self._queue(None, message.raw.ack_id)
+
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
+        """Ack this settler's pending messages among ``messages`` (one RPC); returns the others."""
+        others: list[Message] = []
+        claimed: list[Message] = []
+        for message in messages:
+            if message.acker is not self:
+                others.append(message)
+            elif claim_ack(message):
+                claimed.append(message)
+        if claimed:
+            try:
+                await asyncio.gather(*(self._queue(None, m.raw.ack_id) for m in claimed))
+            except BaseException:
+                for message in claimed:
+                    release_claim(message)
+                raise
+        return others
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        """Redeliver the message now, or after ``delay`` seconds (rounded up, at most 600)."""
+        await self._queue(nack_seconds(delay), message.raw.ack_id)
+
+    async def in_progress(self, message: Message) -> None:
+        """Extend the message's deadline by the consumer's ack deadline."""
+        await self._queue(self._lease(), message.raw.ack_id)
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Forward the message to the dead-letter topic (if the subscription has one) and ack it."""
+        await forward_dead_letter(self._clients, self._info(), message, reason)
+        await self._queue(None, message.raw.ack_id)
+
+
+class _PullConsumer(AsyncResource):
+    """What the single and batched iterators share: opening, pulling, buffering, closing."""
+
+    def __init__(
+        self,
+        clients: Clients,
+        admin: Admin,
+        settings: PubsubSettings,
+        topic: str,
+        subscription: str,
+        options: ConsumerOptions,
+        explicit_deadline: bool,
+        pull_size: int,
+    ) -> None:
+        self._clients = clients
+        self._admin = admin
+        self._settings = settings
+        self.topic = topic
+        self.subscription = subscription
+        self.options = options
+        self._explicit_deadline = explicit_deadline
+        self._pull_size = pull_size
+        self._info: SubscriptionInfo | None = None
+        self._lease = options.lease_seconds
+        self._override = False
+        self._buffer: deque[tuple[float, Message]] = deque()
+        self._pull: asyncio.Task[tuple[float, list[Message]]] | None = None
+        self._waiting = 0  # callers inside _take
+        self._release: asyncio.TimerHandle | None = None
+        self._idle_release = min(_IDLE_RELEASE, self._lease / 2)
+        self._nacks: set[asyncio.Task[None]] = set()
+        self._closing: asyncio.Future[None] | None = None
+        self._closed = False
+        #: The Acker of every message this consumer hands out.
+        self.settler = PullSettler(clients, self._subscription_info, lambda: self._lease)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.topic}/{self.subscription}>"
+
+    def _subscription_info(self) -> SubscriptionInfo:
+        if self._info is None:  # pragma: no cover - messages exist only after opening
+            raise ReceiveError("the subscription was not opened yet")
+        return self._info
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the Pub/Sub consumer of {self.topic}/{self.subscription} is closed")
+
+    async def open(self) -> SubscriptionInfo:
+        """Look up (or create) the subscription; done by the first pull when not called."""
+        if self._info is None:
+            info = await self._admin.ensure_subscription(self.topic, self.subscription, self.options)
+            if self._explicit_deadline and info.ack_deadline != self.options.lease_seconds:
+                self._override = True  # every pulled message gets this consumer's deadline
+            else:
+                self._lease = info.ack_deadline
+                self._idle_release = min(_IDLE_RELEASE, self._lease / 2)
+            self._info = info
+        return self._info
+
+    async def _pull_once(self) -> tuple[float, list[Message]]:
+        """One pull: (monotonic time of receipt, the messages)."""
+        info = await self.open()
+        client = self._clients.async_subscriber()
+        try:
+            response = await client.pull(
+                request={"subscription": info.path, "max_messages": self._pull_size},
+                timeout=self._settings.pull_timeout,
+            )
+        except api_exceptions.DeadlineExceeded:
+            return time.monotonic(), []  # an idle long poll
+        except Exception as exc:
+            raise translate(exc, ReceiveError, f"pulling from {info.path}") from exc
+        pulled_at = time.monotonic()
+        received = PullResponse.pb(response).received_messages
+        if not received:
+            return pulled_at, []
+        if self._override:
+            with contextlib.suppress(BrokerError):  # best effort: the subscription's deadline still holds
+                await asyncio.gather(*(self.settler._queue(self._lease, r.ack_id) for r in received))
+        now = time.time()
+        settler = self.settler
+        return pulled_at, [from_received(r, settler, now) for r in received]
+
+    def _from_buffer(self, limit: int) -> list[Message]:
+        buffer = self._buffer
+        if not buffer:
+            return []
+        out: list[Message] = []
+        fresh_after = time.monotonic() - (self._lease - _DEADLINE_MARGIN)
+        while buffer and len(out) < limit:
+            pulled_at, message = buffer.popleft()
+            if pulled_at < fresh_after:
+                log.debug(
+                    "message %s waited past its ack deadline in the buffer; Pub/Sub redelivers it", message.id
+                )
+                continue
+            out.append(message)
+        return out
+
+    def _keep(self, task: asyncio.Task[tuple[float, list[Message]]]) -> None:
+        """Buffer what a finished pull returned (nothing if it failed or was cancelled)."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            pulled_at, messages = task.result()
+            self._buffer.extend((pulled_at, m) for m in messages)
+
+    def _pull_done(self, task: asyncio.Task[tuple[float, list[Message]]]) -> None:
+        """A pull finished; if no caller waits for it, buffer its messages and arm the idle release."""
+        if self._pull is task and self._waiting == 0 and not self._closed:
+            self._pull = None
+            self._keep(task)
+            self._arm_release()
+
+    def _arm_release(self) -> None:
+        if self._buffer and self._waiting == 0 and self._release is None and not self._closed:
+            self._release = asyncio.get_running_loop().call_later(self._idle_release, self._release_buffer)
+
+    def _release_buffer(self) -> None:
+        """Nobody asked for the buffered messages for a while: nack them, so others get them."""
+        self._release = None
+        if self._waiting or not self._buffer:
+            return
+        leftovers = [m for _, m in self._buffer]
+        self._buffer.clear()
+        log.debug("releasing %d unclaimed messages of %s", len(leftovers), self.subscription)
+        task = asyncio.ensure_future(_nack_quietly(leftovers))
+        self._nacks.add(task)
+        task.add_done_callback(self._nacks.discard)
+
+    async def _take(self, limit: int, timeout: float | None, empty_ok: bool) -> list[Message]:
+        self._check_open()
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        self._waiting += 1
+        try:
+            return await self._take_waiting(limit, timeout, empty_ok)
+        finally:
+            self._waiting -= 1
+            self._arm_release()
+
+    async def _take_waiting(self, limit: int, timeout: float | None, empty_ok: bool) -> list[Message]:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            out = self._from_buffer(limit)
+            if out:
+                return out
+            task = self._pull
+            if task is None:
+                task = self._pull = asyncio.ensure_future(self._pull_once())
+                task.add_done_callback(self._pull_done)
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0 and not task.done():
+                if empty_ok:
+                    return []
+                raise Timeout(f"no message on {self.topic}/{self.subscription} within {timeout}s")
+            if self._closing is None:
+                self._closing = loop.create_future()
+            waits: set[asyncio.Future[Any]] = {task, self._closing}
+            try:
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Also when this caller is cancelled: a finished pull's messages go to the buffer
+                # (a running one goes on; what it brings is released if nobody asks for it).
+                if task.done() and self._pull is task:
+                    self._pull = None
+                    self._keep(task)
+            if self._closed:
+                raise ClosedError(f"the Pub/Sub consumer of {self.topic}/{self.subscription} was closed")
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                if error is not None:
+                    raise error
+
+    async def close(self) -> None:
+        """Stop pulling; nack what was pulled but not handed out. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        if self._closing is not None and not self._closing.done():
+            self._closing.set_result(None)  # wakes the callers waiting for a pull
+        task, self._pull = self._pull, None
+        if task is not None:
+            if task.done():
+                self._keep(task)
+            else:
+                # Not cancelled: a long poll cancelled just as the server hands it messages would
+                # hide them until their deadline. It runs out on its own; what it brings is nacked.
+                task.add_done_callback(_nack_detached)
+        leftovers = [m for _, m in self._buffer]
+        self._buffer.clear()
+        if leftovers:
+            await _nack_quietly(leftovers)
+        if self._nacks:
+            await asyncio.wait(set(self._nacks), timeout=self._settings.close_timeout)
+        await self.settler.wait_sent(self._settings.close_timeout)
+
+
+class PubsubMessageIterator(_PullConsumer, MessageIteration):
+    """A MessageIterator on a Pub/Sub subscription (unary pull, per-message ack)."""
+
+    async def next_message(self, timeout: float | None = None) -> Message:
+        """The next message; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
+        (message,) = await self._take(1, timeout, empty_ok=False)
+        return message
+
+
+class PubsubBatchedMessageIterator(_PullConsumer, BatchedMessageIteration):
+    """A BatchedMessageIterator: each batch is what one pull returned, up to ``batch_size``."""
+
+    def __init__(self, *args: Any, batch_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_size = self._pull_size
+        self.batch_timeout = batch_timeout
+
+    async def next_batch(self, timeout: float | None = None) -> list[Message]:
+        """Up to ``batch_size`` messages: what arrived within ``timeout`` (default ``batch_timeout``)."""
+        return await self._take(
+            self.batch_size, self.batch_timeout if timeout is None else timeout, empty_ok=True
+        )

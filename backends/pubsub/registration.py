@@ -1,0 +1,61 @@
+"""Registration of ``pubsub://`` under the ``broker.backends`` entry points.
+
+This module imports no SDK: :meth:`PubsubFactory.open` imports google-cloud-pubsub and raises
+:class:`~broker.errors.MissingDependency` (naming the ``pubsub`` extra) when it is absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.pubsub.settings import PubsubSettings
+from broker.backend import Backend
+from broker.devserver import ProcessServer
+from broker.errors import ConfigError, MissingDependency
+from broker.settings import ParsedUrl
+
+__all__ = ["PubsubFactory", "factory"]
+
+
+class PubsubFactory:
+    """Builds :class:`~backends.pubsub.backend.PubsubBackend` from ``pubsub://PROJECT?setting=value``."""
+
+    extra = "pubsub"
+    settings_type = PubsubSettings
+
+    def url_options(self, url: ParsedUrl) -> dict[str, Any]:
+        """``pubsub://PROJECT`` names the Google Cloud project."""
+        if len(url.hosts) > 1:
+            raise ConfigError(f"pubsub://PROJECT names one project, got {', '.join(url.hosts)}")
+        if url.username or url.password:
+            raise ConfigError("pubsub:// takes no user or password; use credentials_file or credentials_json")
+        options: dict[str, Any] = {}
+        if url.path.strip("/"):
+            raise ConfigError(f"pubsub://PROJECT takes no path, got {url.path!r}")
+        if url.hosts:
+            options["project"] = url.hosts[0]
+        return options
+
+    def open(self, settings: PubsubSettings) -> Backend:
+        """The backend for ``settings`` (imports google-cloud-pubsub)."""
+        try:
+            import google.cloud.pubsub_v1  # type: ignore[import-untyped]  # noqa: F401
+        except ImportError as exc:
+            raise MissingDependency("pubsub", "google.cloud.pubsub_v1") from exc
+        from backends.pubsub.backend import PubsubBackend
+
+        return PubsubBackend(settings)
+
+    def dev_server(self, port: int | None = None) -> ProcessServer:
+        """Google's Pub/Sub emulator on ``127.0.0.1:port`` (a free port by default), not yet started.
+
+        ``with factory.dev_server() as server: broker.connect(server.url)``. Raises
+        :class:`~backends.pubsub.emulator.EmulatorNotFound`, naming the Debian package
+        ``google-cloud-cli-pubsub-emulator``, when the emulator is not installed.
+        """
+        from backends.pubsub.emulator import emulator_server
+
+        return emulator_server(port)
+
+
+factory = PubsubFactory()

@@ -1,0 +1,198 @@
+"""Settings of the Google Cloud Pub/Sub backend: connection, topology, publishing and receiving.
+
+The publish and receive defaults are the seed library's (dataphos lib-brokers, Go client
+v1.30): a batch is sent after 50 ms, 50 messages or 50 MiB (the client clamps the byte
+threshold to the server's 10 MB request limit), a publish gives up after 15 s, at most 800
+messages / 1000 MiB are outstanding; a receiver holds at most 1000 messages / 400 MiB, extends
+each lease by at most 3 minutes and for at most 30 minutes in total, and runs 10 handlers.
+The Go-only ``NumGoroutines`` of publishing has no Python counterpart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from broker.errors import ConfigError
+from broker.settings import secret
+
+__all__ = [
+    "MAX_ACK_DEADLINE",
+    "MAX_MESSAGE_BYTES",
+    "MIN_ACK_DEADLINE",
+    "MIN_DELIVERY_ATTEMPTS",
+    "ConsumerOptions",
+    "PubsubSettings",
+]
+
+#: Pub/Sub's bounds on a subscription's (and a modack's) ack deadline, in seconds.
+MIN_ACK_DEADLINE = 10
+MAX_ACK_DEADLINE = 600
+#: Pub/Sub's bounds on a dead-letter policy's ``max_delivery_attempts``.
+MIN_DELIVERY_ATTEMPTS = 5
+MAX_DELIVERY_ATTEMPTS = 100
+#: The largest message Pub/Sub accepts (data plus attributes and ordering key).
+MAX_MESSAGE_BYTES = 10_000_000
+
+_MIB = 1024 * 1024
+
+
+def _check_ack_deadline(value: float) -> None:
+    if not MIN_ACK_DEADLINE <= value <= MAX_ACK_DEADLINE:
+        raise ConfigError(
+            f"ack_deadline must be between {MIN_ACK_DEADLINE} and {MAX_ACK_DEADLINE} seconds "
+            f"(Pub/Sub's limits), got {value}"
+        )
+
+
+def _check_attempts(value: int) -> None:
+    if not MIN_DELIVERY_ATTEMPTS <= value <= MAX_DELIVERY_ATTEMPTS:
+        raise ConfigError(
+            f"max_delivery_attempts must be between {MIN_DELIVERY_ATTEMPTS} and {MAX_DELIVERY_ATTEMPTS} "
+            f"(Pub/Sub's limits), got {value}"
+        )
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if value <= 0:
+            raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """Per-consumer options of ``messages()``, ``batched_messages()`` and ``receiver()``.
+
+    Defaults come from :class:`PubsubSettings`. The dead-letter and ordering options shape a
+    subscription only when this backend creates it; an existing subscription keeps its own.
+    """
+
+    #: Seconds a pulled message stays leased before Pub/Sub redelivers it (10..600). A new
+    #: subscription gets it as its ack deadline; on an existing subscription with another deadline,
+    #: the iterators set it on every pulled message. Receivers extend leases on their own.
+    ack_deadline: float = 10.0
+    #: Topic that messages go to after ``max_delivery_attempts`` deliveries (None: no policy).
+    dead_letter_topic: str | None = None
+    #: Deliveries before a message is dead-lettered (5..100, Pub/Sub's limits).
+    max_delivery_attempts: int = 5
+    #: Whether a new subscription delivers messages with the same ordering key in order.
+    message_ordering: bool = False
+    #: Messages one pull of an iterator takes at most (they wait in the iterator with their
+    #: deadline running, so keep it small for slow consumers).
+    pull_max_messages: int = 10
+
+    def __post_init__(self) -> None:
+        _check_ack_deadline(self.ack_deadline)
+        _check_attempts(self.max_delivery_attempts)
+        if self.pull_max_messages < 1:
+            raise ConfigError(f"pull_max_messages must be >= 1, got {self.pull_max_messages}")
+        if self.dead_letter_topic is not None and not self.dead_letter_topic:
+            raise ConfigError("dead_letter_topic must be a topic name or None")
+
+    @property
+    def lease_seconds(self) -> int:
+        """The ack deadline as the whole seconds Pub/Sub takes."""
+        return math.ceil(self.ack_deadline)
+
+
+@dataclass(frozen=True, slots=True)
+class PubsubSettings:
+    """``pubsub://PROJECT?setting=value``: a Google Cloud Pub/Sub project.
+
+    Connection: ``emulator_host`` (``host:port`` of an emulator: plain-text gRPC, no
+    credentials; ``PUBSUB_EMULATOR_HOST`` in the environment is used when it is not set),
+    ``endpoint`` (another API endpoint, such as a regional one), and credentials from
+    ``credentials_file`` or ``credentials_json`` (a key file's content), else Application
+    Default Credentials. Credentials never appear in ``repr`` or logs.
+    """
+
+    #: The Google Cloud project id.
+    project: str = ""
+    #: ``host:port`` of a Pub/Sub emulator (plain-text gRPC, anonymous credentials).
+    emulator_host: str | None = None
+    #: API endpoint override, e.g. ``europe-west1-pubsub.googleapis.com:443``.
+    endpoint: str | None = None
+    #: Path of a credentials JSON file (service account key or other google-auth file).
+    credentials_file: str | None = secret()
+    #: Content of a credentials JSON file.
+    credentials_json: str | None = secret()
+
+    #: Create topics and subscriptions that do not exist yet (else using one is an error).
+    create_missing: bool = True
+    #: Publish ordering keys (``OutboundMessage.key``) and create subscriptions with ordering.
+    #: Off, publishing a message with a key raises ``ConfigError`` rather than dropping the key.
+    message_ordering: bool = False
+    #: Default ack deadline of consumers and of subscriptions this backend creates (10..600 s).
+    ack_deadline: float = 10.0
+    #: Dead-letter topic of the subscriptions this backend creates (None: no dead-letter policy).
+    dead_letter_topic: str | None = None
+    #: Deliveries before a message goes to ``dead_letter_topic`` (5..100).
+    max_delivery_attempts: int = 5
+    #: Messages one pull of an iterator takes at most.
+    pull_max_messages: int = 10
+    #: Longest single pull RPC of an iterator, in seconds (an idle pull is simply renewed).
+    pull_timeout: float = 30.0
+
+    #: Publish a batch after this many seconds (seed: 50 ms).
+    publish_delay_threshold: float = 0.05
+    #: Publish a batch when it holds this many messages (seed: 50).
+    publish_count_threshold: int = 50
+    #: Publish a batch when it holds this many bytes (seed: 50 MiB; the client caps it at 10 MB).
+    publish_byte_threshold: int = 50 * _MIB
+    #: Seconds one publish may take, retries included (seed: 15 s).
+    publish_timeout: float = 15.0
+    #: Messages published and not yet confirmed, at most; publishing waits beyond (seed: 800).
+    publish_max_outstanding_messages: int = 800
+    #: Bytes published and not yet confirmed, at most (seed: 1000 MiB).
+    publish_max_outstanding_bytes: int = 1000 * _MIB
+
+    #: Seconds a receiver keeps extending a message's lease, in total (seed: 30 min).
+    receive_max_extension: float = 1800.0
+    #: Longest single lease extension of a receiver, in seconds (seed: 3 min).
+    receive_max_extension_period: float = 180.0
+    #: Messages a receiver holds (leased, not yet settled) at most (seed: 1000).
+    receive_max_outstanding_messages: int = 1000
+    #: Bytes a receiver holds at most (seed: 400 MiB).
+    receive_max_outstanding_bytes: int = 400 * _MIB
+    #: Handlers a receiver runs at once unless ``receiver(concurrency=...)`` says (seed: 10).
+    receive_concurrency: int = 10
+
+    #: Seconds ``close()`` waits for in-flight publishes and for the streaming pull to stop.
+    close_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.project:
+            raise ConfigError("the pubsub backend needs a project: pubsub://PROJECT_ID")
+        if self.credentials_file and self.credentials_json:
+            raise ConfigError("give credentials_file or credentials_json, not both")
+        if self.emulator_host is not None and ":" not in self.emulator_host:
+            raise ConfigError(f"emulator_host must be host:port, got {self.emulator_host!r}")
+        _check_ack_deadline(self.ack_deadline)
+        _check_attempts(self.max_delivery_attempts)
+        _positive(
+            pull_timeout=self.pull_timeout,
+            publish_delay_threshold=self.publish_delay_threshold,
+            publish_count_threshold=self.publish_count_threshold,
+            publish_byte_threshold=self.publish_byte_threshold,
+            publish_timeout=self.publish_timeout,
+            publish_max_outstanding_messages=self.publish_max_outstanding_messages,
+            publish_max_outstanding_bytes=self.publish_max_outstanding_bytes,
+            receive_max_extension=self.receive_max_extension,
+            receive_max_extension_period=self.receive_max_extension_period,
+            receive_max_outstanding_messages=self.receive_max_outstanding_messages,
+            receive_max_outstanding_bytes=self.receive_max_outstanding_bytes,
+            receive_concurrency=self.receive_concurrency,
+            close_timeout=self.close_timeout,
+            pull_max_messages=self.pull_max_messages,
+        )
+
+    def consumer_defaults(self) -> dict[str, Any]:
+        """The consumer options this connection uses unless a consumer overrides them."""
+        return {
+            "ack_deadline": self.ack_deadline,
+            "dead_letter_topic": self.dead_letter_topic,
+            "max_delivery_attempts": self.max_delivery_attempts,
+            "message_ordering": self.message_ordering,
+            "pull_max_messages": self.pull_max_messages,
+        }
