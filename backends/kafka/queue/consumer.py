@@ -40,6 +40,13 @@ _CLOSED = object()  # put into the buffer by close() to wake receivers
 _HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
 
 
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
 class Consumer(AsyncResource):
     """Receives the messages of one logical queue; also their :class:`~broker.message.Acker`."""
 
@@ -169,12 +176,13 @@ class Consumer(AsyncResource):
         if self._closed:
             return
         self._closed = True
-        await self.client.settled()  # never cut a batch between its START markers and its commit
-        for task in (self._loop_task, self._keepalive_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        # Never cut a batch between its START markers and its commit (else it is both redelivered
+        # and read again); keep-alives stop first, and a commit that hangs does not hang close().
+        await _stop(self._keepalive_task)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.config.redelivery_timeout):
+                await self.client.settled()
+        await _stop(self._loop_task)
         unreceived = []
         while not self._buffer.empty():
             item = self._buffer.get_nowait()

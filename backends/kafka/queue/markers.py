@@ -214,7 +214,11 @@ def _decode_common(data: bytes) -> Marker | None:
                 return None
             while pos < end:
                 sub = data[pos]
-                number, pos = read(data, pos + 1)
+                number = data[pos + 1]
+                if number < 0x80:
+                    pos += 2
+                else:
+                    number, pos = read(data, pos + 1)
                 if sub == 0x08:
                     partition = number
                 elif sub == 0x10:
@@ -224,11 +228,19 @@ def _decode_common(data: bytes) -> Marker | None:
             if pos != end:
                 return None
         elif tag == 0x10:
-            kind, pos = read(data, pos)
+            kind = data[pos]
+            if kind < 0x80:
+                pos += 1
+            else:
+                kind, pos = read(data, pos)
         elif tag == 0x20:
             redeliver, pos = read(data, pos)
         elif tag == 0x2A or tag == 0x32:
-            length, pos = read(data, pos)
+            length = data[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = read(data, pos)
             if pos + length > n:
                 return None
             if tag == 0x2A:
@@ -237,7 +249,11 @@ def _decode_common(data: bytes) -> Marker | None:
                 value = data[pos : pos + length]
             pos += length
         elif tag == 0x38:
-            attempt, pos = read(data, pos)
+            attempt = data[pos]
+            if attempt < 0x80:
+                pos += 1
+            else:
+                attempt, pos = read(data, pos)
         else:  # headers, version, unknown fields: the general parser
             return None
     if kind >= len(_TYPES):
@@ -245,7 +261,7 @@ def _decode_common(data: bytes) -> Marker | None:
     if partition >= 1 << 31:
         partition = _signed(partition, 32)
     if offset >= 1 << 63:
-        offset -= 1 << 64
+        offset = _signed(offset, 64)  # also drops bits beyond 64, as the general parser does
     return Marker(_TYPES[kind], MessageId(partition, offset), redeliver, key, value, attempt, headers)
 
 
