@@ -6,6 +6,7 @@ A backend class supplies ``close()`` and its pull method; these give it ``async 
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
@@ -22,7 +23,7 @@ __all__ = [
 ]
 
 
-class AsyncResource:
+class AsyncResource(abc.ABC):  # noqa: B024 - close() has a default on purpose
     """``async with`` support: leaving the block calls ``close()``."""
 
     async def close(self) -> None:
@@ -43,9 +44,9 @@ class MessageIteration(AsyncResource):
     The iterator is its own async iterator (no generator object in between: one call per item).
     """
 
+    @abc.abstractmethod
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message (subclasses implement it)."""
-        raise NotImplementedError
 
     def __aiter__(self) -> Self:
         return self
@@ -60,9 +61,9 @@ class MessageIteration(AsyncResource):
 class RecordIteration(AsyncResource):
     """``async for record in iterator`` over ``next_record()``, ending when closed."""
 
+    @abc.abstractmethod
     async def next_record(self, timeout: float | None = None) -> Record:
         """The next record (subclasses implement it)."""
-        raise NotImplementedError
 
     def __aiter__(self) -> Self:
         return self
@@ -81,9 +82,9 @@ class RecordIteration(AsyncResource):
 class BatchedMessageIteration(AsyncResource):
     """``async for batch in iterator`` over ``next_batch()``: non-empty batches until closed."""
 
+    @abc.abstractmethod
     async def next_batch(self, timeout: float | None = None) -> list[Message]:
         """The next batch (subclasses implement it)."""
-        raise NotImplementedError
 
     def __aiter__(self) -> AsyncIterator[list[Message]]:
         return _batches_until_closed(self.next_batch)
@@ -92,9 +93,9 @@ class BatchedMessageIteration(AsyncResource):
 class BatchedRecordIteration(AsyncResource):
     """``async for batch in iterator`` over ``next_batch()``: non-empty batches until closed."""
 
+    @abc.abstractmethod
     async def next_batch(self, timeout: float | None = None) -> list[Record]:
         """The next batch (subclasses implement it)."""
-        raise NotImplementedError
 
     def __aiter__(self) -> AsyncIterator[list[Record]]:
         return _batches_until_closed(self.next_batch)

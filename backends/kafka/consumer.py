@@ -18,6 +18,7 @@ Two cores share that machinery:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextvars
 import logging
@@ -94,7 +95,7 @@ class PartitionCommitter:
             raise
 
 
-class _CoreBase:
+class _CoreBase(abc.ABC):
     """Fetching on the worker thread, the fetch buffer, seek/pause/resume, close."""
 
     def __init__(self, config: dict[str, Any], *, name: str, prefetch: int, close_timeout: float) -> None:
@@ -125,9 +126,9 @@ class _CoreBase:
         return f"<{type(self).__name__} {self.name}>"
 
     # -- owned partitions (subclasses) ----------------------------------------------------------
+    @abc.abstractmethod
     def owns(self, tp: TP) -> bool:
         """True when records of ``tp`` may be handed out."""
-        raise NotImplementedError
 
     def _took(self, messages: list[Any]) -> None:
         """Hook: messages handed out."""
