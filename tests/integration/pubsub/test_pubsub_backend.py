@@ -333,7 +333,8 @@ async def _graceful_shutdown(backend: PubsubBackend) -> None:
     assert len(acked) == len(set(acked)) < count
 
     async with backend.messages(topic, sub, pull_max_messages=100) as consumer:
-        rest = await collect(consumer, count - len(acked), PATIENCE + 30)
+        # leases of the closed stream can take a few 10 s stream deadlines to lapse on the emulator
+        rest = await collect(consumer, count - len(acked), PATIENCE + 60)
         rest += await drain(consumer, 1.0)
     again = Counter(int(m.data) for m in rest)
     assert set(again).isdisjoint(acked), "a handled and acked message was delivered again"
