@@ -129,6 +129,8 @@ class RedeliveryTracker(AsyncResource):
         self._adds = 0
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        #: Seconds a closing tracker gives its redeliveries in flight to write their END.
+        self.shutdown_grace = 5.0
 
     # -- rebalance listener ---------------------------------------------------------------
     async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
@@ -267,9 +269,13 @@ class RedeliveryTracker(AsyncResource):
 
     async def _shutdown(self) -> None:
         tasks = [t for state in self.partitions.values() for t in state.tasks.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            # A redelivery cut between re-sending and its END is re-sent by the next tracker: a
+            # duplicate. Let those in flight finish (bounded), then cancel what is stuck.
+            _, stuck = await asyncio.wait(tasks, timeout=self.shutdown_grace)
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*stuck, return_exceptions=True)
         if self._consumer is not None:
             await self.commit(list(self.partitions))
             with contextlib.suppress(Exception):
