@@ -40,12 +40,13 @@ import cProfile
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from typing import Any
 
 import broker
 from backends.kafka.backend import KafkaBackend
-from backends.kafka.queue import MessageId, RedeliveryTracker
+from backends.kafka.queue import RedeliveryTracker
+from backends.kafka.queue.markers import OffsetRange
 from backends.kafka.registration import factory
 from broker import OutboundMessage
 from broker.testing import wait_until
@@ -68,6 +69,8 @@ async def fill(backend: KafkaBackend, topic: str, count: int, size: int, partiti
 async def plain(backend: KafkaBackend, topic: str, count: int, batch: int) -> float:
     received = 0
     start = None
+    cpu_start = 0.0
+    seen: set[bytes | None] = set()
     async with backend.batched_records(topic, f"plain-{uuid.uuid4().hex}", batch_size=batch) as batches:
         while received < count:
             records = await batches.next_batch()
@@ -75,12 +78,17 @@ async def plain(backend: KafkaBackend, topic: str, count: int, batch: int) -> fl
                 continue
             if start is None:
                 start = time.perf_counter()
+                cpu_start = time.process_time()
             for record in records:
-                record.value  # noqa: B018 - read every value, as the queue side does
+                seen.add(record.value)  # every value checked, as on the queue side
             received += len(records)
             await broker.commit_highest_offsets(records)
         assert start is not None
-        return count / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
+        assert len(seen) == count, f"{count - len(seen)} records missing, some read twice"
+        print(f"  plain side {elapsed:.2f} s, process CPU {cpu:.2f} s ({cpu / count * 1e6:.2f} us/message)")
+        return count / elapsed
 
 
 def markers_read(tracker: RedeliveryTracker) -> int:
@@ -88,37 +96,43 @@ def markers_read(tracker: RedeliveryTracker) -> int:
 
 
 async def queue(
-    backend: KafkaBackend, topic: str, count: int, batch: int, latencies: list[float]
+    backend: KafkaBackend,
+    topic: str,
+    count: int,
+    batch: int,
+    latencies: list[tuple[float, int]],
+    marker_format: str,
+    tuning: dict[str, Any],
 ) -> tuple[float, float, dict[str, int]]:
     """Consume+ack ``count`` messages; returns (msg/s, seconds the tracker needed after, counts)."""
     loop = asyncio.get_running_loop()
-    options: dict[str, Any] = {"max_messages_per_poll": batch}
+    options: dict[str, Any] = {"marker_format": marker_format, **tuning}
     # The tracker runs all along, joined and assigned before the clock starts (a group join on
     # Tansu takes a second or two: an embedded tracker would still be joining during the run).
     async with backend.queue_tracker(topic, **options) as tracker:
         await wait_until(lambda: bool(tracker.partitions), 30)
         received = 0
         start = None
-        cpu_start = 0.0
+        cpu_start = main_start = 0.0
         seen: set[bytes] = set()
         async with backend.batched_messages(
             topic, f"queue-{uuid.uuid4().hex}", batch_size=batch, embedded_tracker=False, **options
         ) as batches:
             consumer = batches.consumer
             client = consumer.client
-            processed = client.processed
+            processed = client.processed_ranges
             received_at = 0.0
 
-            # Latency probe: one callback per batch, once the broker confirmed every END of it.
-            def timed(ids: Iterable[MessageId]) -> list[Awaitable[Any]]:
-                writes = processed(ids)
+            # Latency probe: one callback per END write, once the broker confirmed it.
+            def timed(ranges: list[OffsetRange]) -> list[Awaitable[Any]]:
+                writes = processed(ranges)
                 began = received_at
-                size = len(writes)
+                size = sum(last - first + 1 for _, first, last in ranges)
                 done = asyncio.gather(*writes, return_exceptions=True)
-                done.add_done_callback(lambda _: latencies.extend([loop.time() - began] * size))
+                done.add_done_callback(lambda _: latencies.append((loop.time() - began, size)))
                 return writes
 
-            client.processed = timed  # type: ignore[method-assign]
+            client.processed_ranges = timed  # type: ignore[method-assign]
             while received < count:
                 messages = await batches.next_batch()
                 if not messages:
@@ -127,6 +141,7 @@ async def queue(
                 if start is None:
                     start = time.perf_counter()
                     cpu_start = time.process_time()
+                    main_start = time.thread_time()
                 for message in messages:
                     seen.add(message.data)
                 received += len(messages)
@@ -135,15 +150,17 @@ async def queue(
             assert start is not None
             elapsed = time.perf_counter() - start
             cpu = time.process_time() - cpu_start
+            main_cpu = time.thread_time() - main_start
             read = markers_read(tracker)
             assert len(seen) == count, f"{count - len(seen)} messages missing, some received twice"
-            # START + END per message (the tracker's position counts them; no keep-alives at 60 s)
-            await wait_until(lambda: markers_read(tracker) >= 2 * count and tracker.in_progress == 0, 120)
+            log = backend.log()
+            written = sum([(await log.watermarks(tp))[1] for tp in tracker.partitions])
+            await wait_until(lambda: markers_read(tracker) >= written and tracker.in_progress == 0, 120)
             behind = time.perf_counter() - start - elapsed
             print(
-                f"  queue side {elapsed:.2f} s, process CPU {cpu:.2f} s ({cpu / count * 1e6:.1f} us/message, "
-                f"tracker included); tracker had read {read:,} of {2 * count:,} markers at the end, "
-                f"caught up {behind:.2f} s later",
+                f"  queue side {elapsed:.2f} s, process CPU {cpu:.2f} s ({cpu / count * 1e6:.2f} us/message, "
+                f"tracker included; event loop thread {main_cpu / count * 1e6:.2f}); {written:,} markers written, the tracker had read {read:,} at the "
+                f"end and caught up {behind:.2f} s later",
                 flush=True,
             )
             counts = dict(consumer.metrics.counts)
@@ -151,10 +168,16 @@ async def queue(
     return count / elapsed, behind, counts
 
 
-def ms(values: list[float], fraction: float) -> float:
-    """The ``fraction`` percentile of ``values`` (seconds), in milliseconds."""
+def ms(values: list[tuple[float, int]], fraction: float) -> float:
+    """The ``fraction`` percentile of ``(seconds, messages)`` pairs, in milliseconds, over the messages."""
     ordered = sorted(values)
-    return 1000 * ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+    rank = fraction * sum(n for _, n in ordered)
+    seen = 0
+    for value, n in ordered:
+        seen += n
+        if seen > rank:
+            return 1000 * value
+    return 1000 * ordered[-1][0] if ordered else float("nan")
 
 
 async def run(url: str, args: argparse.Namespace) -> float:
@@ -162,16 +185,17 @@ async def run(url: str, args: argparse.Namespace) -> float:
     assert isinstance(backend, KafkaBackend)
     plain_rates: list[float] = []
     queue_rates: list[float] = []
-    latencies: list[float] = []
+    latencies: list[tuple[float, int]] = []
     tracker_behind: list[float] = []
     profiler = cProfile.Profile() if args.profile else None
+    tuning = dict(item.split("=", 1) for item in args.queue_option)
     async with backend:
         for round_ in range(args.rounds):
             topic = f"bench-queue-{uuid.uuid4().hex}"
             await fill(backend, topic, args.messages, args.size, args.partitions)
             await backend.admin.create_topic(f"{topic}.markers", args.partitions)
             order = ("plain", "queue") if round_ % 2 == 0 else ("queue", "plain")
-            round_latencies: list[float] = []
+            round_latencies: list[tuple[float, int]] = []
             counts: dict[str, int] = {}
             for side in order:
                 if side == "plain":
@@ -180,7 +204,7 @@ async def run(url: str, args: argparse.Namespace) -> float:
                     if profiler is not None:
                         profiler.enable()
                     rate, behind, counts = await queue(
-                        backend, topic, args.messages, args.batch, round_latencies
+                        backend, topic, args.messages, args.batch, round_latencies, args.markers, tuning
                     )
                     tracker_behind.append(behind)
                     if profiler is not None:
@@ -224,13 +248,26 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--batch", type=int, default=500, help="messages per batch (ack_all / commit)")
     parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument(
+        "--markers",
+        choices=("batched", "per-message"),
+        default="batched",
+        help="marker format of the queue side (per-message: kafka-mq-go's, one START and END per message)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--queue-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a QueueConfig setting for the queue side (e.g. max_messages_per_poll=500)",
+    )
     parser.add_argument("--url", default=None, help="an existing broker (default: start a local Tansu)")
     parser.add_argument("--profile", default=None, help="write a cProfile of the queue side here")
     args = parser.parse_args()
     print(
         f"{args.messages:,} messages of {args.size} bytes, {args.partitions} partition(s), "
-        f"batches of {args.batch}, {args.rounds} rounds"
+        f"batches of {args.batch}, {args.rounds} rounds, {args.markers} markers"
     )
     if args.url:
         asyncio.run(run(args.url, args))

@@ -9,9 +9,9 @@ does not say.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 from broker.errors import AckError, NotSupported
 
@@ -19,6 +19,7 @@ __all__ = [
     "EMPTY_ATTRIBUTES",
     "Acker",
     "Committer",
+    "LazyMessage",
     "Message",
     "OutboundMessage",
     "Record",
@@ -163,6 +164,37 @@ class Message:
         except BaseException:
             self._state = _PENDING
             raise
+
+
+class LazyMessage(Message):
+    """A Message whose fields other than ``data`` are decoded from ``raw`` when first read.
+
+    For backends whose per-message decoding costs more than the rest of their consumer: a
+    subclass maps field names to decoders in ``decoders`` (``{"key": lambda raw: ...}``) and
+    builds messages with ``Cls(data, raw, acker, ingestion_time)``; a field is decoded on its
+    first read and stored. Values are the same as if they had been decoded up front.
+    """
+
+    __slots__ = ()
+
+    #: Field name -> function of ``raw`` giving its value (fields missing here must be set).
+    decoders: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+
+    def __init__(self, data: bytes, raw: Any, acker: Acker, ingestion_time: float | None = None) -> None:
+        self.data = data
+        self.raw = raw
+        self.acker = acker
+        self.ingestion_time = ingestion_time
+        self._state = _PENDING
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for a slot not set yet: decode it now.
+        decode = type(self).decoders.get(name)
+        if decode is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = decode(self.raw)
+        object.__setattr__(self, name, value)
+        return value
 
 
 def claim_ack(message: Message) -> bool:

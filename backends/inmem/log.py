@@ -72,7 +72,7 @@ class _RecordCommitter:
     async def commit(self, record: Record) -> None:
         consumer = self.consumer
         tp = TopicPartition(record.topic, record.partition)
-        if tp not in consumer._assigned:
+        if not consumer.owns(tp):
             log.debug("dropping ack of %s@%d: partition no longer assigned", tp, record.offset)
             return
         committed = consumer.group.committed
@@ -290,13 +290,21 @@ class GroupConsumer(_PartitionReader):
             await self.listener.on_assigned(added)
 
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions assigned to this member (as of its last poll)."""
-        return self._assigned
+        """The partitions assigned to this member at its last poll, less those given away since."""
+        return self._assigned & self._target
+
+    def owns(self, tp: TopicPartition) -> bool:
+        """True while ``tp`` is this member's: assigned, and not given to another member since.
+
+        The in-memory twin of Kafka's generation fence: once the group moved a partition, the old
+        member's commits of it are dropped, even before its next poll applies the revocation.
+        """
+        return tp in self._assigned and tp in self._target
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit the next offset to read per partition (partitions no longer owned are skipped)."""
         for tp, offset in offsets.items():
-            if tp in self._assigned:
+            if self.owns(tp):
                 self.group.committed[TopicPartition(*tp)] = offset
             else:
                 log.debug("skipping commit of %s: not assigned to this member", tp)

@@ -111,6 +111,10 @@ def _fetch_config(options: ConsumerOptions) -> dict[str, Any]:
         "fetch.max.bytes": options.fetch_max_bytes,
         "max.partition.fetch.bytes": options.fetch_max_bytes,
         "isolation.level": options.isolation_level,
+        # librdkafka stops fetching a partition once its local queue holds queued.min.messages
+        # (100,000) and waits this long before asking again: 1 s by default, a full second of
+        # idle consumer every 100,000 records for any application that drains faster.
+        "fetch.queue.backoff.ms": 20,
     }
 
 

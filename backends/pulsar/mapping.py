@@ -22,7 +22,7 @@ import _pulsar  # type: ignore[import-not-found]
 
 from broker.attributes import validate_attributes
 from broker.errors import ConfigError
-from broker.message import Acker, Committer, Message, OutboundMessage, Record
+from broker.message import Acker, Committer, LazyMessage, Message, OutboundMessage, Record
 
 __all__ = [
     "DEFAULT_TENANT_NAMESPACE",
@@ -77,28 +77,8 @@ _PROPERTIES: Final = _pulsar.Message.properties
 _PUBLISHED: Final = _pulsar.Message.publish_timestamp
 _REDELIVERIES: Final = _pulsar.Message.redelivery_count
 
-#: Marks a field of a :class:`PulsarMessage` not decoded yet.
-_UNSET: Final[Any] = object()
 
-
-def _decoded(name: str, decode: Any, doc: str) -> Any:
-    """A property for field ``name`` of Message: ``decode(raw)`` on first read, then the stored value.
-
-    Its setter is the slot's own (C) setter, so constructing a message runs no Python code for it.
-    """
-    slot = Message.__dict__[name]
-
-    def get(message: Message) -> Any:
-        value = slot.__get__(message, Message)
-        if value is _UNSET:
-            value = decode(message.raw)
-            slot.__set__(message, value)
-        return value
-
-    return property(get, slot.__set__, doc=doc)
-
-
-class PulsarMessage(Message):
+class PulsarMessage(LazyMessage):
     """A ``Message`` whose fields other than ``data`` are decoded from the client message on first read.
 
     Decoding the id, key, properties, publish time and redelivery count costs more than everything
@@ -108,29 +88,23 @@ class PulsarMessage(Message):
 
     __slots__ = ()
 
-    id = _decoded(
-        "id", lambda raw: str(raw.message_id().serialize().hex()), "The message id, serialized, in hex."
-    )
-    key = _decoded("key", lambda raw: _KEY(raw) or None, "The partition key (None when empty).")
-    attributes = _decoded("attributes", _PROPERTIES, "The message properties.")
-    publish_time = _decoded(
-        "publish_time", lambda raw: _PUBLISHED(raw) / 1000.0, "The broker's publish time."
-    )
-    delivery_attempt = _decoded(
-        "delivery_attempt", lambda raw: _REDELIVERIES(raw) + 1, "The redelivery count + 1."
-    )
+    decoders = {
+        "id": lambda raw: str(raw.message_id().serialize().hex()),
+        "key": lambda raw: _KEY(raw) or None,
+        "attributes": _PROPERTIES,
+        "publish_time": lambda raw: _PUBLISHED(raw) / 1000.0,
+        "delivery_attempt": lambda raw: _REDELIVERIES(raw) + 1,
+    }
 
 
 def to_message(raw: Any, acker: Acker, now: float) -> Message:
     """The ``Message`` for one client message received at ``now`` (POSIX seconds)."""
-    return PulsarMessage(_UNSET, _DATA(raw), _UNSET, _UNSET, _UNSET, now, _UNSET, raw, acker)
+    return PulsarMessage(_DATA(raw), raw, acker, now)
 
 
 def to_messages(raws: Sequence[Any], acker: Acker, now: float) -> list[Message]:
     """``Message`` objects for client messages received at ``now`` (POSIX seconds)."""
-    return [
-        PulsarMessage(_UNSET, _DATA(raw), _UNSET, _UNSET, _UNSET, now, _UNSET, raw, acker) for raw in raws
-    ]
+    return [PulsarMessage(_DATA(raw), raw, acker, now) for raw in raws]
 
 
 def offset_of(message_id: Any) -> int:

@@ -13,8 +13,18 @@ Runs on the ``broker.log`` port only, so it works on any partitioned log (Kafka,
 from backends.kafka.queue.client import MqClient
 from backends.kafka.queue.config import QueueConfig
 from backends.kafka.queue.consumer import Consumer
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId, decode_marker, encode_marker
-from backends.kafka.queue.markers_queue import MarkersQueue
+from backends.kafka.queue.markers import (
+    BatchMarker,
+    Marker,
+    MarkerType,
+    MessageId,
+    decode,
+    decode_marker,
+    encode_batch_marker,
+    encode_marker,
+    ranges_of,
+)
+from backends.kafka.queue.markers_queue import MarkersQueue, Started
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MarkerProducer, MessageSender, Producer
 from backends.kafka.queue.service import (
@@ -27,6 +37,7 @@ from backends.kafka.queue.tracker import AssignedPartition, RedeliveryTracker
 
 __all__ = [
     "AssignedPartition",
+    "BatchMarker",
     "Consumer",
     "Marker",
     "MarkerProducer",
@@ -42,7 +53,11 @@ __all__ = [
     "QueueMetrics",
     "QueueService",
     "RedeliveryTracker",
+    "Started",
+    "decode",
     "decode_marker",
+    "encode_batch_marker",
     "encode_marker",
     "open_messages",
+    "ranges_of",
 ]

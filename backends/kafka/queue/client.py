@@ -1,8 +1,9 @@
 """MqClient: the consumer side of the marker protocol for one logical queue.
 
-``next_batch`` reads records of the queue, writes their START markers (all of a batch together,
-waiting for every one), and only then commits the read position: a crash between the two
-duplicates a message (the tracker redelivers it) and never loses one. A failure on either
+``poll`` reads records of the queue, ``start`` writes their START markers (one batched marker, or
+one per message, waiting for them), and only then ``commit`` commits the read position
+(``next_batch`` does the three in a row): a crash between the two duplicates a message (the
+tracker redelivers it) and never loses one. A failure on either
 step sets ``needs_reset``; a failing poll sets ``needs_reconnect``; the caller repairs them
 with ``reset()`` / ``reconnect()`` before the next batch, as kafka-mq-go does.
 """
@@ -11,37 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Literal
+from collections.abc import Awaitable, Iterable
+from typing import Any, Literal
 
-from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_REDELIVERY_FOR, QueueConfig
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId, encode_start
+from backends.kafka.queue.config import HEADER_ATTEMPT, QueueConfig
+from backends.kafka.queue.markers import Marker, MarkerType, MessageId, OffsetRange, encode_start, ranges_of
 from backends.kafka.queue.producer import MarkerProducer
+from backends.kafka.queue.source import QueueSource, source_for
 from broker.errors import BrokerError, ClosedError, ReceiveError
 from broker.log import OFFSET_BEGINNING, Log, LogConsumer, TopicPartition
 from broker.message import Record
 
-__all__ = ["MqClient", "RecordFilter", "by_key", "by_redelivery_header"]
+__all__ = ["MqClient"]
 
 log = logging.getLogger("backends.kafka.queue")
-
-#: Decides whether a record of the queue topic belongs to this queue.
-RecordFilter = Callable[[Record], bool]
-
-
-def by_key(queue_id: str) -> RecordFilter:
-    """kafka-mq-go's rule: the record key is the queue id."""
-    return lambda record: record.key == queue_id
-
-
-def by_redelivery_header(queue_id: str) -> RecordFilter:
-    """Topic mode: every record, except copies redelivered for another queue."""
-
-    def accept(record: Record) -> bool:
-        target = record.attributes.get(HEADER_REDELIVERY_FOR) if record.attributes else None
-        return target is None or target == queue_id
-
-    return accept
 
 
 class MqClient:
@@ -63,9 +47,10 @@ class MqClient:
         #: ``queue``: kafka-mq-go's layout, records keyed by queue id (many queues share a topic);
         #: ``topic``: every record of the topic is the queue's (the portable ``messages()``).
         self.mode = mode
-        self.accept = by_key(queue_id) if mode == "queue" else by_redelivery_header(queue_id)
         self.markers = MarkerProducer(log_port, config)
         self._consumer: LogConsumer | None = None
+        #: Turns polled records into messages and offset ranges (set with the consumer).
+        self.source: QueueSource | None = None
         self.needs_reset = False
         self.needs_reconnect = False
         self._closed = False
@@ -75,6 +60,14 @@ class MqClient:
     def _ensure_consumer(self) -> LogConsumer:
         if self._consumer is None:
             self._consumer = self._log.consumer(self.group, [self.config.message_topic], start="earliest")
+            self.source = source_for(
+                self._consumer, self.queue_id, self.mode, raw=self.config.marker_format == "batched"
+            )
+        return self._consumer
+
+    @property
+    def consumer(self) -> LogConsumer | None:
+        """The group consumer of the queue topic (None before the first poll)."""
         return self._consumer
 
     def _check(self) -> None:
@@ -85,44 +78,67 @@ class MqClient:
         if self.needs_reset:
             raise ReceiveError("the queue client needs reset() first")
 
-    async def next_batch(self, max_messages: int, timeout: float) -> list[Record]:
-        """The queue's next records, each with a START marker written, read position committed."""
+    async def poll(self, max_messages: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
+        """Read the next records: ``(this queue's, positions to commit once they are started)``.
+
+        Nothing is started or committed yet: :meth:`start` then :meth:`commit`, in that order.
+        """
         self._check()
-        consumer = self._ensure_consumer()
+        self._ensure_consumer()
+        assert self.source is not None
         try:
-            records = await consumer.poll(max_messages, timeout)
+            return await self.source.poll(max_messages, timeout)
         except ClosedError:
             raise
         except Exception as exc:
             self.needs_reconnect = True
             raise ReceiveError(f"polling the queue topic failed: {exc}") from exc
-        if not records:
+
+    async def start(self, items: list[Any]) -> None:
+        """Write the START markers of ``items`` (one batched START, or one per message) and wait."""
+        if not items:
+            return
+        source = self.source
+        assert source is not None
+        try:
+            if self.config.marker_format == "batched":
+                await self.markers.start_batch(self.queue_id, source.ranges(items), self._timeout_ms)
+            else:
+                record = source.record
+                await self.markers.start(self.queue_id, [self.encoded_start(record(r)) for r in items])
+        except Exception as exc:
+            self.needs_reset = True
+            raise BrokerError(f"writing START markers failed: {exc}") from exc
+
+    async def commit(self, positions: dict[TopicPartition, int]) -> None:
+        """Commit the read position (only after the START markers of everything before it)."""
+        if not positions:
+            return
+        consumer = self._ensure_consumer()
+        try:
+            await consumer.commit(positions)
+        except Exception as exc:
+            self.needs_reset = True
+            raise BrokerError(f"committing the queue position failed: {exc}") from exc
+
+    async def next_batch(self, max_messages: int, timeout: float) -> list[Any]:
+        """The queue's next records, each with a START marker written, read position committed.
+
+        The records are Records, or confluent-kafka messages with batched markers on Kafka.
+        """
+        mine, positions = await self.poll(max_messages, timeout)
+        if not positions:
             return []
         settled = self._settling = asyncio.get_running_loop().create_future()
         try:
-            mine = [r for r in records if self.accept(r)]
-            if mine:
-                try:
-                    await self.markers.start(self.queue_id, [self.encoded_start(r) for r in mine])
-                except Exception as exc:
-                    self.needs_reset = True
-                    raise BrokerError(f"writing START markers failed: {exc}") from exc
-            positions: dict[TopicPartition, int] = {}
-            for record in records:
-                tp = TopicPartition(record.topic, record.partition)
-                if record.offset + 1 > positions.get(tp, -1):
-                    positions[tp] = record.offset + 1
-            try:
-                await consumer.commit(positions)
-            except Exception as exc:
-                self.needs_reset = True
-                raise BrokerError(f"committing the queue position failed: {exc}") from exc
+            await self.start(mine)
+            await self.commit(positions)
             return mine
         finally:
             settled.set_result(None)
 
     async def settled(self) -> None:
-        """Wait until the batch being started and committed (if any) is done.
+        """Wait until the batch being started and committed by ``next_batch`` (if any) is done.
 
         Close after this, never between the two steps: cut there, a batch would be both
         redelivered (it has START markers) and read again (its position was not committed).
@@ -162,11 +178,37 @@ class MqClient:
         self, ids: Iterable[MessageId], redeliver_after: float | None = None
     ) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """KEEPALIVE for ``ids`` (pipelined); ``redeliver_after`` seconds overrides the timeout."""
-        after = self.config.redelivery_timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
+        after = self._timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
+        if self.config.marker_format == "batched":
+            ranges = ranges_of(ids)
+            return [self.markers.keepalive_batch(self.queue_id, ranges, after)] if ranges else []
+        return self.markers.keepalive(self.queue_id, ids, after)
+
+    def keepalive_ranges(
+        self, ranges: list[OffsetRange], redeliver_after: float | None = None
+    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """KEEPALIVE for every message of ``ranges`` (pipelined)."""
+        if not ranges:
+            return []
+        after = self._timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
+        if self.config.marker_format == "batched":
+            return [self.markers.keepalive_batch(self.queue_id, ranges, after)]
+        ids = [MessageId(p, o) for p, first, last in ranges for o in range(first, last + 1)]
         return self.markers.keepalive(self.queue_id, ids, after)
 
     def processed(self, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """END for ``ids`` (pipelined)."""
+        if self.config.marker_format == "batched":
+            return self.processed_ranges(ranges_of(ids))
+        return self.markers.end(self.queue_id, ids)
+
+    def processed_ranges(self, ranges: list[OffsetRange]) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """END for every message of ``ranges`` (pipelined)."""
+        if not ranges:
+            return []
+        if self.config.marker_format == "batched":
+            return [self.markers.end_batch(self.queue_id, ranges)]
+        ids = [MessageId(p, o) for p, first, last in ranges for o in range(first, last + 1)]
         return self.markers.end(self.queue_id, ids)
 
     async def reset(self) -> None:

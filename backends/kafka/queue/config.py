@@ -63,6 +63,14 @@ class QueueConfig:
     dead_letter_topic: str | None = None
     #: Seconds between tracker passes when no marker arrives.
     tracker_poll_interval: float = 0.2
+    #: ``"batched"``: one START per fetched batch and one END per group of acks (``version = 1``
+    #: markers; trackers read the messages back from the queue topic to redeliver them).
+    #: ``"per-message"``: kafka-mq-go's one marker per message with the payload in START, for fleets
+    #: that still run its Go consumers or tracker. Trackers here read both.
+    marker_format: str = "batched"
+    #: Fetched batches whose START is being written or whose position is being committed at once
+    #: (their order is kept: a batch is committed and handed out only after the one before).
+    batches_in_flight: int = 4
 
     def __post_init__(self) -> None:
         if not self.message_topic or not self.marker_topic:
@@ -71,7 +79,14 @@ class QueueConfig:
             raise ConfigError("message_topic and marker_topic must differ")
         if not 0 < self.redelivery_timeout <= _MAX_TIMEOUT:
             raise ConfigError(f"redelivery_timeout must be in (0, 12h], got {self.redelivery_timeout}")
-        for name in ("receive_buffer_capacity", "max_messages_per_poll", "num_offsets_per_commit"):
+        if self.marker_format not in ("batched", "per-message"):
+            raise ConfigError(f"marker_format is 'batched' or 'per-message', got {self.marker_format!r}")
+        for name in (
+            "receive_buffer_capacity",
+            "max_messages_per_poll",
+            "num_offsets_per_commit",
+            "batches_in_flight",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.next_message_timeout <= 0:

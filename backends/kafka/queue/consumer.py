@@ -1,18 +1,24 @@
-"""The queue Consumer: a background loop filling a bounded buffer, keep-alives, and settlement.
+"""The queue Consumer: a pipelined polling loop filling a bounded buffer, keep-alives, settlement.
 
-The loop asks the MqClient for batches and puts their messages into a buffer of
-``receive_buffer_capacity`` (a full buffer stops the polling: back-pressure). One keep-alive task
-writes KEEPALIVE markers each ``redelivery_timeout / 2`` — batched, never a timer per message — for
-every message the consumer holds: with ``keepalive_received=True`` (kafka-mq-go's behaviour) from
-START until the message is settled; with ``False`` (the portable ``messages()``) only while it
-waits in the buffer, so a received message that is neither settled nor kept alive with
-``in_progress()`` is redelivered after the timeout, as on every other broker.
+The loop polls the queue topic and hands each fetched batch to a finisher that writes its START
+markers, waits for the batch before it, commits the read position and only then puts its messages
+into the buffer. Up to ``batches_in_flight`` batches are in those steps at once, so the START and
+commit round trips of one batch overlap the next batch's; their order is kept, and a failed
+batch is never committed past: the batches after it are dropped and read again after
+``reset()``. The buffer holds ``receive_buffer_capacity`` messages; a full buffer stops the loop
+(back-pressure).
+
+One keep-alive task writes KEEPALIVE markers each ``redelivery_timeout / 2`` — batched, never a
+timer per message: with ``keepalive_received=True`` (kafka-mq-go's behaviour) for every message
+from START until it is settled or :meth:`Consumer.interrupt` ed; with ``False`` (the portable
+``messages()``) only while it waits in the buffer, so a received message that is neither settled
+nor kept alive with ``in_progress()`` is redelivered after the timeout, as on every other broker.
 
 Settlement: ``ack`` writes END; ``nack(delay)`` writes a KEEPALIVE whose timeout is the delay, so
 the tracker redelivers it then (kafka-mq-go's Nack was an Ack); ``in_progress`` writes a
-KEEPALIVE; ``dead_letter`` publishes to the dead-letter topic and writes END. Marker writes are
-pipelined: ``ack()`` returns once the END is queued; ``flush()`` and ``close()`` wait for them all.
-A lost END costs a duplicate, never a loss.
+KEEPALIVE; ``dead_letter`` publishes to the dead-letter topic and writes END. ENDs are pipelined
+and merged: every ack of one event-loop pass goes into one batched END marker. ``flush()`` and
+``close()`` wait for every marker. A lost END costs a duplicate, never a loss.
 """
 
 from __future__ import annotations
@@ -21,30 +27,38 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from typing import Any
 
 from backends.kafka.queue.client import MqClient
-from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
-from backends.kafka.queue.markers import MessageId
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MessageSender
+from backends.kafka.queue.source import QueueSource
 from broker.errors import AckError, ClosedError, Timeout
-from broker.message import Message, Record, claim_ack
+from broker.log import TopicPartition
+from broker.message import Message, claim_ack
 from broker.resources import AsyncResource
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("backends.kafka.queue")
 
-_CLOSED = object()  # put into the buffer by close() to wake receivers
-_HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
 
-
-async def _stop(task: asyncio.Task[None] | None) -> None:
+async def _stop(task: asyncio.Task[Any] | None) -> None:
     if task is not None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+
+
+class _InFlight:
+    """One fetched batch on its way: whether its and every earlier START is written, and its finisher."""
+
+    __slots__ = ("started", "task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.started: asyncio.Future[bool] = loop.create_future()
+        self.task: asyncio.Task[bool]
 
 
 class Consumer(AsyncResource):
@@ -55,17 +69,28 @@ class Consumer(AsyncResource):
     ) -> None:
         self.client = client
         self.keepalive_received = keepalive_received
-        self._received: set[MessageId] = set()
         self.config = client.config
         self.metrics = metrics or QueueMetrics()
-        self._buffer: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.config.receive_buffer_capacity)
-        self._held: dict[MessageId, Message] = {}
+        self._capacity = self.config.receive_buffer_capacity
+        self._buffer: deque[Message] = deque()
+        self._ready = asyncio.Event()  # set when the buffer may have messages (or on close)
+        self._space = asyncio.Event()  # set when the buffer may have room (or on close)
+        self._space.set()
+        #: Batches handed out, for keep-alives (keepalive_received): pruned once all are settled.
+        self._handed: deque[list[Message]] = deque()
+        self._interrupted: set[int] = set()
+        #: Batches started and waiting to be committed and handed out.
+        self._waiting: dict[int, list[Message]] = {}
+        self._in_flight = 0
         self._writes: set[asyncio.Future[Any]] = set()
+        self._ending: list[Any] = []
+        self._end_scheduled = False
         self._sender = MessageSender(client._log)
         self._loop_task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
+        #: The finisher of the newest batch in flight (each one waits for the one before).
+        self._pipeline: _InFlight | None = None
         self._closed = False
-        self._waiting = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -79,16 +104,26 @@ class Consumer(AsyncResource):
 
     async def _run(self) -> None:
         client = self.client
+        config = self.config
+        slots = asyncio.Semaphore(config.batches_in_flight)
         backoff = 0.05
+        loop = asyncio.get_running_loop()
         while not self._closed:
             try:
-                if client.needs_reconnect:
-                    await client.reconnect()
-                if client.needs_reset:
-                    await client.reset()
-                records = await client.next_batch(
-                    self.config.max_messages_per_poll, self.config.next_message_timeout
-                )
+                if client.needs_reconnect or client.needs_reset:
+                    await self._settle_pipeline()
+                    if client.needs_reconnect:
+                        await client.reconnect()
+                    if client.needs_reset:
+                        await client.reset()
+                await slots.acquire()
+                try:
+                    mine, positions = await client.poll(
+                        config.max_messages_per_poll, config.next_message_timeout
+                    )
+                except BaseException:
+                    slots.release()
+                    raise
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -99,56 +134,135 @@ class Consumer(AsyncResource):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            if not records:
+            if not positions:
+                slots.release()
                 continue
-            now = time.time()
-            self.metrics.count("received", len(records))
-            buffer, held = self._buffer, self._held
-            for record in records:
-                message = self._message(record, now)
-                held[message.raw] = message
-                if buffer.full():
-                    await buffer.put(message)  # back-pressure: wait for receivers
-                else:
-                    buffer.put_nowait(message)
-            self.metrics.set_in_flight(len(self._held))
+            current = _InFlight(loop)
+            current.task = loop.create_task(self._finish(mine, positions, self._pipeline, current, slots))
+            self._pipeline = current
 
-    def _message(self, record: Record, now: float) -> Message:
-        headers = record.attributes
-        # In queue mode the record key is the queue id; the application's key rides in a header.
-        key = None if self.client.mode == "queue" else record.key
-        attempt = 1
-        ident = f"{record.partition}:{record.offset}"
-        attributes = headers
-        if headers and not _HIDDEN.isdisjoint(headers):
-            attempt = int(headers.get(HEADER_ATTEMPT, "1") or 1)
-            ident = headers.get(HEADER_ORIGINAL_ID, ident)
-            key = headers.get(HEADER_KEY, key)
-            attributes = {k: v for k, v in headers.items() if k not in _HIDDEN}
-        return Message(
-            ident,
-            record.value or b"",
-            key,
-            attributes,
-            record.publish_time,
-            now,
-            attempt,
-            MessageId(record.partition, record.offset),
-            self,
-        )
+    async def _finish(
+        self,
+        mine: list[Any],
+        positions: dict[TopicPartition, int],
+        previous: _InFlight | None,
+        current: _InFlight,
+        slots: asyncio.Semaphore,
+    ) -> bool:
+        """START, commit, then hand out, in order with the batches before. False: dropped.
+
+        The commit is sent once this batch's and every earlier batch's STARTs are written (so
+        commits of several batches merge into one request); the messages are handed out once the
+        commit succeeded and the batch before was handed out. A dropped batch is not lost: its
+        records are read again after ``reset()``, or redelivered by the tracker.
+        """
+        waiting: list[Message] = []
+        try:
+            started = True
+            try:
+                await self.client.start(mine)  # overlaps the earlier batches' commits
+            except Exception as exc:
+                log.warning("queue %r: %s", self.client.queue_id, exc)
+                started = False
+            if started and mine:
+                # Started: kept alive from now on, also while it waits for the batches before it.
+                source = self.client.source
+                assert source is not None
+                waiting = source.messages(mine, self, time.time())
+                self._waiting[id(waiting)] = waiting
+            if previous is not None and started:
+                started = await previous.started
+            current.started.set_result(started)
+            committed = False
+            if started:
+                try:
+                    await self.client.commit(positions)
+                    committed = True
+                except Exception as exc:
+                    log.warning("queue %r: %s", self.client.queue_id, exc)
+            if previous is not None:
+                await asyncio.wait([previous.task])
+                if previous.task.cancelled() or previous.task.exception() is not None:
+                    return False
+                if not previous.task.result():
+                    return False
+            if not committed:
+                return False
+            consumer = self.client.consumer
+            owned = consumer.assignment() if consumer is not None else frozenset()
+            if waiting and not owned.issuperset(positions):
+                # Revoked before the commit (which was skipped for it): the new owner reads those
+                # records again and its START takes them over; handing them out here too would
+                # process them twice.
+                source = self.client.source
+                assert source is not None
+                topic = self.config.message_topic
+                keep = {tp.partition for tp in positions if tp in owned and tp.topic == topic}
+                waiting[:] = [m for m in waiting if source.ident(m.raw).partition in keep]
+                log.debug("queue %r: records of revoked partitions dropped", self.client.queue_id)
+            if waiting:
+                await self._hand_out(waiting)
+            return True
+        finally:
+            if not current.started.done():
+                current.started.set_result(False)
+            self._waiting.pop(id(waiting), None)
+            slots.release()
+
+    async def _settle_pipeline(self) -> None:
+        """Wait until every batch in flight was committed and handed out, or dropped."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            await asyncio.wait([pipeline.task])
+
+    async def _hand_out(self, messages: list[Message]) -> None:
+        count = len(messages)
+        self.metrics.count("received", count)
+        self._in_flight += count
+        self.metrics.set_in_flight(self._in_flight)
+        if self.keepalive_received:
+            self._prune()
+            self._handed.append(messages)
+        buffer, capacity = self._buffer, self._capacity
+        start = 0
+        while start < count:
+            room = capacity - len(buffer)
+            if room <= 0 and not self._closed:
+                self._space.clear()
+                await self._space.wait()
+                continue
+            end = count if self._closed else min(count, start + room)
+            buffer.extend(messages[start:end] if start or end < count else messages)
+            start = end
+            self._ready.set()
+
+    def _prune(self) -> None:
+        handed, interrupted = self._handed, self._interrupted
+        while handed and all(m.settled or id(m) in interrupted for m in handed[0]):
+            for m in handed.popleft():
+                interrupted.discard(id(m))
+
+    def _kept_alive(self) -> list[Message]:
+        """Started messages not settled: waiting to be handed out, buffered, or (``keepalive_received``)
+        handed out and not interrupted. A message may appear twice; ranges count it once."""
+        waiting = [m for batch in self._waiting.values() for m in batch]
+        if not self.keepalive_received:
+            return waiting + list(self._buffer)
+        self._prune()
+        interrupted = self._interrupted
+        return waiting + [
+            m for batch in self._handed for m in batch if not m.settled and id(m) not in interrupted
+        ]
 
     async def _keepalive(self) -> None:
         period = self.config.redelivery_timeout / 2
         while not self._closed:
             await asyncio.sleep(period)
-            ids = (
-                list(self._held)
-                if self.keepalive_received
-                else [m for m in self._held if m not in self._received]
-            )
-            if ids:
-                self._track(self.client.processing_in_progress(ids))
-                self.metrics.count("keepalives", len(ids))
+            messages = self._kept_alive()
+            source = self.client.source
+            if messages and source is not None:
+                self._track(self.client.keepalive_ranges(source.ranges([m.raw for m in messages])))
+                self.metrics.count("keepalives", len(messages))
 
     def _track(self, writes: list[Any]) -> None:
         for write in writes:
@@ -162,8 +276,27 @@ class Consumer(AsyncResource):
             self.metrics.count("marker_errors")
             log.warning("writing a marker failed (the message may be redelivered): %r", future.exception())
 
+    def _end(self, raws: list[Any]) -> None:
+        """END ``raws`` with the other acks of this event-loop pass (one batched marker)."""
+        self._ending.extend(raws)
+        if not self._end_scheduled:
+            self._end_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_ends)
+
+    def _flush_ends(self) -> None:
+        self._end_scheduled = False
+        raws, self._ending = self._ending, []
+        source = self.client.source
+        if raws and source is not None:
+            self._track(self.client.processed_ranges(source.ranges(raws)))
+
+    def _settled(self, count: int) -> None:
+        self._in_flight -= count
+        self.metrics.set_in_flight(self._in_flight)
+
     async def flush(self) -> None:
         """Wait until every marker written so far reached the log."""
+        self._flush_ends()
         if self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 
@@ -176,24 +309,27 @@ class Consumer(AsyncResource):
         if self._closed:
             return
         self._closed = True
-        # Never cut a batch between its START markers and its commit (else it is both redelivered
-        # and read again); keep-alives stop first, and a commit that hangs does not hang close().
+        self._space.set()  # a finisher waiting for room puts its batch and ends
         await _stop(self._keepalive_task)
+        await _stop(self._loop_task)
+        # Never cut a batch between its START markers and its commit (else it is both redelivered
+        # and read again); a commit that hangs does not hang close().
+        pipeline = self._pipeline
+        if pipeline is not None:
+            done, _ = await asyncio.wait([pipeline.task], timeout=self.config.redelivery_timeout)
+            if not done:
+                pipeline.task.cancel()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.config.redelivery_timeout):
                 await self.client.settled()
-        await _stop(self._loop_task)
-        unreceived = []
-        while not self._buffer.empty():
-            item = self._buffer.get_nowait()
-            if item is not _CLOSED:
-                unreceived.append(item)
-        for _ in range(self._waiting):  # wake every receive() blocked on the empty buffer
-            self._buffer.put_nowait(_CLOSED)
-        for message in unreceived:
-            self._held.pop(message.raw, None)
-        if unreceived:
-            self._track(self.client.processing_in_progress([m.raw for m in unreceived], redeliver_after=0))
+        unreceived = list(self._buffer)
+        self._buffer.clear()
+        self._ready.set()  # wake every receive() waiting on the empty buffer
+        source = self.client.source
+        if unreceived and source is not None:
+            self._settled(len(unreceived))
+            ranges = source.ranges([m.raw for m in unreceived])
+            self._track(self.client.keepalive_ranges(ranges, redeliver_after=0))
         await self.flush()
         await self.client.close()
 
@@ -203,79 +339,88 @@ class Consumer(AsyncResource):
         if self._closed:
             raise ClosedError("the queue consumer is closed")
         self.start()
-        self._waiting += 1
-        try:
-            async with asyncio.timeout(timeout):
-                item = await self._buffer.get()
-        except TimeoutError:
-            if self._closed:
-                raise ClosedError("the queue consumer is closed") from None
-            raise Timeout(f"no message on queue {self.client.queue_id!r} within {timeout}s") from None
-        finally:
-            self._waiting -= 1
-        if item is _CLOSED:
-            raise ClosedError("the queue consumer is closed")
-        message: Message = item
-        if not self.keepalive_received:
-            self._received.add(message.raw)
+        buffer = self._buffer
+        if not buffer:
+            try:
+                async with asyncio.timeout(timeout):
+                    while not buffer:
+                        if self._closed:
+                            raise ClosedError("the queue consumer is closed")
+                        self._ready.clear()
+                        await self._ready.wait()
+            except TimeoutError:
+                if self._closed:
+                    raise ClosedError("the queue consumer is closed") from None
+                raise Timeout(f"no message on queue {self.client.queue_id!r} within {timeout}s") from None
+        message = buffer.popleft()
+        self._space.set()
         return message
 
     def receive_ready(self, limit: int) -> list[Message]:
         """Up to ``limit`` messages already buffered, without waiting."""
-        out: list[Message] = []
-        while len(out) < limit and not self._buffer.empty():
-            item = self._buffer.get_nowait()
-            if item is _CLOSED:
-                self._buffer.put_nowait(item)
-                break
-            out.append(item)
-        if not self.keepalive_received:
-            self._received.update(m.raw for m in out)
+        buffer = self._buffer
+        if not buffer or limit <= 0:
+            return []
+        if limit >= len(buffer):
+            out = list(buffer)
+            buffer.clear()
+        else:
+            out = [buffer.popleft() for _ in range(limit)]
+        self._space.set()
         return out
 
+    def interrupt(self, message: Message) -> None:
+        """Stop keeping ``message`` alive without settling it (kafka-mq-go's ``Interrupt``).
+
+        The tracker redelivers it once the redelivery timeout passes.
+        """
+        if message.acker is not self or message.settled or id(message) in self._interrupted:
+            return
+        if self.keepalive_received:
+            self._interrupted.add(id(message))
+        self._settled(1)
+
     # -- the Acker protocol ---------------------------------------------------------------
-    def _release(self, message: Message) -> bool:
-        self._received.discard(message.raw)
-        released = self._held.pop(message.raw, None) is not None
-        if released:
-            self.metrics.set_in_flight(len(self._held))
-        return released
+    def _source(self) -> QueueSource:
+        source = self.client.source
+        if source is None:  # pragma: no cover - a message exists only after a poll
+            raise AckError("the queue consumer has not read anything")
+        return source
 
     async def ack(self, message: Message) -> None:
-        """Write END: the message is done."""
-        self._release(message)
-        self._track(self.client.processed([message.raw]))
+        """Write END (merged with the other acks of this event-loop pass): the message is done."""
+        self._settled(1)
+        self._end([message.raw])
         self.metrics.count("acked")
 
     async def ack_many(self, messages: list[Message]) -> list[Message]:
         """Write END for this consumer's pending messages among ``messages``; returns the others."""
         others: list[Message] = []
-        ids: list[MessageId] = []
+        raws: list[Any] = []
         for message in messages:
             if message.acker is self:
                 if claim_ack(message):
-                    self._held.pop(message.raw, None)
-                    self._received.discard(message.raw)
-                    ids.append(message.raw)
+                    raws.append(message.raw)
             else:
                 others.append(message)
-        if ids:
-            self._track(self.client.processed(ids))
-            self.metrics.count("acked", len(ids))
-            self.metrics.set_in_flight(len(self._held))
+        if raws:
+            self._end(raws)
+            self.metrics.count("acked", len(raws))
+            self._settled(len(raws))
         return others
 
     async def nack(self, message: Message, delay: float | None) -> None:
         """Ask the tracker to redeliver the message after ``delay`` seconds (at once without)."""
-        self._release(message)
-        self._track(self.client.processing_in_progress([message.raw], redeliver_after=delay or 0.0))
+        self._settled(1)
+        ranges = self._source().ranges([message.raw])
+        self._track(self.client.keepalive_ranges(ranges, redeliver_after=delay or 0.0))
         self.metrics.count("nacked")
 
     async def in_progress(self, message: Message) -> None:
         """Write KEEPALIVE: the message gets another full redelivery timeout."""
-        if message.raw not in self._held:
-            raise AckError(f"message {message.id} is not held by this consumer (settled, or closed)")
-        await asyncio.gather(*self.client.processing_in_progress([message.raw]))
+        if self._closed or id(message) in self._interrupted:
+            raise AckError(f"message {message.id} is not held by this consumer (closed, or interrupted)")
+        await asyncio.gather(*self.client.keepalive_ranges(self._source().ranges([message.raw])))
 
     async def dead_letter(self, message: Message, reason: str | None) -> None:
         """Publish to the dead-letter topic (if configured), then write END."""
@@ -287,6 +432,6 @@ class Consumer(AsyncResource):
             await self._sender.send(target, message.data, key=message.key, headers=headers)
         else:
             log.warning("dropping dead-lettered message %s: no dead_letter_topic is configured", message.id)
-        self._release(message)
-        self._track(self.client.processed([message.raw]))
+        self._settled(1)
+        self._end([message.raw])
         self.metrics.count("dead_lettered")

@@ -11,25 +11,39 @@ Two fields are ours, beyond the Go layout; a proto3 reader skips fields it does 
 markers stay readable both ways: ``uint32 delivery_attempt = 7`` and
 ``repeated Header headers = 8`` with ``Header { string key = 1; bytes value = 2; }``, which carry
 the delivery count and the message's attributes through a redelivery.
+
+Batched markers (``version = 1``, ours; kafka-mq-go knows only ``V1 = 0``) say the same for many
+messages at once: one START for a fetched batch, one END for the messages acked together::
+
+    IdRange { int32 partition = 1; int64 first = 2; int64 last = 3; }   // inclusive
+    Marker  { ...; repeated IdRange ranges = 9; }   // version = 1: no message_id, key or value
+
+A batched START carries no payload: a redelivering tracker reads the message back from the queue
+topic at its offset. A kafka-mq-go tracker cannot read batched markers (see ``QueueConfig``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from broker.errors import DecodeError
 
 __all__ = [
+    "BatchMarker",
     "Marker",
     "MarkerType",
     "MessageId",
+    "OffsetRange",
+    "decode",
     "decode_marker",
+    "encode_batch_marker",
     "encode_id_marker",
     "encode_marker",
     "encode_start",
+    "ranges_of",
 ]
 
 
@@ -59,6 +73,40 @@ class Marker:
     value: bytes = b""
     delivery_attempt: int = 0
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+#: ``(partition, first offset, last offset)`` of the queue topic, both ends included.
+OffsetRange = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMarker:
+    """A batched marker: one START, KEEPALIVE or END for every message in ``ranges``."""
+
+    type: MarkerType
+    ranges: tuple[OffsetRange, ...]
+    redeliver_after_ms: int = 0
+
+    def ids(self) -> list[MessageId]:
+        """Every message id the marker names, in order."""
+        return [MessageId(p, o) for p, first, last in self.ranges for o in range(first, last + 1)]
+
+
+def ranges_of(ids: Iterable[tuple[int, int]]) -> list[OffsetRange]:
+    """``(partition, offset)`` pairs as the fewest ranges (sorted; a repeated id counts once)."""
+    out: list[OffsetRange] = []
+    partition = first = last = -1
+    started = False
+    for p, offset in sorted(ids):
+        if started and p == partition and offset <= last + 1:
+            last = max(last, offset)
+            continue
+        if started:
+            out.append((partition, first, last))
+        partition, first, last, started = p, offset, offset, True
+    if started:
+        out.append((partition, first, last))
+    return out
 
 
 _BYTES = tuple(bytes((i,)) for i in range(0x80))
@@ -126,6 +174,25 @@ def encode_start(
                 b"\x0a" + _uvarint(len(raw_name)) + raw_name + b"\x12" + _uvarint(len(raw_text)) + raw_text
             )
             parts += (b"\x42", _uvarint(len(header)), header)
+    return b"".join(parts)
+
+
+def encode_batch_marker(
+    kind: MarkerType, ranges: Iterable[OffsetRange], redeliver_after_ms: int = 0
+) -> bytes:
+    """A batched marker (``version = 1``) naming every message of ``ranges``."""
+    parts = [b"\x08\x01"]
+    if kind:
+        parts += (b"\x10", _BYTES[kind])
+    if redeliver_after_ms:
+        parts += (b"\x20", _uvarint(redeliver_after_ms))
+    for partition, first, last in ranges:
+        body = b"\x08" + _uvarint(partition) if partition else b""
+        if first:
+            body += b"\x10" + _uvarint(first)
+        if last:
+            body += b"\x18" + _uvarint(last)
+        parts += (b"\x4a", _uvarint(len(body)), body)
     return b"".join(parts)
 
 
@@ -265,8 +332,44 @@ def _decode_common(data: bytes) -> Marker | None:
     return Marker(_TYPES[kind], MessageId(partition, offset), redeliver, key, value, attempt, headers)
 
 
+def _decode_batch(data: bytes) -> BatchMarker:
+    kind = redeliver = 0
+    ranges: list[OffsetRange] = []
+    try:
+        for number, raw in _fields(data):
+            if number == 2 and isinstance(raw, int):
+                kind = raw
+            elif number == 4 and isinstance(raw, int):
+                redeliver = raw
+            elif number == 9 and isinstance(raw, bytes):
+                partition = first = last = 0
+                for sub, value in _fields(raw):
+                    if isinstance(value, int):
+                        if sub == 1:
+                            partition = _signed(value, 32)
+                        elif sub == 2:
+                            first = _signed(value, 64)
+                        elif sub == 3:
+                            last = _signed(value, 64)
+                if last < first:
+                    raise DecodeError(f"an id range ends before it starts: {first}..{last}")
+                ranges.append((partition, first, last))
+        return BatchMarker(MarkerType(kind), tuple(ranges), redeliver)
+    except ValueError as exc:
+        if isinstance(exc, DecodeError):
+            raise
+        raise DecodeError(f"malformed batched marker: {exc}") from exc
+
+
+def decode(data: bytes) -> Marker | BatchMarker:
+    """Parse a per-message (``version = 0``) or batched (``version = 1``) marker."""
+    if data[:2] == b"\x08\x01":
+        return _decode_batch(data)
+    return decode_marker(data)
+
+
 def decode_marker(data: bytes) -> Marker:
-    """Parse a marker; unknown fields are skipped, malformed data raises DecodeError."""
+    """Parse a per-message marker; unknown fields are skipped, malformed data raises DecodeError."""
     try:
         marker = _decode_common(data)
     except (IndexError, DecodeError):

@@ -5,11 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import cast
 
 from backends.kafka.queue.config import HEADER_KEY, QueueConfig
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId, encode_id_marker, encode_marker
+from backends.kafka.queue.markers import (
+    Marker,
+    MarkerType,
+    MessageId,
+    OffsetRange,
+    encode_batch_marker,
+    encode_id_marker,
+    encode_marker,
+)
 from broker.attributes import validate_attributes
 from broker.log import Log, TopicPartition
 
@@ -45,6 +53,28 @@ class MarkerProducer:
         """Queue KEEPALIVE markers: each message may go ``redeliver_after_ms`` more without settling."""
         send, keepalive = self._send, MarkerType.KEEPALIVE
         return [send(queue_id, encode_id_marker(keepalive, p, o, redeliver_after_ms)) for p, o in ids]
+
+    async def start_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int
+    ) -> None:
+        """Write one batched START for every message of ``ranges`` and wait until it is written."""
+        sent = self._send(queue_id, encode_batch_marker(MarkerType.START, ranges, redeliver_after_ms))
+        if isinstance(sent, asyncio.Future) and sent.done():
+            sent.result()  # already written (an in-memory log): no yield
+            return
+        await sent
+
+    def keepalive_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one batched KEEPALIVE: the messages of ``ranges`` may go ``redeliver_after_ms`` more."""
+        return self._send(queue_id, encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms))
+
+    def end_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange]
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one batched END: the messages of ``ranges`` are done."""
+        return self._send(queue_id, encode_batch_marker(MarkerType.END, ranges))
 
     def end(self, queue_id: str, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """Queue END markers: the messages are done and will not be redelivered."""

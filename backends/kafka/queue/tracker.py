@@ -30,10 +30,11 @@ from backends.kafka.queue.config import (
     HEADER_REDELIVERY_FOR,
     QueueConfig,
 )
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId, decode_marker
-from backends.kafka.queue.markers_queue import MarkersQueue
+from backends.kafka.queue.markers import MessageId, decode
+from backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MarkerProducer, MessageSender
+from backends.kafka.queue.reader import QueueTopicReader
 from broker.errors import ClosedError, DecodeError
 from broker.log import Log, LogConsumer, TopicPartition
 from broker.message import Record
@@ -58,8 +59,7 @@ class AssignedPartition:
         self._monotonic = monotonic
         self._last_marker_time: float | None = None
         self._seen_at = 0.0
-        self.tasks: dict[MessageId, asyncio.Task[None]] = {}
-        self.queue_ids: dict[MessageId, str] = {}
+        self.tasks: dict[Started, asyncio.Task[None]] = {}
 
     @property
     def caught_up(self) -> bool:
@@ -67,22 +67,18 @@ class AssignedPartition:
         return self.position >= self.catch_up_to
 
     def add(self, record: Record) -> None:
-        """Apply one marker record."""
+        """Apply one marker record (its key is the queue id)."""
         self.position = max(self.position, record.offset + 1)
         timestamp = record.publish_time if record.publish_time is not None else time.time()
         if self._last_marker_time is None or timestamp >= self._last_marker_time:
             self._last_marker_time = timestamp
             self._seen_at = self._monotonic()
         try:
-            marker = decode_marker(record.value or b"")
+            marker = decode(record.value or b"")
         except DecodeError as exc:
             log.warning("skipping a malformed marker at %s@%d: %s", self.tp, record.offset, exc)
             return
-        if marker.type is MarkerType.START and record.key is not None:
-            self.queue_ids[marker.message_id] = record.key
-        self.queue.add(marker, record.offset, timestamp)
-        if marker.type is MarkerType.END:
-            self.queue_ids.pop(marker.message_id, None)
+        self.queue.add(marker, record.key or "", record.offset, timestamp)
 
     def now(self) -> float | None:
         """The partition's clock (None until a marker was seen)."""
@@ -101,8 +97,8 @@ class AssignedPartition:
         return self.position or None
 
 
-def _forget(tasks: dict[MessageId, asyncio.Task[None]], mid: MessageId, _task: asyncio.Task[None]) -> None:
-    tasks.pop(mid, None)
+def _forget(tasks: dict[Started, asyncio.Task[None]], entry: Started, _task: asyncio.Task[None]) -> None:
+    tasks.pop(entry, None)
 
 
 class RedeliveryTracker(AsyncResource):
@@ -124,6 +120,7 @@ class RedeliveryTracker(AsyncResource):
         self._max_backoff = max_backoff
         self._markers = MarkerProducer(log_port, config)
         self._sender = MessageSender(log_port)
+        self._reader = QueueTopicReader(log_port)
         self.partitions: dict[TopicPartition, AssignedPartition] = {}
         self._consumer: LogConsumer | None = None
         self._adds = 0
@@ -198,12 +195,12 @@ class RedeliveryTracker(AsyncResource):
             now = state.now()
             if now is None:
                 continue
-            for marker in state.queue.to_redeliver(now):
-                mid = marker.message_id
-                queue_id = state.queue_ids.get(mid, marker.key.decode(errors="replace"))
-                task = asyncio.get_running_loop().create_task(self._redeliver(state, marker, queue_id))
-                state.tasks[mid] = task
-                task.add_done_callback(functools.partial(_forget, state.tasks, mid))
+            for entry, offsets in state.queue.to_redeliver(now):
+                if not offsets:
+                    continue
+                task = asyncio.get_running_loop().create_task(self._redeliver(entry, offsets))
+                state.tasks[entry] = task
+                task.add_done_callback(functools.partial(_forget, state.tasks, entry))
 
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[object]]) -> None:
         delay = 0.05
@@ -218,36 +215,109 @@ class RedeliveryTracker(AsyncResource):
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, self._max_backoff)
 
-    async def _redeliver(self, state: AssignedPartition, marker: Marker, queue_id: str) -> None:
-        mid = marker.message_id
-        attempt = (marker.delivery_attempt or 1) + 1
-        headers = dict(marker.headers)
-        headers.setdefault(HEADER_ORIGINAL_ID, f"{mid.partition}:{mid.offset}")
+    async def _redeliver(self, entry: Started, offsets: list[int]) -> None:
+        """Re-send (or dead-letter) the messages ``entry`` still owns, then END them."""
+        queue_id, partition = entry.queue_id, entry.partition
+        marker = entry.marker
+        if marker is not None:  # a per-message START carries the message
+            copies = [
+                (
+                    offsets[0],
+                    marker.key.decode(errors="replace") or None,
+                    marker.value,
+                    dict(marker.headers),
+                    marker.delivery_attempt or 1,
+                )
+            ]
+        else:
+            tp = TopicPartition(self.config.message_topic, partition)
+            found: dict[int, Record] = {}
+            gone: list[int] = []
+
+            async def read() -> None:
+                nonlocal found, gone
+                found, gone = await self._reader.read(tp, offsets)
+
+            await self._retry(f"reading {tp} back", read)
+            if gone:
+                self.metrics.count("unrecoverable", len(gone))
+                log.warning(
+                    "queue %r: %d message(s) of %s are no longer in the log (retention?) and cannot be "
+                    "redelivered: offsets %s",
+                    queue_id,
+                    len(gone),
+                    tp,
+                    gone[:10],
+                )
+            copies = []
+            for offset in sorted(found):
+                record = found[offset]
+                headers = dict(record.attributes) if record.attributes else {}
+                attempt = int(headers.get(HEADER_ATTEMPT, "1") or 1)
+                copies.append((offset, record.key, record.value or b"", headers, attempt))
+        sent: set[int] = set()
+
+        async def send_all() -> None:
+            writes = []
+            for offset, key, value, headers, attempt in copies:
+                if offset not in sent:
+                    writes.append(
+                        (offset, self._resend(queue_id, partition, offset, key, value, headers, attempt))
+                    )
+            results = await asyncio.gather(*(w for _, (_, w) in writes), return_exceptions=True)
+            failure: BaseException | None = None
+            for (offset, (outcome, _)), result in zip(writes, results, strict=True):
+                if isinstance(result, BaseException):
+                    failure = failure or result
+                else:
+                    sent.add(offset)
+                    self.metrics.count(outcome)
+            if failure is not None:
+                raise failure
+
+        await self._retry("redelivery", send_all)
+        if marker is not None:
+            mids = [MessageId(partition, offsets[0])]
+            await self._retry("writing END", lambda: asyncio.gather(*self._markers.end(queue_id, mids)))
+        else:
+            ranges = [(partition, first, last) for first, last in spans(offsets)]
+            await self._retry("writing END", lambda: self._markers.end_batch(queue_id, ranges))
+
+    def _resend(
+        self,
+        queue_id: str,
+        partition: int,
+        offset: int,
+        key: str | None,
+        value: bytes,
+        headers: dict[str, str],
+        attempt: int,
+    ) -> tuple[str, Awaitable[object]]:
+        """Write one message back to the queue topic (or to the dead-letter topic past the limit).
+
+        Returns the metric to count once the write succeeded, and the write.
+        """
+        headers.setdefault(HEADER_ORIGINAL_ID, f"{partition}:{offset}")
         limit = self.config.max_deliveries
-        key = marker.key.decode(errors="replace") or None
-        if limit is not None and attempt > limit:
+        if limit is not None and attempt + 1 > limit:
             target = self.config.dead_letter_topic
             for name in (HEADER_ATTEMPT, HEADER_REDELIVERY_FOR):
                 headers.pop(name, None)
             headers["dead_letter_reason"] = f"not acknowledged after {limit} deliveries"
-            headers["delivery_attempts"] = str(attempt - 1)
+            headers["delivery_attempts"] = str(attempt)
             if target is None:
-                log.warning("dropping message %s of queue %r after %d deliveries", mid, queue_id, limit)
-            else:
-                await self._retry(
-                    "dead-lettering",
-                    lambda: self._sender.send(target, marker.value, key=key, headers=headers),
+                log.warning(
+                    "dropping message %s:%s of queue %r after %d deliveries",
+                    partition,
+                    offset,
+                    queue_id,
+                    limit,
                 )
-            self.metrics.count("dead_lettered")
-        else:
-            headers[HEADER_ATTEMPT] = str(attempt)
-            headers[HEADER_REDELIVERY_FOR] = queue_id
-            await self._retry(
-                "redelivery",
-                lambda: self._sender.send(self.config.message_topic, marker.value, key=key, headers=headers),
-            )
-            self.metrics.count("redelivered")
-        await self._retry("writing END", lambda: asyncio.gather(*self._markers.end(queue_id, [mid])))
+                return "dead_lettered", asyncio.sleep(0)
+            return "dead_lettered", self._sender.send(target, value, key=key, headers=headers)
+        headers[HEADER_ATTEMPT] = str(attempt + 1)
+        headers[HEADER_REDELIVERY_FOR] = queue_id
+        return "redelivered", self._sender.send(self.config.message_topic, value, key=key, headers=headers)
 
     async def commit(self, partitions: Sequence[TopicPartition]) -> None:
         """Commit what is safe for ``partitions`` (failures are logged; the next commit retries)."""
@@ -280,6 +350,8 @@ class RedeliveryTracker(AsyncResource):
             await self.commit(list(self.partitions))
             with contextlib.suppress(Exception):
                 await self._consumer.close()
+        with contextlib.suppress(Exception):
+            await self._reader.close()
 
     # -- as a resource --------------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:

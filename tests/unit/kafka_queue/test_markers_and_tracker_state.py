@@ -13,14 +13,19 @@ import broker
 from backends.inmem import InmemBackend, InmemLog
 from backends.kafka.queue import (
     AssignedPartition,
+    BatchMarker,
     Marker,
     MarkersQueue,
     MarkerType,
     MessageId,
     QueueConfig,
     QueueService,
+    Started,
+    decode,
     decode_marker,
+    encode_batch_marker,
     encode_marker,
+    ranges_of,
 )
 from broker.errors import DecodeError, Timeout
 from broker.log import TopicPartition
@@ -97,21 +102,70 @@ def start(offset: int, after_ms: int = 1000) -> Marker:
 
 def test_markers_queue_deadlines_keepalives_and_ends() -> None:
     queue = MarkersQueue()
-    queue.add(start(1), marker_offset=10, timestamp=100.0)
-    queue.add(start(2), marker_offset=11, timestamp=100.5)
-    queue.add(Marker(MarkerType.KEEPALIVE, MessageId(0, 1), 5000), marker_offset=12, timestamp=100.8)
+    queue.add(start(1), "q", marker_offset=10, timestamp=100.0)
+    queue.add(start(2), "q", marker_offset=11, timestamp=100.5)
+    queue.add(Marker(MarkerType.KEEPALIVE, MessageId(0, 1), 5000), "q", marker_offset=12, timestamp=100.8)
     assert queue.to_redeliver(101.0) == []  # strict: deadline 101.0 is not before 101.0
-    assert [m.message_id.offset for m in queue.to_redeliver(101.6)] == [2]
+    assert offsets(queue.to_redeliver(101.6)) == [2]
     assert queue.to_redeliver(101.7) == []  # handed out once per deadline
     assert queue.smallest_offset() == 10
-    queue.add(Marker(MarkerType.END, MessageId(0, 1)), marker_offset=13, timestamp=101.0)
+    queue.add(Marker(MarkerType.END, MessageId(0, 1)), "q", marker_offset=13, timestamp=101.0)
     assert queue.smallest_offset() == 11  # the ended head was pruned
-    queue.add(Marker(MarkerType.KEEPALIVE, MessageId(0, 1), 5000), marker_offset=14, timestamp=101.0)
-    assert MessageId(0, 1) not in queue.in_progress  # a straggler never resurrects a message
-    queue.add(start(2), marker_offset=15, timestamp=102.0)  # duplicate START: new deadline, old offset
-    assert queue.smallest_offset() == 11
-    assert [m.message_id.offset for m in queue.to_redeliver(103.5)] == [2]
-    queue.add(Marker(MarkerType.END, MessageId(0, 2)), marker_offset=16, timestamp=104.0)
+    queue.add(Marker(MarkerType.KEEPALIVE, MessageId(0, 1), 5000), "q", marker_offset=14, timestamp=101.0)
+    assert ("q", MessageId(0, 1)) not in queue  # a straggler never resurrects a message
+    queue.add(start(2), "q", marker_offset=15, timestamp=102.0)  # duplicate START: it takes over
+    assert queue.smallest_offset() == 15
+    assert offsets(queue.to_redeliver(103.5)) == [2]
+    queue.add(Marker(MarkerType.END, MessageId(0, 2)), "q", marker_offset=16, timestamp=104.0)
+    assert len(queue) == 0 and queue.smallest_offset() is None and queue.next_deadline() is None
+
+
+def offsets(expired: list[tuple[Started, list[int]]]) -> list[int]:
+    return [o for _, owned in expired for o in owned]
+
+
+def batch(kind: MarkerType, *ranges: tuple[int, int, int], after_ms: int = 0) -> BatchMarker:
+    return decode(encode_batch_marker(kind, ranges, after_ms))  # type: ignore[return-value]
+
+
+def test_batched_markers_round_trip_and_stay_apart_from_go_markers() -> None:
+    marker = BatchMarker(MarkerType.KEEPALIVE, ((0, 0, 499), (3, 1 << 40, (1 << 40) + 7)), 30000)
+    data = encode_batch_marker(marker.type, marker.ranges, marker.redeliver_after_ms)
+    assert decode(data) == marker
+    assert len(data) < 40  # one marker for 508 messages
+    assert marker.ids()[:2] == [MessageId(0, 0), MessageId(0, 1)] and len(marker.ids()) == 508
+    Go = go_marker_class()
+    assert Go.FromString(data).version == 1  # a Go reader sees a version it does not know
+    with pytest.raises(DecodeError):
+        decode(encode_batch_marker(MarkerType.END, [(0, 5, 4)]))
+    assert ranges_of([(1, 7), (0, 3), (0, 1), (0, 2), (1, 9), (0, 2)]) == [(0, 1, 3), (1, 7, 7), (1, 9, 9)]
+
+
+def test_markers_queue_batched_starts_split_on_partial_keepalives() -> None:
+    queue = MarkersQueue()
+    queue.add(batch(MarkerType.START, (0, 100, 109), after_ms=1000), "q", marker_offset=5, timestamp=10.0)
+    queue.add(batch(MarkerType.START, (0, 100, 104), after_ms=1000), "other", marker_offset=6, timestamp=10.0)
+    assert len(queue) == 15  # another queue (subscription) starting the same offsets is tracked apart
+    queue.add(batch(MarkerType.END, (0, 100, 101), (0, 108, 108)), "q", marker_offset=7, timestamp=10.1)
+    queue.add(batch(MarkerType.KEEPALIVE, (0, 103, 104), after_ms=5000), "q", marker_offset=8, timestamp=10.2)
+    assert ("q", MessageId(0, 101)) not in queue and ("q", MessageId(0, 102)) in queue
+    expired = queue.to_redeliver(11.5)
+    assert sorted(offsets(expired)) == [100, 101, 102, 102, 103, 104, 105, 106, 107, 109]
+    assert {e.queue_id for e, _ in expired} == {"q", "other"}
+    assert queue.smallest_offset() == 5  # nothing ended the first START's messages
+    assert offsets(queue.to_redeliver(15.3)) == [103, 104]  # their own deadline (10.2 + 5)
+    queue.add(batch(MarkerType.END, (0, 100, 109)), "q", marker_offset=9, timestamp=16.0)
+    assert queue.smallest_offset() == 6 and len(queue) == 5
+    queue.add(
+        batch(MarkerType.START, (0, 100, 104), after_ms=1000), "other", marker_offset=10, timestamp=17.0
+    )
+    assert queue.smallest_offset() == 10 and len(queue) == 5  # read again: the new START owns them
+    assert offsets(queue.to_redeliver(17.5)) == []
+    queue.add(
+        batch(MarkerType.KEEPALIVE, (0, 100, 104), after_ms=9000), "other", marker_offset=11, timestamp=17.2
+    )
+    assert offsets(queue.to_redeliver(18.5)) == [] and queue.next_deadline() == 26.2
+    queue.add(batch(MarkerType.END, (0, 100, 104)), "other", marker_offset=12, timestamp=18.0)
     assert len(queue) == 0 and queue.smallest_offset() is None and queue.next_deadline() is None
 
 
@@ -197,7 +251,7 @@ async def test_two_trackers_one_killed_still_redeliver_everything(log: InmemLog)
             while len(seen) < 40:
                 message = await consumer.receive(timeout=5)
                 if message.delivery_attempt == 1:
-                    consumer._held.pop(message.raw, None)  # the worker dies: it must be redelivered
+                    consumer.interrupt(message)  # the worker dies: it must be redelivered
                     continue
                 seen.add(int(message.data))
                 await message.ack()

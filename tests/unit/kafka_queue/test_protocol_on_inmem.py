@@ -25,8 +25,19 @@ async def log() -> AsyncIterator[InmemLog]:
         yield backend.log()
 
 
+FORMAT = ["batched"]
+
+
+@pytest.fixture(autouse=True, params=["batched", "per-message"])
+def marker_format(request: pytest.FixtureRequest) -> str:
+    """Every protocol test runs with both marker formats (one batched marker, or one per message)."""
+    FORMAT[0] = request.param
+    return str(request.param)
+
+
 def config(**overrides: object) -> QueueConfig:
     values: dict[str, object] = {
+        "marker_format": FORMAT[0],
         "message_topic": "q",
         "marker_topic": "q-markers",
         "redelivery_timeout": 0.3,
@@ -66,7 +77,7 @@ async def test_unsettled_messages_come_back_after_the_timeout(log: InmemLog) -> 
     async with service.tracker(), service.consumer("orders") as consumer:
         await service.producer("orders").send(b"lost-worker", key="a")
         first = await consumer.receive(timeout=2)
-        consumer._held.clear()  # as if the worker died: no more keep-alives for it
+        consumer.interrupt(first)  # as if the worker died: no more keep-alives for it
         second = await consumer.receive(timeout=3)
         assert second.data == b"lost-worker"
         assert second.id == first.id
@@ -131,7 +142,7 @@ async def test_two_queues_on_one_topic_stay_isolated(log: InmemLog) -> None:
         assert got_a.data == b"for-a"
         consumer_b_message = await b.receive(timeout=2)
         assert consumer_b_message.data == b"for-b"
-        b._held.clear()  # b's worker dies: its message is redelivered to b only
+        b.interrupt(consumer_b_message)  # b's worker dies: its message is redelivered to b only
         again = await b.receive(timeout=3)
         assert again.data == b"for-b"
         await broker.ack_all([got_a, again])
@@ -161,7 +172,7 @@ async def test_competing_consumers_with_crashes_lose_nothing(log: InmemLog) -> N
                 value = int(message.data)
                 if value % 50 == index and message.delivery_attempt == 1:
                     crashed.append(value)
-                    consumer._held.pop(message.raw, None)  # crash: never settled, no keep-alive
+                    consumer.interrupt(message)  # crash: never settled, no keep-alive
                     continue
                 processed[value] += 1
                 await message.ack()

@@ -1,0 +1,267 @@
+"""Where a queue consumer's messages come from: a log consumer's Records, or Kafka's own messages.
+
+Per message, a queue consumer needs little: whether the record is its queue's, its offset for
+the batched START and END markers, and a :class:`~broker.message.Message` whose fields are
+decoded only when read. :class:`RecordSource` does that on any ``broker.log`` consumer;
+:class:`KafkaSource` skips the intermediate :class:`~broker.message.Record` on Kafka and builds the
+messages straight from confluent-kafka's, which halves the work per message.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
+from backends.kafka.queue.markers import MessageId, OffsetRange, ranges_of
+from broker.log import LogConsumer, TopicPartition
+from broker.message import EMPTY_ATTRIBUTES, Acker, LazyMessage, Message, Record
+
+__all__ = ["KafkaSource", "QueueSource", "RecordSource", "source_for"]
+
+Mode = Literal["queue", "topic"]
+_HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
+
+
+def _message_class(
+    name: str,
+    headers: Callable[[Any], Mapping[str, str]],
+    key: Callable[[Any], str | None],
+    ident: Callable[[Any], MessageId],
+    publish_time: Callable[[Any], float | None],
+    mode: Mode,
+) -> type[LazyMessage]:
+    """A Message subclass whose fields other than ``data`` are decoded from ``raw`` when first read."""
+
+    def message_id(raw: Any) -> str:
+        original = headers(raw).get(HEADER_ORIGINAL_ID)
+        if original:
+            return original
+        partition, offset = ident(raw)
+        return f"{partition}:{offset}"
+
+    def message_key(raw: Any) -> str | None:
+        # In queue mode the record key is the queue id; the application's key rides in a header.
+        own = headers(raw).get(HEADER_KEY)
+        if own is not None or mode == "queue":
+            return own
+        return key(raw)
+
+    def attributes(raw: Any) -> Mapping[str, str]:
+        values = headers(raw)
+        if not values or _HIDDEN.isdisjoint(values):
+            return values
+        return {k: v for k, v in values.items() if k not in _HIDDEN}
+
+    def attempt(raw: Any) -> int:
+        return int(headers(raw).get(HEADER_ATTEMPT) or 1)
+
+    namespace: dict[str, Any] = {
+        "__slots__": (),
+        "__doc__": "A queue message whose fields are decoded from the record on first read.",
+        "decoders": {
+            "id": message_id,
+            "key": message_key,
+            "attributes": attributes,
+            "publish_time": publish_time,
+            "delivery_attempt": attempt,
+        },
+    }
+    return type(name, (LazyMessage,), namespace)
+
+
+class QueueSource(abc.ABC):
+    """Polls one queue's records and turns them into messages and offset ranges."""
+
+    def __init__(self, consumer: LogConsumer, queue_id: str, mode: Mode) -> None:
+        self.consumer = consumer
+        self.queue_id = queue_id
+        self.mode = mode
+
+    @abc.abstractmethod
+    async def poll(self, max_records: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
+        """``(this queue's records, the positions to commit for every record read)``."""
+
+    @abc.abstractmethod
+    def ident(self, item: Any) -> MessageId:
+        """The record's partition and offset in the queue topic."""
+
+    @abc.abstractmethod
+    def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
+        """The offsets of ``items`` (distinct records) as the fewest ranges."""
+
+    @abc.abstractmethod
+    def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
+        """A lazily decoded Message per record."""
+
+    def record(self, item: Any) -> Record:
+        """The record itself, as a Record."""
+        assert isinstance(item, Record)
+        return item
+
+
+def _record_headers(record: Record) -> Mapping[str, str]:
+    return record.attributes or EMPTY_ATTRIBUTES
+
+
+_RECORD_CLASSES = {
+    mode: _message_class(
+        f"RecordQueueMessage_{mode}",
+        _record_headers,
+        lambda record: record.key,
+        lambda record: MessageId(record.partition, record.offset),
+        lambda record: record.publish_time,
+        mode,
+    )
+    for mode in ("queue", "topic")
+}
+
+
+class RecordSource(QueueSource):
+    """A queue's messages from any ``broker.log`` consumer (the in-memory log, tests)."""
+
+    def __init__(self, consumer: LogConsumer, queue_id: str, mode: Mode) -> None:
+        super().__init__(consumer, queue_id, mode)
+        self._class: type[LazyMessage] = _RECORD_CLASSES[mode]
+
+    async def poll(self, max_records: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
+        """This queue's records of one poll and the positions to commit."""
+        records = await self.consumer.poll(max_records, timeout)
+        positions: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            if record.offset + 1 > positions.get(tp, -1):
+                positions[tp] = record.offset + 1
+        qid = self.queue_id
+        if self.mode == "queue":
+            mine = [r for r in records if r.key == qid]
+        else:
+            mine = [
+                r for r in records if not r.attributes or r.attributes.get(HEADER_REDELIVERY_FOR, qid) == qid
+            ]
+        return mine, positions
+
+    def ident(self, item: Any) -> MessageId:
+        """The record's partition and offset."""
+        return MessageId(item.partition, item.offset)
+
+    def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
+        """The offsets of ``items`` as ranges."""
+        return ranges_of((r.partition, r.offset) for r in items)
+
+    def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
+        """A lazily decoded Message per record."""
+        cls = self._class
+        return [cls(r.value or b"", r, acker, now) for r in items]
+
+
+def _sdk_headers(raw: Any) -> Mapping[str, str]:
+    from backends.kafka.mapping import decode_headers
+
+    headers = raw.headers()
+    return decode_headers(headers) if headers else EMPTY_ATTRIBUTES
+
+
+def _sdk_key(raw: Any) -> str | None:
+    key = raw.key()
+    return key.decode("utf-8", "surrogateescape") if key is not None else None
+
+
+def _sdk_time(raw: Any) -> float | None:
+    ts_type, ts = raw.timestamp()
+    return ts / 1000.0 if ts_type else None
+
+
+_SDK_CLASSES = {
+    mode: _message_class(
+        f"KafkaQueueMessage_{mode}",
+        _sdk_headers,
+        _sdk_key,
+        lambda raw: MessageId(raw.partition(), raw.offset()),
+        _sdk_time,
+        mode,
+    )
+    for mode in ("queue", "topic")
+}
+
+
+class KafkaSource(QueueSource):
+    """A queue's messages straight from confluent-kafka (``raw`` is the client's message)."""
+
+    def __init__(self, consumer: LogConsumer, queue_id: str, mode: Mode) -> None:
+        super().__init__(consumer, queue_id, mode)
+        self._core = consumer.core  # type: ignore[attr-defined]
+        self._class: type[LazyMessage] = _SDK_CLASSES[mode]
+        self._key = queue_id.encode()
+
+    async def poll(self, max_records: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
+        """This queue's messages of one fetch and the positions to commit."""
+        raws = await self._core.fetch(max_records, timeout)
+        if not raws:
+            return [], {}
+        assigned = self._core.assigned
+        if len(assigned) == 1:  # every record is of the one partition; offsets ascend
+            last = raws[-1]
+            positions = {TopicPartition(last.topic(), last.partition()): last.offset() + 1}
+        else:
+            positions = {}
+            for raw in raws:
+                tp = TopicPartition(raw.topic(), raw.partition())
+                offset = raw.offset() + 1
+                if offset > positions.get(tp, -1):
+                    positions[tp] = offset
+        if self.mode == "queue":
+            key = self._key
+            return [r for r in raws if r.key() == key], positions
+        if any(r.headers() for r in raws):
+            qid = self.queue_id
+            return [
+                r for r in raws if not r.headers() or _sdk_headers(r).get(HEADER_REDELIVERY_FOR, qid) == qid
+            ], positions
+        return raws, positions
+
+    def ident(self, item: Any) -> MessageId:
+        """The message's partition and offset."""
+        return MessageId(item.partition(), item.offset())
+
+    def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
+        """The offsets of ``items`` as ranges (one range, without sorting, in the common case)."""
+        if not items:
+            return []
+        partitions = {r.partition() for r in items}
+        if len(partitions) == 1:
+            offsets = [r.offset() for r in items]
+            low, high = min(offsets), max(offsets)
+            if high - low + 1 == len(offsets) and len(set(offsets)) == len(offsets):
+                return [(partitions.pop(), low, high)]
+        return ranges_of((r.partition(), r.offset()) for r in items)
+
+    def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
+        """A lazily decoded Message per client message."""
+        cls = self._class
+        return [cls(r.value() or b"", r, acker, now) for r in items]
+
+    def record(self, item: Any) -> Record:
+        """The client message as a Record."""
+        from backends.kafka.mapping import to_record
+
+        return to_record(item, _NO_COMMIT, 0.0)
+
+
+class _NoCommit:
+    async def commit(self, record: Record) -> None:
+        raise NotImplementedError("queue records are committed by the queue client")
+
+
+_NO_COMMIT = _NoCommit()
+
+
+def source_for(consumer: LogConsumer, queue_id: str, mode: Mode, *, raw: bool = True) -> QueueSource:
+    """The fastest source for ``consumer`` (``raw=False``: always Records)."""
+    if raw:
+        from backends.kafka.log import KafkaLogConsumer
+
+        if isinstance(consumer, KafkaLogConsumer):
+            return KafkaSource(consumer, queue_id, mode)
+    return RecordSource(consumer, queue_id, mode)
