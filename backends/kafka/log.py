@@ -57,12 +57,21 @@ class _RecordDelivery:
         self.future: asyncio.Future[tuple[TopicPartition, int]] = loop.create_future()
 
     def on_delivery(self, err: Any, msg: Any) -> None:
+        # Reports are served by the producer's pump on the loop thread (resolve at once, no
+        # self-pipe write), or by a flush on a worker thread (hand over thread-safely).
+        on_loop = asyncio._get_running_loop() is self.loop
         if err is not None:
             exc = wrap(err, f"producing to {self.topic!r} failed", PublishError)
-            self.loop.call_soon_threadsafe(_fail, self.future, exc)
+            if on_loop:
+                _fail(self.future, exc)
+            else:
+                self.loop.call_soon_threadsafe(_fail, self.future, exc)
         else:
             result = (TopicPartition(msg.topic(), msg.partition()), msg.offset())
-            self.loop.call_soon_threadsafe(_set, self.future, result)
+            if on_loop:
+                _set(self.future, result)
+            else:
+                self.loop.call_soon_threadsafe(_set, self.future, result)
 
 
 class KafkaLogConsumer:

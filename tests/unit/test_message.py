@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from broker.errors import AckError, NotSupported
-from broker.message import Message, OutboundMessage, Record
+from broker.message import LazyMessage, Message, OutboundMessage, Record
 from tests.unit.scripted import RecordingAcker
 
 
@@ -66,3 +69,44 @@ def test_outbound_defaults_and_repr_hides_acker() -> None:
     message = OutboundMessage(b"data")
     assert message.key is None and dict(message.attributes) == {}
     assert "acker" not in repr(Message("1", b"x", acker=RecordingAcker()))
+
+
+class _Raw:
+    """A client message stand-in counting how often each field is decoded."""
+
+    def __init__(self) -> None:
+        self.decoded: list[str] = []
+
+    def get(self, name: str, value: Any) -> Any:
+        self.decoded.append(name)
+        return value
+
+
+class _Lazy(LazyMessage):
+    __slots__ = ()
+    decoders = {
+        "id": lambda raw: raw.get("id", "7"),
+        "key": lambda raw: raw.get("key", None),
+        "attributes": lambda raw: raw.get("attributes", {"a": "b"}),
+        "publish_time": lambda raw: raw.get("publish_time", 12.5),
+        "delivery_attempt": lambda raw: raw.get("delivery_attempt", 2),
+    }
+
+
+async def test_lazy_messages_decode_each_field_once_on_first_read() -> None:
+    raw = _Raw()
+    message = _Lazy(b"data", raw, RecordingAcker(), 3.0)
+    assert raw.decoded == []  # building it decodes nothing
+    assert (message.data, message.ingestion_time, message.state) == (b"data", 3.0, "pending")
+    assert message.key is None and message.key is None
+    assert raw.decoded == ["key"]
+    eager = Message("7", b"data", None, {"a": "b"}, 12.5, 3.0, 2)
+    names = [f.name for f in dataclasses.fields(Message) if f.compare]
+    assert [getattr(message, n) for n in names] == [getattr(eager, n) for n in names]
+    assert sorted(raw.decoded) == ["attributes", "delivery_attempt", "id", "key", "publish_time"]
+    message.key = "set"  # fields stay assignable
+    assert message.key == "set"
+    with pytest.raises(AttributeError):
+        message.no_such_field  # noqa: B018
+    await message.ack()
+    assert message.state == "acked"

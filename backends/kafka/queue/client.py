@@ -102,7 +102,7 @@ class MqClient:
         assert source is not None
         try:
             if self.config.marker_format == "batched":
-                await self.markers.start_batch(self.queue_id, source.ranges(items), self._timeout_ms)
+                await self.markers.start_batch(self.queue_id, source.polled_ranges(items), self._timeout_ms)
             else:
                 record = source.record
                 await self.markers.start(self.queue_id, [self.encoded_start(record(r)) for r in items])

@@ -157,6 +157,7 @@ class Consumer(AsyncResource):
         records are read again after ``reset()``, or redelivered by the tracker.
         """
         waiting: list[Message] = []
+        handed = False
         try:
             started = True
             try:
@@ -202,8 +203,13 @@ class Consumer(AsyncResource):
                 log.debug("queue %r: records of revoked partitions dropped", self.client.queue_id)
             if waiting:
                 await self._hand_out(waiting)
+            handed = True
             return True
         finally:
+            if not handed:
+                # Dropped (this batch, or one before it): the loop settles what is in flight, then
+                # rewinds to the committed offsets and reads the dropped records again.
+                self.client.needs_reset = True
             if not current.started.done():
                 current.started.set_result(False)
             self._waiting.pop(id(waiting), None)

@@ -91,6 +91,10 @@ class QueueSource(abc.ABC):
     def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
         """The offsets of ``items`` (distinct records) as the fewest ranges."""
 
+    def polled_ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
+        """:meth:`ranges` of records as one poll returned them (ascending offsets per partition)."""
+        return self.ranges(items)
+
     @abc.abstractmethod
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
         """A lazily decoded Message per record."""
@@ -224,6 +228,15 @@ class KafkaSource(QueueSource):
     def ident(self, item: Any) -> MessageId:
         """The message's partition and offset."""
         return MessageId(item.partition(), item.offset())
+
+    def polled_ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
+        """Ranges of one poll's records: no work per record when one partition is assigned."""
+        if items and len(self._core.assigned) == 1:
+            first, last = items[0], items[-1]
+            low, high = first.offset(), last.offset()
+            if high - low + 1 == len(items) and first.partition() == last.partition():
+                return [(first.partition(), low, high)]
+        return self.ranges(items)
 
     def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
         """The offsets of ``items`` as ranges (one range, without sorting, in the common case)."""
