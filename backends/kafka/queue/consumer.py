@@ -79,8 +79,8 @@ class Consumer(AsyncResource):
         #: Batches handed out, for keep-alives (keepalive_received): pruned once all are settled.
         self._handed: deque[list[Message]] = deque()
         self._interrupted: set[int] = set()
-        #: Batches started and waiting to be committed and handed out.
-        self._waiting: dict[int, list[Message]] = {}
+        #: Records of batches started and waiting to be committed and handed out.
+        self._waiting: dict[int, list[Any]] = {}
         self._in_flight = 0
         self._writes: set[asyncio.Future[Any]] = set()
         self._ending: list[Any] = []
@@ -156,7 +156,7 @@ class Consumer(AsyncResource):
         commit succeeded and the batch before was handed out. A dropped batch is not lost: its
         records are read again after ``reset()``, or redelivered by the tracker.
         """
-        waiting: list[Message] = []
+        waiting: list[Any] = []
         handed = False
         try:
             started = True
@@ -167,9 +167,7 @@ class Consumer(AsyncResource):
                 started = False
             if started and mine:
                 # Started: kept alive from now on, also while it waits for the batches before it.
-                source = self.client.source
-                assert source is not None
-                waiting = source.messages(mine, self, time.time())
+                waiting = mine
                 self._waiting[id(waiting)] = waiting
             if previous is not None and started:
                 started = await previous.started
@@ -189,20 +187,21 @@ class Consumer(AsyncResource):
                     return False
             if not committed:
                 return False
+            source = self.client.source
+            assert source is not None
             consumer = self.client.consumer
             owned = consumer.assignment() if consumer is not None else frozenset()
             if waiting and not owned.issuperset(positions):
                 # Revoked before the commit (which was skipped for it): the new owner reads those
                 # records again and its START takes them over; handing them out here too would
                 # process them twice.
-                source = self.client.source
-                assert source is not None
                 topic = self.config.message_topic
                 keep = {tp.partition for tp in positions if tp in owned and tp.topic == topic}
-                waiting[:] = [m for m in waiting if source.ident(m.raw).partition in keep]
+                waiting = [r for r in waiting if source.ident(r).partition in keep]
                 log.debug("queue %r: records of revoked partitions dropped", self.client.queue_id)
             if waiting:
-                await self._hand_out(waiting)
+                # Messages are made only now: short-lived objects are cheap for the collector.
+                await self._hand_out(source.messages(waiting, self, time.time()))
             handed = True
             return True
         finally:
@@ -212,7 +211,7 @@ class Consumer(AsyncResource):
                 self.client.needs_reset = True
             if not current.started.done():
                 current.started.set_result(False)
-            self._waiting.pop(id(waiting), None)
+            self._waiting.pop(id(mine), None)
             slots.release()
 
     async def _settle_pipeline(self) -> None:
@@ -248,27 +247,27 @@ class Consumer(AsyncResource):
             for m in handed.popleft():
                 interrupted.discard(id(m))
 
-    def _kept_alive(self) -> list[Message]:
-        """Started messages not settled: waiting to be handed out, buffered, or (``keepalive_received``)
-        handed out and not interrupted. A message may appear twice; ranges count it once."""
-        waiting = [m for batch in self._waiting.values() for m in batch]
+    def _kept_alive(self) -> list[Any]:
+        """Records of started messages not settled: waiting to be handed out, buffered, or
+        (``keepalive_received``) handed out and not interrupted. One may appear twice."""
+        kept = [r for batch in self._waiting.values() for r in batch]
         if not self.keepalive_received:
-            return waiting + list(self._buffer)
+            return kept + [m.raw for m in self._buffer]
         self._prune()
         interrupted = self._interrupted
-        return waiting + [
-            m for batch in self._handed for m in batch if not m.settled and id(m) not in interrupted
+        return kept + [
+            m.raw for batch in self._handed for m in batch if not m.settled and id(m) not in interrupted
         ]
 
     async def _keepalive(self) -> None:
         period = self.config.redelivery_timeout / 2
         while not self._closed:
             await asyncio.sleep(period)
-            messages = self._kept_alive()
+            raws = self._kept_alive()
             source = self.client.source
-            if messages and source is not None:
-                self._track(self.client.keepalive_ranges(source.ranges([m.raw for m in messages])))
-                self.metrics.count("keepalives", len(messages))
+            if raws and source is not None:
+                self._track(self.client.keepalive_ranges(source.ranges(raws)))
+                self.metrics.count("keepalives", len(raws))
 
     def _track(self, writes: list[Any]) -> None:
         for write in writes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from itertools import repeat
 from collections.abc import Iterable
+from itertools import repeat
 
 from backends.kafka.queue.markers import BatchMarker, Marker, MarkerType, MessageId, OffsetRange
 
