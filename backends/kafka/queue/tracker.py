@@ -152,9 +152,7 @@ class RedeliveryTracker(AsyncResource):
     async def run(self) -> None:
         """Track until cancelled or closed."""
         await self._log.create_topic(self.config.marker_topic, await self._partitions_of_message_topic())
-        self._consumer = self._log.consumer(
-            self.config.tracker_group, [self.config.marker_topic], listener=self
-        )
+        self._consumer = self._markers_consumer()
         try:
             while not self._closed:
                 records = await self._consumer.poll(1000, self._poll_timeout())
@@ -170,6 +168,16 @@ class RedeliveryTracker(AsyncResource):
             pass
         finally:
             await self._shutdown()
+
+    def _markers_consumer(self) -> LogConsumer:
+        from backends.kafka.log import KafkaLog
+
+        group, topics = self.config.tracker_group, [self.config.marker_topic]
+        if isinstance(self._log, KafkaLog):
+            # Markers are a few dozen bytes: with the connection's fetch_min_bytes the broker could
+            # hold the last ones for fetch_max_wait, and redeliveries would be that late.
+            return self._log.consumer(group, topics, listener=self, fetch_min_bytes=1, fetch_max_wait=0.1)
+        return self._log.consumer(group, topics, listener=self)
 
     async def _partitions_of_message_topic(self) -> int:
         try:
