@@ -45,8 +45,9 @@ class QueueConfig:
     receive_buffer_capacity: int = 1000
     #: Seconds one poll of the queue topic waits.
     next_message_timeout: float = 1.0
-    #: Largest batch one poll returns (one START flush and one commit per batch).
-    max_messages_per_poll: int = 500
+    #: Largest batch one poll returns (one START and one commit per batch); kafka-mq-go's
+    #: consumer-max-messages-per-commit default.
+    max_messages_per_poll: int = 1000
     #: Consumer group of queue consumers: ``group_prefix + queue id``.
     group_prefix: str = "kafka-mq-"
     #: Consumer group of the redelivery trackers.

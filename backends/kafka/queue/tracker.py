@@ -174,9 +174,10 @@ class RedeliveryTracker(AsyncResource):
 
         group, topics = self.config.tracker_group, [self.config.marker_topic]
         if isinstance(self._log, KafkaLog):
-            # Markers are a few dozen bytes: with the connection's fetch_min_bytes the broker could
-            # hold the last ones for fetch_max_wait, and redeliveries would be that late.
-            return self._log.consumer(group, topics, listener=self, fetch_min_bytes=1, fetch_max_wait=0.1)
+            # Markers are a few dozen bytes: with the connection's fetch settings the broker could
+            # hold the last ones for fetch_max_wait (5 s), and redeliveries would be that late. At
+            # most 0.1 s late, and in chunks of a few KiB when markers flow fast (not one by one).
+            return self._log.consumer(group, topics, listener=self, fetch_min_bytes=4096, fetch_max_wait=0.1)
         return self._log.consumer(group, topics, listener=self)
 
     async def _partitions_of_message_topic(self) -> int:
