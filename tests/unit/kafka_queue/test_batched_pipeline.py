@@ -40,6 +40,17 @@ def config(**overrides: Any) -> QueueConfig:
     return QueueConfig(**values)
 
 
+async def service_with(log: InmemLog, count: int, **overrides: Any) -> QueueService:
+    """A one-partition queue service whose queue "jobs" holds the messages b"0" .. b"count-1"."""
+    service = QueueService(log, config(**overrides))
+    await service.create_topics(partitions=1)
+    producer = service.producer("jobs")
+    for i in range(count):
+        producer.send_async(str(i).encode())
+    await producer.flush()
+    return service
+
+
 async def markers(log: InmemLog) -> list[Any]:
     reader = log.reader()
     reader.assign({TopicPartition("q-markers", 0): 0})
@@ -53,12 +64,7 @@ async def markers(log: InmemLog) -> list[Any]:
 
 async def test_a_failed_start_is_never_committed_past(log: InmemLog) -> None:
     """The START of one batch fails while later batches are in flight: nothing is lost or doubled."""
-    service = QueueService(log, config(max_messages_per_poll=7, batches_in_flight=4))
-    await service.create_topics(partitions=1)
-    producer = service.producer("jobs")
-    for i in range(200):
-        producer.send_async(str(i).encode())
-    await producer.flush()
+    service = await service_with(log, 200, max_messages_per_poll=7, batches_in_flight=4)
     send = log.send
     starts = 0
 
@@ -88,12 +94,7 @@ async def test_a_failed_start_is_never_committed_past(log: InmemLog) -> None:
 
 
 async def test_acks_of_one_pass_share_one_end_marker(log: InmemLog) -> None:
-    service = QueueService(log, config(max_messages_per_poll=100))
-    await service.create_topics(partitions=1)
-    producer = service.producer("jobs")
-    for i in range(100):
-        producer.send_async(str(i).encode())
-    await producer.flush()
+    service = await service_with(log, 100, max_messages_per_poll=100)
     async with service.consumer("jobs") as consumer:
         got = [await consumer.receive(timeout=5) for _ in range(100)]
         for message in got:  # one by one, as a handler would
@@ -105,11 +106,7 @@ async def test_acks_of_one_pass_share_one_end_marker(log: InmemLog) -> None:
 
 
 async def test_messages_gone_from_the_log_are_ended_not_retried_forever(log: InmemLog) -> None:
-    service = QueueService(log, config())
-    await service.create_topics(partitions=1)
-    producer = service.producer("jobs")
-    for i in range(10):
-        await producer.send(str(i).encode())
+    service = await service_with(log, 10)
     async with service.tracker() as tracker, service.consumer("jobs") as consumer:
         got = [await consumer.receive(timeout=5) for _ in range(10)]
         await broker.ack_all(got[5:])
@@ -131,12 +128,7 @@ async def test_messages_gone_from_the_log_are_ended_not_retried_forever(log: Inm
 
 
 async def test_the_receive_buffer_holds_no_more_than_its_capacity(log: InmemLog) -> None:
-    service = QueueService(log, config(receive_buffer_capacity=5, max_messages_per_poll=3))
-    await service.create_topics(partitions=1)
-    producer = service.producer("jobs")
-    for i in range(60):
-        producer.send_async(str(i).encode())
-    await producer.flush()
+    service = await service_with(log, 60, receive_buffer_capacity=5, max_messages_per_poll=3)
     async with service.consumer("jobs") as consumer:
         first = await consumer.receive(timeout=5)
         await asyncio.sleep(0.3)  # the loop fills what it may, then waits
