@@ -176,8 +176,8 @@ class KafkaBackend(BackendBase):
         ``ack_deadline`` seconds (default 60) is redelivered by a tracker. Each consumer runs one
         (``embedded_tracker=False`` to run them apart: ``queue_tracker()`` / ``broker queue
         tracker``). Other options: ``marker_topic`` (default ``<topic>.markers``),
-        ``max_attempts`` + ``dead_letter_topic``, and the rest of
-        :class:`~backends.kafka.queue.QueueConfig`.
+        ``max_attempts`` + ``dead_letter_topic``, ``marker_format`` (``"batched"``, or kafka-mq-go's
+        ``"per-message"``), and the rest of :class:`~backends.kafka.queue.QueueConfig`.
         """
         return self._queue_iterator(topic, subscription, None, 1.0, options)
 
