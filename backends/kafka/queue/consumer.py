@@ -51,6 +51,10 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
             await task
 
 
+#: Handed-out batches kept (for keep-alives) before the settled messages among them are dropped.
+_COMPACT_AFTER = 32
+
+
 class _InFlight:
     """One fetched batch on its way: whether its and every earlier START is written, and its finisher."""
 
@@ -242,10 +246,17 @@ class Consumer(AsyncResource):
             self._ready.set()
 
     def _prune(self) -> None:
+        """Forget handed-out batches whose messages are all settled or interrupted."""
         handed, interrupted = self._handed, self._interrupted
         while handed and all(m.settled or id(m) in interrupted for m in handed[0]):
             for m in handed.popleft():
                 interrupted.discard(id(m))
+        if len(handed) > _COMPACT_AFTER:
+            # One message held for long must not keep every later batch alive behind it.
+            live = [m for batch in handed for m in batch if not m.settled and id(m) not in interrupted]
+            # No live message is interrupted, and ids of dropped ones must go (ids are reused).
+            self._interrupted = set()
+            self._handed = deque([live]) if live else deque()
 
     def _kept_alive(self) -> list[Any]:
         """Records of started messages not settled: waiting to be handed out, buffered, or

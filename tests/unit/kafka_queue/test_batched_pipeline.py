@@ -138,3 +138,16 @@ async def test_the_receive_buffer_holds_no_more_than_its_capacity(log: InmemLog)
         rest = [first, *[await consumer.receive(timeout=5) for _ in range(59)]]
         assert sorted(int(m.data) for m in rest) == list(range(60))
         await broker.ack_all(rest)
+
+
+async def test_one_held_message_does_not_keep_every_later_batch(log: InmemLog) -> None:
+    service = await service_with(log, 400, max_messages_per_poll=5, redelivery_timeout=0.4)
+    async with service.tracker(), service.consumer("jobs") as consumer:  # keeps received messages alive
+        held = await consumer.receive(timeout=5)
+        for _ in range(399):
+            await (await consumer.receive(timeout=5)).ack()
+        assert len(consumer._handed) <= 33  # not the 80 batches handed out since
+        await asyncio.sleep(1.0)  # two redelivery timeouts: the held message is still kept alive
+        with pytest.raises(Timeout):
+            await consumer.receive(timeout=0.1)
+        await held.ack()
