@@ -103,9 +103,8 @@ class MqClient:
         try:
             if self.config.marker_format == "batched":
                 await self.markers.start_batch(self.queue_id, source.polled_ranges(items), self._timeout_ms)
-            else:
-                record = source.record
-                await self.markers.start(self.queue_id, [self.encoded_start(record(r)) for r in items])
+            else:  # per-message markers always read through the port: the items are Records
+                await self.markers.start(self.queue_id, [self.encoded_start(r) for r in items])
         except Exception as exc:
             self.needs_reset = True
             raise BrokerError(f"writing START markers failed: {exc}") from exc

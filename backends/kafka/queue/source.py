@@ -99,11 +99,6 @@ class QueueSource(abc.ABC):
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
         """A lazily decoded Message per record."""
 
-    def record(self, item: Any) -> Record:
-        """The record itself, as a Record."""
-        assert isinstance(item, Record)
-        return item
-
 
 def _record_headers(record: Record) -> Mapping[str, str]:
     return record.attributes or EMPTY_ATTRIBUTES
@@ -254,20 +249,6 @@ class KafkaSource(QueueSource):
         """A lazily decoded Message per client message."""
         cls = self._class
         return [cls(r.value() or b"", r, acker, now) for r in items]
-
-    def record(self, item: Any) -> Record:
-        """The client message as a Record."""
-        from backends.kafka.mapping import to_record
-
-        return to_record(item, _NO_COMMIT, 0.0)
-
-
-class _NoCommit:
-    async def commit(self, record: Record) -> None:
-        raise NotImplementedError("queue records are committed by the queue client")
-
-
-_NO_COMMIT = _NoCommit()
 
 
 def source_for(consumer: LogConsumer, queue_id: str, mode: Mode, *, raw: bool = True) -> QueueSource:

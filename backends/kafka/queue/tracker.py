@@ -45,6 +45,10 @@ __all__ = ["AssignedPartition", "RedeliveryTracker"]
 log = logging.getLogger("backends.kafka.queue.tracker")
 
 
+#: A message to write back: (offset of the expired copy, key, value, headers, its delivery attempt).
+_Copy = tuple[int, str | None, bytes, dict[str, str], int]
+
+
 class AssignedPartition:
     """One markers partition owned by this tracker: its queue, clock and catch-up state."""
 
@@ -224,46 +228,43 @@ class RedeliveryTracker(AsyncResource):
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, self._max_backoff)
 
-    async def _redeliver(self, entry: Started, offsets: list[int]) -> None:
-        """Re-send (or dead-letter) the messages ``entry`` still owns, then END them."""
-        queue_id, partition = entry.queue_id, entry.partition
+    async def _copies(self, entry: Started, offsets: list[int]) -> list[_Copy]:
+        """What to re-send for ``offsets`` of ``entry``: from its START, or read back from the topic."""
         marker = entry.marker
         if marker is not None:  # a per-message START carries the message
-            copies = [
-                (
-                    offsets[0],
-                    marker.key.decode(errors="replace") or None,
-                    marker.value,
-                    dict(marker.headers),
-                    marker.delivery_attempt or 1,
-                )
-            ]
-        else:
-            tp = TopicPartition(self.config.message_topic, partition)
-            found: dict[int, Record] = {}
-            gone: list[int] = []
+            key = marker.key.decode(errors="replace") or None
+            attempt = marker.delivery_attempt or 1
+            return [(offsets[0], key, marker.value, dict(marker.headers), attempt)]
+        tp = TopicPartition(self.config.message_topic, entry.partition)
+        read: list[tuple[dict[int, Record], list[int]]] = []
 
-            async def read() -> None:
-                nonlocal found, gone
-                found, gone = await self._reader.read(tp, offsets)
+        async def read_back() -> None:
+            read.append(await self._reader.read(tp, offsets))
 
-            await self._retry(f"reading {tp} back", read)
-            if gone:
-                self.metrics.count("unrecoverable", len(gone))
-                log.warning(
-                    "queue %r: %d message(s) of %s are no longer in the log (retention?) and cannot be "
-                    "redelivered: offsets %s",
-                    queue_id,
-                    len(gone),
-                    tp,
-                    gone[:10],
-                )
-            copies = []
-            for offset in sorted(found):
-                record = found[offset]
-                headers = dict(record.attributes) if record.attributes else {}
-                attempt = int(headers.get(HEADER_ATTEMPT, "1") or 1)
-                copies.append((offset, record.key, record.value or b"", headers, attempt))
+        await self._retry(f"reading {tp} back", read_back)
+        found, gone = read[-1]
+        if gone:
+            self.metrics.count("unrecoverable", len(gone))
+            log.warning(
+                "queue %r: %d message(s) of %s are no longer in the log (retention?) and cannot be "
+                "redelivered: offsets %s",
+                entry.queue_id,
+                len(gone),
+                tp,
+                gone[:10],
+            )
+        copies: list[_Copy] = []
+        for offset in sorted(found):
+            record = found[offset]
+            headers = dict(record.attributes) if record.attributes else {}
+            attempt = int(headers.get(HEADER_ATTEMPT, "1") or 1)
+            copies.append((offset, record.key, record.value or b"", headers, attempt))
+        return copies
+
+    async def _redeliver(self, entry: Started, offsets: list[int]) -> None:
+        """Re-send (or dead-letter) the messages ``entry`` still owns, then END them."""
+        queue_id, partition, marker = entry.queue_id, entry.partition, entry.marker
+        copies = await self._copies(entry, offsets)
         sent: set[int] = set()
 
         async def send_all() -> None:
