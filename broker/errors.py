@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "AckError",
+    "AuthenticationFailed",
     "BrokerError",
     "ClosedError",
     "ConfigError",
@@ -18,11 +19,14 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "InvalidAttributes",
+    "InvalidMessage",
     "MessageTooLarge",
     "MissingDependency",
     "NotSupported",
+    "PermissionDenied",
     "PublishError",
     "ReceiveError",
+    "Throttled",
     "Timeout",
     "TransactionError",
     "UnknownBackend",
@@ -32,7 +36,14 @@ __all__ = [
 
 
 class BrokerError(Exception):
-    """Base class of every error raised by polybroker."""
+    """Base class of every error raised by polybroker.
+
+    ``retryable`` tells a caller whether the same call may succeed if tried again later
+    (a dropped connection, throttling) or will fail the same way (bad input, no permission).
+    """
+
+    #: Whether trying the same call again later may succeed.
+    retryable: bool = False
 
 
 class ConfigError(BrokerError, ValueError):
@@ -84,9 +95,29 @@ class ClosedError(BrokerError, RuntimeError):
 class ConnectionFailed(BrokerError, ConnectionError):
     """The broker could not be reached or dropped the connection."""
 
+    retryable = True
+
+
+class AuthenticationFailed(ConnectionFailed, PermissionError):
+    """The broker refused the credentials (wrong, expired or missing)."""
+
+    retryable = False
+
+
+class PermissionDenied(BrokerError, PermissionError):
+    """The identity is known but may not do this (publish, consume, create, ...)."""
+
+
+class Throttled(BrokerError):
+    """The broker refused the call for now: a quota, rate limit or server busy; retry after a pause."""
+
+    retryable = True
+
 
 class Timeout(BrokerError, TimeoutError):
     """An operation did not finish within its ``timeout=``."""
+
+    retryable = True
 
 
 class NotSupported(BrokerError, NotImplementedError):
@@ -101,7 +132,15 @@ class MessageTooLarge(PublishError, ValueError):
     """A single message is larger than the broker accepts."""
 
 
-class InvalidAttributes(BrokerError, TypeError):
+class InvalidMessage(BrokerError, TypeError):
+    """What was published is not a well-formed :class:`~broker.OutboundMessage`.
+
+    Raised for anything but an ``OutboundMessage``, data that is not bytes, and a key that is
+    neither ``str`` nor None.
+    """
+
+
+class InvalidAttributes(InvalidMessage):
     """Attributes are not a ``str -> str`` mapping (and the backend documents nothing richer)."""
 
 

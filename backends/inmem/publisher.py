@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from backends.inmem.store import InmemBroker, TopicState
 from broker.attributes import validate_attributes
-from broker.errors import ClosedError, PublishError, TransactionError
+from broker.errors import ClosedError, InvalidMessage, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage
 from broker.partitioning import Partitioner
@@ -17,16 +17,16 @@ __all__ = ["InmemPublisher", "InmemTopic", "InmemTransactionalPublisher"]
 
 def _check(message: OutboundMessage) -> None:
     if type(message) is not OutboundMessage and not isinstance(message, OutboundMessage):
-        raise TypeError(f"publish takes an OutboundMessage, got {type(message).__name__}")
+        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     data = message.data
     if type(data) is not bytes:
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"message data must be bytes, got {type(data).__name__}")
+            raise InvalidMessage(f"message data must be bytes, got {type(data).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
     key = message.key
     if key is not None and type(key) is not str:
-        raise TypeError(f"message key must be str or None, got {type(key).__name__}")
+        raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
 
 
 def _suspicious(message: OutboundMessage) -> bool:

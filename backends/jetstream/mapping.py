@@ -28,7 +28,7 @@ from nats.aio.msg import Msg
 
 from backends.jetstream.settings import MSG_ID_HEADER
 from broker.attributes import validate_attributes
-from broker.errors import InvalidAttributes, ReceiveError
+from broker.errors import InvalidAttributes, InvalidMessage, ReceiveError
 from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, Message, OutboundMessage, Record
 
 __all__ = [
@@ -59,11 +59,11 @@ def _plain_value(value: str) -> bool:
 def check_outbound(message: Any) -> None:
     """Raise ``TypeError`` (``InvalidAttributes`` for attributes) unless ``message`` can be published."""
     if not isinstance(message, OutboundMessage):
-        raise TypeError(f"publish takes an OutboundMessage, got {type(message).__name__}")
+        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     if not isinstance(message.data, bytes | bytearray | memoryview):
-        raise TypeError(f"message data must be bytes, got {type(message.data).__name__}")
+        raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
     if message.key is not None and not isinstance(message.key, str):
-        raise TypeError(f"message key must be str or None, got {type(message.key).__name__}")
+        raise InvalidMessage(f"message key must be str or None, got {type(message.key).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
 

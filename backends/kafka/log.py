@@ -25,7 +25,7 @@ from backends.kafka.producer import AsyncProducer
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
 from backends.kafka.settings import KafkaSettings
 from broker.attributes import validate_attributes
-from broker.errors import ClosedError, PublishError, Timeout
+from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
 from broker.log import RebalanceListener, StartPosition, TopicPartition
 from broker.message import Record
 
@@ -251,9 +251,9 @@ class KafkaLog:
         """
         self._check()
         if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(f"a record value must be bytes or None, got {type(value).__name__}")
+            raise InvalidMessage(f"a record value must be bytes or None, got {type(value).__name__}")
         if key is not None and not isinstance(key, str):
-            raise TypeError(f"a record key must be str or None, got {type(key).__name__}")
+            raise InvalidMessage(f"a record key must be str or None, got {type(key).__name__}")
         if attributes:
             validate_attributes(attributes)
         owner = self.producer

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from broker.attributes import validate_attributes
+from broker.errors import InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Committer, OutboundMessage, Record
 
 __all__ = ["check_outbound", "decode_headers", "to_record", "to_records"]
@@ -19,11 +20,11 @@ __all__ = ["check_outbound", "decode_headers", "to_record", "to_records"]
 
 def _check_one(message: Any) -> None:
     if not isinstance(message, OutboundMessage):
-        raise TypeError(f"publish takes an OutboundMessage, got {type(message).__name__}")
+        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     if not isinstance(message.data, bytes | bytearray | memoryview):
-        raise TypeError(f"message data must be bytes, got {type(message.data).__name__}")
+        raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
     if message.key is not None and not isinstance(message.key, str):
-        raise TypeError(f"message key must be str or None, got {type(message.key).__name__}")
+        raise InvalidMessage(f"message key must be str or None, got {type(message.key).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
 

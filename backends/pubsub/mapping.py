@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from broker.attributes import validate_attributes
-from broker.errors import ConfigError
+from broker.errors import ConfigError, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 
 __all__ = [
@@ -49,16 +49,16 @@ def wire_attributes(message: OutboundMessage) -> Mapping[str, str]:
 def check_outbound(message: Any, ordering: bool) -> None:
     """Raise ``TypeError`` / ``InvalidAttributes`` / ``ConfigError`` unless ``message`` can be published."""
     if not isinstance(message, OutboundMessage):
-        raise TypeError(f"publish takes an OutboundMessage, got {type(message).__name__}")
+        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     if type(message.data) is not bytes:
         if not isinstance(message.data, bytes | bytearray | memoryview):
-            raise TypeError(f"message data must be bytes, got {type(message.data).__name__}")
+            raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
     key = message.key
     if key is not None:
         if type(key) is not str:
-            raise TypeError(f"message key must be str or None, got {type(key).__name__}")
+            raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
         if key and not ordering:
             raise ConfigError(
                 f"message key {key!r} needs message ordering: Pub/Sub carries keys as ordering keys, "

@@ -21,7 +21,7 @@ from typing import Any, Final
 import _pulsar  # type: ignore[import-not-found]
 
 from broker.attributes import validate_attributes
-from broker.errors import ConfigError
+from broker.errors import ConfigError, InvalidMessage
 from broker.message import Acker, Committer, LazyMessage, Message, OutboundMessage, Record
 
 __all__ = [
@@ -44,15 +44,15 @@ _PARTITION_SUFFIX: Final = re.compile(r"-partition-\d+$")
 
 def _check(message: OutboundMessage) -> bytes:
     if not isinstance(message, OutboundMessage):
-        raise TypeError(f"publish takes an OutboundMessage, got {type(message).__name__}")
+        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     data = message.data
     if type(data) is not bytes:
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"message data must be bytes, got {type(data).__name__}")
+            raise InvalidMessage(f"message data must be bytes, got {type(data).__name__}")
         data = bytes(data)
     key = message.key
     if key is not None and type(key) is not str:
-        raise TypeError(f"message key must be str or None, got {type(key).__name__}")
+        raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
     return data

@@ -22,6 +22,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from broker.attributes import validate_attributes
+from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 
 __all__ = ["ATTEMPT_PROPERTY", "redelivery_copy", "to_message", "to_sdk"]
@@ -33,15 +34,17 @@ ATTEMPT_PROPERTY: Final = "polybroker-delivery-attempt"
 def check(message: OutboundMessage) -> None:
     """Raise ``TypeError`` (``InvalidAttributes``) for a message that cannot be published."""
     if not isinstance(message, OutboundMessage):
-        raise TypeError(f"publish takes an OutboundMessage, got {type(message).__name__}")
+        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     if not isinstance(message.data, bytes | bytearray | memoryview):
-        raise TypeError(f"message data must be bytes, got {type(message.data).__name__}")
+        raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
     if message.key is not None and not isinstance(message.key, str):
-        raise TypeError(f"message key must be str or None, got {type(message.key).__name__}")
+        raise InvalidMessage(f"message key must be str or None, got {type(message.key).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
         if ATTEMPT_PROPERTY in message.attributes:
-            raise TypeError(f"the attribute name {ATTEMPT_PROPERTY!r} is reserved by the servicebus backend")
+            raise InvalidAttributes(
+                f"the attribute name {ATTEMPT_PROPERTY!r} is reserved by the servicebus backend"
+            )
 
 
 def to_sdk(message: OutboundMessage, key_to: str, id_attribute: str = "MessageId") -> ServiceBusMessage:

@@ -19,7 +19,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
 import broker
 from broker import adapt
-from broker.errors import ClosedError, ConfigError, InvalidAttributes
+from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
 from broker.message import Message, OutboundMessage
 from broker.testing.harness import Harness, collect, collect_records, drain
 
@@ -118,15 +118,26 @@ class ConformanceSuite:
 
     async def test_bad_attributes_and_data_raise_type_errors(self, harness: Harness) -> None:
         topic = harness.name("topic")
-        await harness.prepare(topic, [])
         handle = harness.backend.publisher().topic(topic)
+        bad_attributes: list[object] = [{"n": 1}, {"n": None}, {1: "v"}, {"": "v"}, ["a", "b"]]
+        for attributes in bad_attributes:
+            with pytest.raises(InvalidAttributes):
+                await handle.publish(OutboundMessage(b"x", attributes=attributes))  # type: ignore[arg-type]
+        bad_messages: list[object] = [
+            OutboundMessage(None),  # type: ignore[arg-type]
+            OutboundMessage("not bytes"),  # type: ignore[arg-type]
+            OutboundMessage(b"x", key=5),  # type: ignore[arg-type]
+            OutboundMessage(b"x", key=b"bytes-key"),  # type: ignore[arg-type]
+            b"not a message",
+            None,
+        ]
+        for bad in bad_messages:
+            with pytest.raises(InvalidMessage) as caught:
+                await handle.publish(bad)  # type: ignore[arg-type]
+            assert isinstance(caught.value, TypeError), "InvalidMessage is also a TypeError"
+            with pytest.raises(InvalidMessage):
+                await handle.batch_publish(OutboundMessage(b"ok"), bad)  # type: ignore[arg-type]
         with pytest.raises(InvalidAttributes):
-            await handle.publish(OutboundMessage(b"x", attributes={"n": 1}))  # type: ignore[dict-item]
-        with pytest.raises(TypeError):
-            await handle.publish(OutboundMessage(b"x", attributes={"n": None}))  # type: ignore[dict-item]
-        with pytest.raises(TypeError):
-            await handle.publish(OutboundMessage("not bytes"))  # type: ignore[arg-type]
-        with pytest.raises(TypeError):
             await handle.batch_publish(OutboundMessage(b"ok"), OutboundMessage(b"x", attributes={1: "v"}))  # type: ignore[dict-item]
 
     async def test_bad_urls_raise_config_errors(self, harness: Harness) -> None:
