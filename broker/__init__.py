@@ -11,6 +11,7 @@ conversions between them, :mod:`broker.errors` for what can go wrong.
 
 from broker import adapt, codecs, errors
 from broker.backend import Backend, BackendBase, BackendFactory
+from broker.backoff import Backoff
 from broker.capabilities import Capabilities
 from broker.connect import available_backends, connect, register_backend
 from broker.interfaces import (
@@ -38,6 +39,7 @@ __all__ = [
     "Backend",
     "BackendBase",
     "BackendFactory",
+    "Backoff",
     "BatchHandler",
     "BatchedIterator",
     "BatchedMessageIterator",

@@ -14,6 +14,8 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from broker import adapt
+from broker.adapt.receivers import NackDelay
+from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ClosedError, NotSupported
 from broker.interfaces import (
@@ -164,9 +166,21 @@ class BackendBase:
             self.messages(topic, subscription, **options), batch_size, batch_timeout
         )
 
-    def receiver(self, topic: str, subscription: str, *, concurrency: int = 1, **options: Any) -> Receiver:
-        """A receiver over :meth:`messages` with ``concurrency`` workers."""
-        return adapt.receiver(self.messages(topic, subscription, **options), concurrency)
+    def receiver(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        concurrency: int = 1,
+        nack_delay: NackDelay = DEFAULT_BACKOFF,
+        **options: Any,
+    ) -> Receiver:
+        """A receiver over :meth:`messages` with ``concurrency`` workers.
+
+        A failed handler's messages are nacked with ``nack_delay``: by default a bounded
+        exponential backoff by delivery attempt (see :class:`broker.backoff.Backoff`).
+        """
+        return adapt.receiver(self.messages(topic, subscription, **options), concurrency, nack_delay)
 
     def records(self, topics: str | Sequence[str], group: str, **options: Any) -> RecordIterator:
         """Partitioned-log consumption (see :class:`Backend`)."""

@@ -37,6 +37,10 @@ class Capabilities:
     transactions: bool = False
     #: Records can be re-read from an earlier offset.
     replay: bool = False
+    #: A subscription created after messages were published still receives them (the broker keeps
+    #: a topic's messages without subscriptions: Kafka, JetStream, in-memory). False where a new
+    #: subscription starts empty (Pub/Sub, Pulsar without retention, Service Bus topics).
+    backlog_for_new_subscriptions: bool = False
     #: The largest payload the broker accepts, in bytes (None: not known or unlimited).
     max_message_bytes: int | None = None
 

@@ -31,6 +31,7 @@ CAPABILITIES = Capabilities(
     competing_consumers=True,
     transactions=True,
     replay=True,
+    backlog_for_new_subscriptions=True,
     max_message_bytes=None,
 )
 

@@ -69,6 +69,7 @@ class Subscription:
         self.leases: deque[Lease] = deque()
         self._seq = itertools.count()
         self._rotation = 0
+        self._redelivery_turn = False
 
     @property
     def in_flight(self) -> int:
@@ -104,7 +105,7 @@ class Subscription:
         return due
 
     def take(self, limit: int) -> list[Message]:
-        """Up to ``limit`` messages ready now: redeliveries first, then new ones."""
+        """Up to ``limit`` messages ready now; redeliveries and new messages share the batch fairly."""
         now = time.monotonic()
         if self.leases or self.delayed:
             self._expire(now)
@@ -139,7 +140,16 @@ class Subscription:
             return [message]
         out: list[Message] = []
         lease = Lease(now + self.ack_deadline, out)
-        while ready and len(out) < limit:
+        share = limit
+        if ready and self._has_new():
+            # Redeliveries and new messages take turns, so messages that keep failing never
+            # starve the ones not yet delivered: half of a batch, or every other single take.
+            if limit > 1:
+                share = (limit + 1) // 2
+            else:
+                self._redelivery_turn = not self._redelivery_turn
+                share = 1 if self._redelivery_turn else 0
+        while ready and len(out) < share:
             old = ready.popleft()
             attempt = (old.delivery_attempt or 1) + 1
             out.append(
@@ -186,6 +196,13 @@ class Subscription:
         lease.pending = len(out)
         self.leases.append(lease)
         return list(out)
+
+    def _has_new(self) -> bool:
+        """Whether any partition holds messages this subscription has not delivered yet."""
+        for part, cursor in zip(self.topic.partitions, self.cursors, strict=True):
+            if cursor < part.base + len(part.values):
+                return True
+        return False
 
     def _requeue(self, message: Message, why: str, delay: float | None = None) -> None:
         """Queue ``message`` for redelivery, or dead-letter it once it used up its attempts."""

@@ -62,6 +62,7 @@ CAPABILITIES = Capabilities(
     competing_consumers=True,
     transactions=False,
     replay=True,  # records from any stream sequence or time; replay()
+    backlog_for_new_subscriptions=True,
     max_message_bytes=1024 * 1024,  # the server's default max_payload
 )
 

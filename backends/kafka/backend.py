@@ -35,6 +35,7 @@ CAPABILITIES = Capabilities(
     records=True,
     transactions=True,
     replay=True,
+    backlog_for_new_subscriptions=True,
     messages=True,
     nack_redelivers=True,
     delayed_nack=True,

@@ -2,8 +2,11 @@
 
 A receiver runs until its task is cancelled or the source raises a broker error. One feeder
 pulls from the source into a small queue; ``concurrency`` workers take from it and call the
-handler. A handler that raises has its still-unsettled messages nacked (after ``nack_delay``
-where the broker can) and the error logged; the receiver keeps going. When the receiver stops,
+handler. A handler that raises has its still-unsettled messages nacked and the error logged;
+the receiver keeps going. The nack's delay comes from ``nack_delay``: by default a bounded
+exponential :class:`~broker.backoff.Backoff` by delivery attempt (0.1 s doubling up to 10 s), so
+a handler that always fails neither spins nor starves other messages; a number is a fixed delay,
+and ``None`` redelivers at once. When the receiver stops,
 messages that were taken but not handled (queued, or in a handler that was interrupted) are
 nacked, so they are redelivered rather than lost. A source error stops the workers and is
 raised from ``receive()``.
@@ -17,7 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from broker.adapt._common import log, messages_in, nack_leftovers
-from broker.errors import ClosedError
+from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
+from broker.errors import ClosedError, ConfigError
 from broker.interfaces import (
     BatchedMessageIterator,
     BatchedReceiver,
@@ -32,15 +36,35 @@ __all__ = ["batched_receiver", "fan_in", "receiver", "receiver_from_batches"]
 
 _STOP = object()
 
+#: What ``nack_delay`` takes: a Backoff by attempt, a fixed delay in seconds, or None (at once).
+NackDelay = Backoff | float | None
+
+
+async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounter) -> None:
+    """Nack the unsettled messages of a failed handler call, each with its backoff delay."""
+    if not isinstance(nack_delay, Backoff):
+        await nack_leftovers([unit], nack_delay)
+        return
+    leftovers = messages_in([unit])
+    if not leftovers:
+        return
+    delays = {nack_delay.delay(failures.attempt(m)) for m in leftovers}
+    if len(delays) == 1:
+        await nack_leftovers(leftovers, delays.pop())
+    else:
+        for message in leftovers:
+            await nack_leftovers([message], nack_delay.delay(failures.attempt(message)))
+
 
 async def _run(
     feed: Callable[[Callable[[Any], Awaitable[None]]], Awaitable[None]],
     handle: Callable[[Any], Awaitable[None]],
     concurrency: int,
-    nack_delay: float | None,
+    nack_delay: NackDelay,
 ) -> None:
     if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+    failures = FailureCounter()
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
     held: dict[int, Any] = {}  # units inside a handler; left here if the handler is interrupted
 
@@ -58,7 +82,7 @@ async def _run(
                 raise
             except Exception:
                 log.exception("message handler failed; nacking its unsettled messages")
-                await nack_leftovers([unit], nack_delay)
+                await _nack_failed(unit, nack_delay, failures)
             del held[key]
 
     async def feeder() -> None:
@@ -107,7 +131,7 @@ class _IteratorReceiver:
     """A Receiver over a message iterator (or a batched one, unpacked)."""
 
     def __init__(
-        self, feed: Callable[..., Awaitable[None]], concurrency: int, nack_delay: float | None
+        self, feed: Callable[..., Awaitable[None]], concurrency: int, nack_delay: NackDelay
     ) -> None:
         self._feed = feed
         self.concurrency = concurrency
@@ -122,7 +146,7 @@ class _BatchReceiver:
     """A BatchedReceiver over a batched iterator or batched stream."""
 
     def __init__(
-        self, feed: Callable[..., Awaitable[None]], concurrency: int, nack_delay: float | None
+        self, feed: Callable[..., Awaitable[None]], concurrency: int, nack_delay: NackDelay
     ) -> None:
         self._feed = feed
         self.concurrency = concurrency
@@ -133,7 +157,9 @@ class _BatchReceiver:
         await _run(self._feed, handler, self.concurrency, self.nack_delay)
 
 
-def receiver(iterator: MessageIterator, concurrency: int = 1, nack_delay: float | None = None) -> Receiver:
+def receiver(
+    iterator: MessageIterator, concurrency: int = 1, nack_delay: NackDelay = DEFAULT_BACKOFF
+) -> Receiver:
     """A receiver calling its handler for each message of ``iterator``, ``concurrency`` at a time."""
 
     async def feed(put: Callable[[Message], Awaitable[None]]) -> None:
@@ -149,7 +175,7 @@ def receiver(iterator: MessageIterator, concurrency: int = 1, nack_delay: float 
 
 
 def receiver_from_batches(
-    iterator: BatchedMessageIterator, concurrency: int = 1, nack_delay: float | None = None
+    iterator: BatchedMessageIterator, concurrency: int = 1, nack_delay: NackDelay = DEFAULT_BACKOFF
 ) -> Receiver:
     """A receiver calling its handler per message of the batches pulled from ``iterator``."""
 
@@ -169,7 +195,7 @@ def receiver_from_batches(
 def batched_receiver(
     source: BatchedMessageIterator | AsyncIterator[list[Message]],
     concurrency: int = 1,
-    nack_delay: float | None = None,
+    nack_delay: NackDelay = DEFAULT_BACKOFF,
 ) -> BatchedReceiver:
     """A batched receiver: each worker takes whole batches from a batched iterator or stream."""
 

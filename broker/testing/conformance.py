@@ -22,6 +22,7 @@ from broker import adapt
 from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
 from broker.message import Message, OutboundMessage
 from broker.testing.harness import Harness, collect, collect_records, drain
+from broker.testing.lifecycle import LifecycleSuite
 
 __all__ = ["ConformanceSuite"]
 
@@ -42,7 +43,7 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite:
+class ConformanceSuite(LifecycleSuite):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------
@@ -212,7 +213,8 @@ class ConformanceSuite:
             (second,) = await collect(consumer, 1, harness.patience + deadline * 3)
             waited = time.monotonic() - started
         assert second.data == b"forgotten"
-        assert waited >= deadline * 0.5
+        assert waited >= deadline * 0.5, f"redelivered after {waited:.2f}s, before the {deadline}s deadline"
+        assert waited <= deadline * 2 + 2.0, f"redelivered after {waited:.2f}s with a {deadline}s deadline"
         if harness.capabilities.delivery_attempt:
             assert second.delivery_attempt == 2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from broker.backend import Backend
@@ -30,6 +30,9 @@ class Harness:
     patience: float = 10.0
     #: URLs that must be rejected with a ConfigError by ``broker.connect``.
     bad_urls: Sequence[str] = ()
+    #: The URL (or mapping) the backend was connected with: tests that open a second connection or
+    #: run a consumer in another process connect with it. None skips those tests.
+    url: str | Mapping[str, Any] | None = None
 
     def __init__(self, backend: Backend, **overrides: Any) -> None:
         self.backend = backend
@@ -44,6 +47,16 @@ class Harness:
     def capabilities(self) -> Capabilities:
         """The backend's capabilities."""
         return self.backend.capabilities
+
+    def connect(self) -> Backend:
+        """A second, independent connection to the same broker (skips the test without a ``url``)."""
+        if self.url is None:
+            import pytest
+
+            pytest.skip("the harness names no url for a second connection")
+        from broker.connect import connect
+
+        return connect(self.url)
 
     def name(self, prefix: str = "t") -> str:
         """A topic or subscription name not used before in this run."""

@@ -25,5 +25,9 @@ class TestInmemConformance(ConformanceSuite):
         url = f"inmem://conformance-{uuid.uuid4().hex}?partitions={request.param}"
         async with broker.connect(url) as backend:
             yield InmemHarness(
-                backend, short_ack_deadline=0.3, patience=5.0, bad_urls=["inmem://x?partitions=zero"]
+                backend,
+                url=url,
+                short_ack_deadline=0.3,
+                patience=5.0,
+                bad_urls=["inmem://x?partitions=zero", "inmem://x?ack_deadline=-1"],
             )

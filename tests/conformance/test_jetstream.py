@@ -43,6 +43,7 @@ class TestJetStreamConformance(ConformanceSuite):
         async with broker.connect(nats_server.url) as backend:
             yield JetStreamHarness(
                 backend,
+                url=nats_server.url,
                 short_ack_deadline=0.5,
                 patience=10.0,
                 bad_urls=[f"{nats_server.url}?ack_wait=soon", f"{nats_server.url}?batch_size=0"],

@@ -37,6 +37,7 @@ class TestKafkaConformance(ConformanceSuite):
         async with broker.connect(f"{kafka_server.url}?{TEST_QUERY}") as backend:
             yield KafkaHarness(
                 backend,
+                url=f"{kafka_server.url}?{TEST_QUERY}",
                 patience=15.0,
                 short_ack_deadline=2.0,
                 bad_urls=["kafka://127.0.0.1:9092?linger=soon", "kafka://127.0.0.1:9092?acks=some"],

@@ -58,7 +58,9 @@ class TestPubsubConformance(ConformanceSuite):
     async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
         url = f"{emulator.url}&message_ordering=true&dead_letter_topic=conformance-dead-letters"
         async with broker.connect(url) as backend:
-            yield PubsubHarness(backend, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS)
+            yield PubsubHarness(
+                backend, url=url, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS
+            )
 
     async def test_no_loss_across_consumer_restart(self, harness: Harness) -> None:
         pytest.skip("emulator quirk with key-less messages on ordering subscriptions; run unordered below")
@@ -76,7 +78,9 @@ class TestPubsubUnorderedConformance:
     @pytest.fixture
     async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
         async with broker.connect(emulator.url) as backend:
-            yield PubsubHarness(backend, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS)
+            yield PubsubHarness(
+                backend, url=emulator.url, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS
+            )
 
     test_no_loss_across_consumer_restart = ConformanceSuite.test_no_loss_across_consumer_restart
     test_nack_redelivers = ConformanceSuite.test_nack_redelivers

@@ -80,6 +80,7 @@ class TestPulsarConformance(ConformanceSuite):
         async with broker.connect(url) as backend:
             yield PulsarHarness(
                 backend,
+                url=url,
                 bad_urls=[
                     "pulsar://127.0.0.1:6650/a/path",
                     "pulsar://127.0.0.1:6650?ack_timeout=1",

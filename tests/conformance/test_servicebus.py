@@ -61,6 +61,7 @@ class TestServiceBusConformance(ConformanceSuite):
             yield ServiceBusHarness(
                 backend,
                 fake,
+                url=fake.connection_string,
                 short_ack_deadline=1.0,
                 patience=10.0,
                 bad_urls=[

@@ -1,0 +1,84 @@
+"""The portable consumer options: one declared list, read by backends, docs and the conformance suite.
+
+A portable option means the same on every backend. A backend that has the option's capability
+accepts it under this name and maps it to its native setting; a backend without the capability
+raises :class:`~broker.errors.NotSupported` naming the capability; a value the broker cannot
+honour (below a server floor, above a ceiling) raises :class:`~broker.errors.ConfigError` saying
+so. No backend answers a portable name with :class:`~broker.errors.UnknownSetting`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PORTABLE_OPTIONS", "PortableOption", "portable_option"]
+
+
+@dataclass(frozen=True, slots=True)
+class PortableOption:
+    """One option of ``Backend.messages()`` / ``receiver()`` that every backend understands."""
+
+    #: The keyword name.
+    name: str
+    #: What the value is (``seconds``, ``count``, ``topic name``).
+    unit: str
+    #: The capability flag a backend needs to honour it (None: every backend).
+    capability: str | None
+    #: What it means, in one sentence.
+    meaning: str
+    #: The native setting behind it, per backend (for the docs).
+    native: tuple[tuple[str, str], ...] = ()
+
+
+PORTABLE_OPTIONS: tuple[PortableOption, ...] = (
+    PortableOption(
+        "ack_deadline",
+        "seconds",
+        "ack_deadline",
+        "an unsettled message is redelivered about this long after it was handed out",
+        (
+            ("inmem", "lease deadline"),
+            ("kafka", "marker queue redelivery timeout"),
+            ("nats", "consumer ack_wait"),
+            ("pubsub", "subscription ack deadline (10-600 s)"),
+            ("pulsar", "consumer ack timeout (at least 10 s)"),
+            ("servicebus", "entity lock duration (5 s - 5 min), set when the backend creates it"),
+        ),
+    ),
+    PortableOption(
+        "max_attempts",
+        "count",
+        "dead_letter",
+        "after this many deliveries a message is dead-lettered instead of redelivered",
+        (
+            ("inmem", "max_attempts"),
+            ("kafka", "marker queue max deliveries"),
+            ("nats", "consumer max_deliver"),
+            ("pubsub", "dead-letter policy max_delivery_attempts (5-100)"),
+            ("pulsar", "dead-letter policy max redeliver count"),
+            ("servicebus", "entity MaxDeliveryCount"),
+        ),
+    ),
+    PortableOption(
+        "dead_letter_topic",
+        "topic name",
+        "dead_letter",
+        "where dead-lettered messages are published",
+        (
+            ("inmem", "dead_letter_topic"),
+            ("kafka", "dead-letter topic"),
+            ("nats", "dead-letter subject"),
+            ("pubsub", "dead-letter policy topic"),
+            ("pulsar", "dead-letter policy topic"),
+            ("servicebus", "ForwardDeadLetteredMessagesTo"),
+        ),
+    ),
+)
+
+
+def portable_option(name: str) -> PortableOption:
+    """The declared portable option called ``name`` (``KeyError`` if there is none)."""
+    for option in PORTABLE_OPTIONS:
+        if option.name == name:
+            return option
+    raise KeyError(name)

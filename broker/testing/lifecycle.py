@@ -1,0 +1,286 @@
+"""Conformance tests for the orders in which applications open, close, reopen and crash.
+
+Every test here goes through the backend's public API only: no topic or subscription is made
+ready beforehand (no ``Harness.prepare``), options are the portable names of
+:mod:`broker.options`. The rule they prove: once ``async with backend.messages(...)`` has been
+entered, every message published afterwards is delivered to that subscription, also after it
+was closed and opened again, and a consumer that dies loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from broker.errors import ClosedError, ConfigError, NotSupported, UnknownSetting
+from broker.message import Message, OutboundMessage
+from broker.options import PORTABLE_OPTIONS
+from broker.testing.harness import Harness, collect, drain
+
+__all__ = ["LifecycleSuite"]
+
+
+def _need(harness: Harness, *flags: str) -> None:
+    caps = harness.capabilities
+    missing = [f for f in flags if not getattr(caps, f)]
+    if missing:
+        pytest.skip(f"backend {harness.backend.name!r} does not claim: {', '.join(missing)}")
+
+
+def _numbered(start: int, count: int, key: str | None = None) -> list[OutboundMessage]:
+    return [OutboundMessage(str(i).encode(), key=key) for i in range(start, start + count)]
+
+
+def _values(messages: list[Message]) -> Counter[int]:
+    return Counter(int(m.data) for m in messages)
+
+
+class LifecycleSuite:
+    """Open/close/reopen orders, failing handlers, busy close, crashed consumers, portable options."""
+
+    async def test_consumer_opened_before_its_topic_exists(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, sub = harness.name("fresh"), harness.name("sub")
+        count = 20
+        async with harness.backend.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
+            got = await collect(consumer, count, harness.patience)
+            got += await drain(consumer, 0.5)
+        values = _values(got)
+        assert set(values) == set(range(count)), f"lost: {set(range(count)) - set(values)}"
+        assert max(values.values()) == 1, "delivered twice"
+
+    async def test_nack_redelivers_on_a_topic_created_after_the_consumer(self, harness: Harness) -> None:
+        _need(harness, "messages", "nack_redelivers")
+        topic, sub = harness.name("fresh"), harness.name("sub")
+        count = 30
+        nacked: set[int] = set()
+        acked: list[int] = []
+        async with harness.backend.messages(topic, sub) as consumer:
+            await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
+            async with asyncio.timeout(harness.patience * 2):
+                while len(set(acked)) < count:
+                    message = await consumer.next_message()
+                    value = int(message.data)
+                    if value % 5 == 0 and value not in nacked:
+                        nacked.add(value)
+                        await message.nack()
+                    else:
+                        await message.ack()
+                        acked.append(value)
+        assert sorted(set(acked)) == list(range(count))
+        assert nacked == set(range(0, count, 5))
+
+    async def test_open_close_publish_reopen(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, sub = harness.name("reopen"), harness.name("sub")
+        publisher = harness.backend.publisher().topic(topic)
+        async with harness.backend.messages(topic, sub):
+            pass  # opened on a topic that does not exist yet, closed with nothing delivered
+        await publisher.batch_publish(*_numbered(0, 10))
+        async with harness.backend.messages(topic, sub) as consumer:
+            first = await collect(consumer, 10, harness.patience)
+        await publisher.batch_publish(*_numbered(10, 10))
+        async with harness.backend.messages(topic, sub) as consumer:
+            second = await collect(consumer, 10, harness.patience)
+            second += await drain(consumer, 0.5)
+        values = _values(first + second)
+        assert set(values) == set(range(20)), f"lost: {set(range(20)) - set(values)}"
+        assert max(values.values()) == 1, "an acked message came back after reopening"
+
+    async def test_publish_before_any_subscription(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        topic, sub = harness.name("early"), harness.name("sub")
+        publisher = harness.backend.publisher().topic(topic)
+        await publisher.batch_publish(*_numbered(0, 5))  # nobody subscribed yet: must not fail
+        async with harness.backend.messages(topic, sub) as consumer:
+            await publisher.batch_publish(*_numbered(5, 5))
+            backlog = harness.capabilities.backlog_for_new_subscriptions
+            got = await collect(consumer, 10 if backlog else 5, harness.patience)
+            got += await drain(consumer, 0.5)
+        values = _values(got)
+        assert set(range(5, 10)) <= set(values), "a message published after subscribing was lost"
+        if backlog:
+            assert set(values) == set(range(10)), "backlog_for_new_subscriptions, but the backlog was lost"
+        assert max(values.values()) == 1
+
+    async def test_receiver_with_a_handler_that_always_fails(self, harness: Harness) -> None:
+        _need(harness, "messages", "nack_redelivers")
+        topic, sub = harness.name("poison"), harness.name("sub")
+        async with harness.backend.messages(topic, sub):
+            pass  # the subscription exists from here on
+        count = 10
+        calls: Counter[int] = Counter()
+
+        async def handler(message: Message) -> None:
+            calls[int(message.data)] += 1
+            raise RuntimeError("always fails")
+
+        receiver = harness.backend.receiver(topic, sub, concurrency=2)
+        started = time.monotonic()
+        task = asyncio.ensure_future(receiver.receive(handler))
+        try:
+            await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
+            async with asyncio.timeout(harness.patience * 3):
+                while len(calls) < count or min(calls.values()) < 2:  # noqa: ASYNC110 - counting calls
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            pytest.fail(f"redeliveries starved other messages: handler calls per message {dict(calls)}")
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        elapsed = time.monotonic() - started
+        total = sum(calls.values())
+        # A receiver must not spin: failed messages come back with a backoff, not at once.
+        assert total <= count * (elapsed / 0.1 + 5), f"{total} handler calls in {elapsed:.1f}s: no backoff"
+
+    async def test_backend_close_while_consumers_are_busy(self, harness: Harness) -> None:
+        _need(harness, "messages", "ack_deadline")
+        deadline = harness.short_ack_deadline
+        topic, sub = harness.name("busy"), harness.name("sub")
+        count = 40
+        handled: list[int] = []
+        other = harness.connect()
+        async with other.messages(topic, sub, ack_deadline=deadline):
+            pass
+        consumer = other.messages(topic, sub, ack_deadline=deadline)
+        holder = other.messages(topic, sub, ack_deadline=deadline)
+
+        async def handler(message: Message) -> None:
+            await asyncio.sleep(0.02)
+            await message.ack()
+            handled.append(int(message.data))
+
+        from broker import adapt
+
+        task = asyncio.ensure_future(adapt.receiver(consumer, concurrency=4).receive(handler))
+        await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
+        held: Message | None = None
+        async with asyncio.timeout(harness.patience * 2):
+            while len(handled) < 10:
+                if held is None:
+                    try:
+                        held = await holder.next_message(timeout=0.05)  # taken, never settled
+                    except TimeoutError:
+                        pass
+                else:
+                    await asyncio.sleep(0.05)
+        async with asyncio.timeout(harness.patience):
+            await other.close()  # must neither hang nor raise while both consumers are busy
+            try:
+                await task
+            except (ClosedError, asyncio.CancelledError):
+                pass
+        done = set(handled)
+        async with harness.backend.messages(topic, sub, ack_deadline=deadline) as consumer:
+            rest: list[Message] = []
+            async with asyncio.timeout(harness.patience + deadline * 3):
+                while done | set(_values(rest)) != set(range(count)):
+                    message = await consumer.next_message()
+                    await message.ack()
+                    rest.append(message)
+        again = done & set(_values(rest))
+        assert not again, f"acked before close, delivered again: {sorted(again)}"
+
+    async def test_crashed_consumer_process_loses_nothing(self, harness: Harness) -> None:
+        _need(harness, "persistent", "messages", "ack_deadline")
+        if harness.url is None:
+            pytest.skip("the harness names no url for a consumer process")
+        deadline = harness.short_ack_deadline
+        topic, sub = harness.name("crash"), harness.name("sub")
+        count = 200
+        config = {
+            "url": harness.url,
+            "topic": topic,
+            "subscription": sub,
+            "options": {"ack_deadline": deadline},
+            "pause": 0.01,
+        }
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "broker.testing.crash_consumer",
+            json.dumps(config),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        took: set[int] = set()
+        acked: set[int] = set()
+
+        def read(line: bytes) -> None:
+            word, _, value = line.decode().strip().partition(" ")
+            if word == "took":
+                took.add(int(value))
+            elif word == "acked":
+                acked.add(int(value))
+
+        try:
+            async with asyncio.timeout(harness.patience * 2):
+                while (await process.stdout.readline()).strip() != b"ready":
+                    if process.returncode is not None:
+                        pytest.fail("the consumer process exited before it was ready")
+            await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
+            async with asyncio.timeout(harness.patience * 2):
+                while len(acked) < count // 4:
+                    line = await process.stdout.readline()
+                    if not line:
+                        pytest.fail("the consumer process died before it was killed")
+                    read(line)
+        finally:
+            if process.returncode is None:
+                process.kill()  # SIGKILL: no close, no nack, no flush
+            await process.wait()
+        for line in (await process.stdout.read()).splitlines():
+            read(line)
+        killed = time.monotonic()
+        rest: list[Message] = []
+        async with harness.backend.messages(topic, sub, ack_deadline=deadline) as consumer:
+            async with asyncio.timeout(harness.patience + deadline * 4):
+                while acked | set(_values(rest)) != set(range(count)):
+                    message = await consumer.next_message()
+                    await message.ack()
+                    rest.append(message)
+            recovered = time.monotonic() - killed
+            rest += await drain(consumer, deadline * 1.5)
+        values = _values(rest)
+        lost = set(range(count)) - acked - set(values)
+        assert not lost, f"lost: {sorted(lost)}"
+        twice = {v for v, n in values.items() if n > 1}
+        assert not twice, f"delivered twice to the new consumer: {sorted(twice)}"
+        again = acked & set(values)
+        assert not again, f"acked by the killed consumer, delivered again: {sorted(again)}"
+        assert recovered <= 2 * deadline + harness.patience, f"recovery took {recovered:.1f}s"
+
+    async def test_portable_option_names(self, harness: Harness) -> None:
+        _need(harness, "messages")
+        caps = harness.capabilities
+        samples: dict[str, Any] = {
+            "ack_deadline": harness.short_ack_deadline,
+            "max_attempts": 5,
+            "dead_letter_topic": harness.name("dlq"),
+        }
+        for option in PORTABLE_OPTIONS:
+            topic, sub = harness.name("opt"), harness.name("sub")
+            value = samples[option.name]
+            claimed = option.capability is None or getattr(caps, option.capability)
+            options = {option.name: value}
+            if option.name == "max_attempts":
+                options["dead_letter_topic"] = samples["dead_letter_topic"]
+            try:
+                async with harness.backend.messages(topic, sub, **options):
+                    pass
+            except UnknownSetting as exc:
+                pytest.fail(f"portable option {option.name!r} answered with UnknownSetting: {exc}")
+            except NotSupported as exc:
+                assert not claimed, f"{option.name!r} refused though {option.capability} is claimed: {exc}"
+            except ConfigError as exc:
+                pytest.fail(f"{option.name}={value!r} refused: {exc}")
+            else:
+                assert claimed, f"{option.name!r} accepted without the capability {option.capability}"
