@@ -342,6 +342,11 @@ async def queue_tracker(args: argparse.Namespace) -> int:
 # -- backends -----------------------------------------------------------------------------------
 async def backends(args: argparse.Namespace) -> int:
     """List registered backends and their capabilities (or why they can't load)."""
+    if getattr(args, "matrix", False):
+        from broker.cli.matrix import capability_matrix
+
+        print(await capability_matrix())
+        return 0
     for scheme in available_backends():
         try:
             factory = _factory(scheme)

@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     tracker.set_defaults(run=commands.queue_tracker)
 
     backends = sub.add_parser("backends", help="list the installed backends and their capabilities")
+    backends.add_argument(
+        "--matrix", action="store_true", help="print the capability matrix (Markdown) at default settings"
+    )
     backends.set_defaults(run=commands.backends)
     return parser
 

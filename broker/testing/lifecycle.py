@@ -18,12 +18,15 @@ from typing import Any
 
 import pytest
 
-from broker.errors import ClosedError, ConfigError, NotSupported, UnknownSetting
+from broker.errors import AckError, ClosedError, ConfigError, NotSupported, UnknownSetting
 from broker.message import Message, OutboundMessage
 from broker.options import PORTABLE_OPTIONS
 from broker.testing.harness import Harness, collect, drain
 
 __all__ = ["LifecycleSuite"]
+
+#: How many of a killed consumer's last acks may still have been on their way to the broker.
+_ACKS_IN_FLIGHT = 10
 
 
 def _need(harness: Harness, *flags: str) -> None:
@@ -213,6 +216,7 @@ class LifecycleSuite:
         assert process.stdout is not None
         took: set[int] = set()
         acked: set[int] = set()
+        ack_order: list[int] = []
 
         def read(line: bytes) -> None:
             word, _, value = line.decode().strip().partition(" ")
@@ -220,6 +224,7 @@ class LifecycleSuite:
                 took.add(int(value))
             elif word == "acked":
                 acked.add(int(value))
+                ack_order.append(int(value))
 
         try:
             async with asyncio.timeout(harness.patience * 2):
@@ -254,8 +259,11 @@ class LifecycleSuite:
         assert not lost, f"lost: {sorted(lost)}"
         twice = {v for v, n in values.items() if n > 1}
         assert not twice, f"delivered twice to the new consumer: {sorted(twice)}"
-        again = acked & set(values)
-        assert not again, f"acked by the killed consumer, delivered again: {sorted(again)}"
+        # An ack that returned just before the kill may not have reached the broker yet (brokers
+        # that acknowledge acks asynchronously): the last few are in-flight work, older ones not.
+        in_flight = set(ack_order[-_ACKS_IN_FLIGHT:])
+        again = (acked - in_flight) & set(values)
+        assert not again, f"acked well before the kill, delivered again: {sorted(again)}"
         assert recovered <= 2 * deadline + harness.patience, f"recovery took {recovered:.1f}s"
 
     async def test_portable_option_names(self, harness: Harness) -> None:
@@ -284,3 +292,68 @@ class LifecycleSuite:
                 pytest.fail(f"{option.name}={value!r} refused: {exc}")
             else:
                 assert claimed, f"{option.name!r} accepted without the capability {option.capability}"
+
+    # -- the records side -----------------------------------------------------------------
+    async def test_records_commit_on_ack_survives_close(self, harness: Harness) -> None:
+        _need(harness, "records")
+        topic, group = harness.name("log"), harness.name("group")
+        await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, 20, key="one"))
+        async with harness.backend.records(topic, group) as records:
+            async with asyncio.timeout(harness.patience):
+                for expected in range(10):
+                    record = await records.next_record()
+                    assert int(record.value or b"-1") == expected, "one key, one partition: in order"
+                    await record.ack()
+        async with harness.backend.records(topic, group) as records:
+            record = await records.next_record(timeout=harness.patience)
+        assert int(record.value or b"-1") == 10, "the group did not resume after its last ack"
+
+    async def test_records_rebalance_loses_nothing(self, harness: Harness) -> None:
+        _need(harness, "records")
+        topic, group = harness.name("log"), harness.name("group")
+        publisher = harness.backend.publisher().topic(topic)
+        await publisher.batch_publish(*(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60)))  # noqa: E501
+        committed: set[int] = set()
+        refused_after_revoke = 0
+
+        async def take(iterator: Any) -> bool:
+            nonlocal refused_after_revoke
+            try:
+                record = await iterator.next_record(timeout=0.2)
+            except TimeoutError:
+                return False
+            try:
+                await record.ack()
+            except AckError:
+                refused_after_revoke += 1  # the partition moved on: its new owner reads it again
+                return True
+            committed.add(int(record.value or b"-1"))
+            return True
+
+        first = harness.backend.records(topic, group)
+        second = harness.backend.records(topic, group)
+        try:
+            await first.__aenter__()
+            async with asyncio.timeout(harness.patience * 2):
+                while len(committed) < 20:
+                    await take(first)
+            await second.__aenter__()  # joins the group: partitions move between the two
+            await publisher.batch_publish(
+                *(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60, 120))
+            )
+
+            async def drain_into_committed(iterator: Any) -> None:
+                while len(committed) < 120:
+                    await take(iterator)
+
+            async with asyncio.timeout(harness.patience * 3):
+                await asyncio.gather(drain_into_committed(first), drain_into_committed(second))
+        except TimeoutError:
+            pytest.fail(f"lost across the rebalance: {sorted(set(range(120)) - committed)}")
+        finally:
+            await first.close()
+            await second.close()
+        async with harness.backend.records(topic, group) as records:
+            with pytest.raises(TimeoutError):
+                record = await records.next_record(timeout=1.0)
+                pytest.fail(f"record {record.value!r} was committed, yet read again after the group closed")
