@@ -48,7 +48,10 @@ def parse_url(url: str) -> ParsedUrl:
     """Split a backend URL; raises :class:`~broker.errors.ConfigError` when it is not one."""
     if not isinstance(url, str) or "://" not in url:
         raise ConfigError(f"not a broker URL (expected scheme://...): {redact_url(str(url))!r}")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f"not a broker URL ({exc}): {redact_url(url)!r}") from None
     scheme = parts.scheme.lower()
     if not scheme or not scheme.replace("+", "").replace("-", "").isalnum():
         raise ConfigError(f"not a broker URL (bad scheme): {redact_url(url)!r}")
@@ -59,12 +62,32 @@ def parse_url(url: str) -> ParsedUrl:
         username, _, pw = userinfo.partition(":")
         password = pw or None
     hosts = tuple(h for h in netloc.split(",") if h)
+    for host in hosts:
+        _check_host(host, url)
     query: dict[str, str] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
         if key in query:
             raise ConfigError(f"setting {key!r} is given twice in the URL")
         query[key] = value
     return ParsedUrl(scheme, hosts, parts.path, query, username or None, password)
+
+
+def _check_host(host: str, url: str) -> None:
+    """Raise ConfigError for a ``host[:port]`` that no client could dial (bad port, bare IPv6)."""
+    if host.startswith("["):
+        address, bracket, rest = host[1:].partition("]")
+        if not bracket or not address or (rest and not rest.startswith(":")):
+            raise ConfigError(f"bad host {host!r} in {redact_url(url)!r}: write IPv6 as [addr]:port")
+        port = rest[1:] if rest else None
+    elif host.count(":") > 1:
+        raise ConfigError(f"bad host {host!r} in {redact_url(url)!r}: write IPv6 as [addr]:port")
+    else:
+        name, colon, port_text = host.partition(":")
+        if not name:
+            raise ConfigError(f"bad host {host!r} in {redact_url(url)!r}: the host name is empty")
+        port = port_text if colon else None
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"bad port {port!r} in {redact_url(url)!r}: ports are 1-65535")
 
 
 def redact_url(url: str) -> str:

@@ -138,3 +138,26 @@ def test_third_parties_can_register_a_backend() -> None:
     broker.register_backend("mine", InmemFactory())
     assert "mine" in broker.available_backends()
     assert broker.connect("mine://registered").name == "inmem"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "inmem://x:99999",
+        "inmem://x:0",
+        "inmem://x:port",
+        "inmem://[::1:4222",
+        "inmem://::1:4222",
+        "inmem://:4222",
+        "inmem://[::1]x",
+    ],
+)
+def test_undialable_hosts_are_config_errors_from_connect(url: str) -> None:
+    with pytest.raises(broker.errors.ConfigError):
+        broker.connect(url)
+
+
+def test_bracketed_ipv6_and_host_lists_parse() -> None:
+    from broker.settings import parse_url
+
+    assert parse_url("kafka://[::1]:9092,h2:9093").hosts == ("[::1]:9092", "h2:9093")
