@@ -330,14 +330,13 @@ class LifecycleSuite:
             committed.add(int(record.value or b"-1"))
             return True
 
-        first = harness.backend.records(topic, group)
-        second = harness.backend.records(topic, group)
+        first = await harness.backend.records(topic, group).__aenter__()
+        second: Any = None
         try:
-            await first.__aenter__()
             async with asyncio.timeout(harness.patience * 2):
                 while len(committed) < 20:
                     await take(first)
-            await second.__aenter__()  # joins the group: partitions move between the two
+            second = await harness.backend.records(topic, group).__aenter__()  # partitions move
             await publisher.batch_publish(
                 *(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60, 120))
             )
@@ -352,7 +351,8 @@ class LifecycleSuite:
             pytest.fail(f"lost across the rebalance: {sorted(set(range(120)) - committed)}")
         finally:
             await first.close()
-            await second.close()
+            if second is not None:
+                await second.close()
         async with harness.backend.records(topic, group) as records:
             with pytest.raises(TimeoutError):
                 record = await records.next_record(timeout=1.0)
