@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -12,19 +11,12 @@ import broker
 from broker.testing import ConformanceSuite, Harness
 
 
-class InmemHarness(Harness):
-    def dead_letter_options(
-        self, max_attempts: int, topic: str, *, source_topic: str, source_subscription: str
-    ) -> dict[str, Any]:
-        return {"max_attempts": max_attempts, "dead_letter_topic": topic}
-
-
 class TestInmemConformance(ConformanceSuite):
     @pytest.fixture(params=[1, 3], ids=["1-partition", "3-partitions"])
     async def harness(self, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         url = f"inmem://conformance-{uuid.uuid4().hex}?partitions={request.param}"
         async with broker.connect(url) as backend:
-            yield InmemHarness(
+            yield Harness(
                 backend,
                 url=url,
                 short_ack_deadline=0.3,
