@@ -143,7 +143,7 @@ class Admin:
         if options.dead_letter_topic is not None:
             dead_letter = await self.ensure_topic(options.dead_letter_topic)
             request.dead_letter_policy = DeadLetterPolicy(
-                dead_letter_topic=dead_letter, max_delivery_attempts=options.max_delivery_attempts
+                dead_letter_topic=dead_letter, max_delivery_attempts=options.attempts
             )
         try:
             created = await client.create_subscription(request=request, timeout=_RPC_TIMEOUT)

@@ -18,6 +18,7 @@ after a number of attempts needs ``dead_letter_topic``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from backends.pubsub.admin import Admin, SubscriptionInfo
@@ -28,14 +29,25 @@ from backends.pubsub.receiver import PubsubReceiver
 from backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
 from broker.backend import BackendBase
 from broker.capabilities import Capabilities
+from broker.errors import ConfigError
 from broker.settings import build_settings, describe
 
-__all__ = ["PubsubBackend", "capabilities_for"]
+__all__ = ["RETAINS_BEFORE_SUBSCRIBE", "PubsubBackend", "capabilities_for"]
+
+#: Whether a new subscription receives messages published before it existed: no. Pub/Sub
+#: delivers to a subscription only what is published after it was created (a topic with no
+#: subscription drops what it gets). Proposed as ``Capabilities.retains_before_subscribe``;
+#: set there as soon as the core has that flag.
+RETAINS_BEFORE_SUBSCRIBE = False
 
 
 def capabilities_for(settings: PubsubSettings) -> Capabilities:
     """What a backend with ``settings`` supports."""
+    extra: dict[str, Any] = {}
+    if "retains_before_subscribe" in {f.name for f in dataclasses.fields(Capabilities)}:
+        extra["retains_before_subscribe"] = RETAINS_BEFORE_SUBSCRIBE
     return Capabilities(
+        **extra,
         persistent=True,
         per_key_order=settings.message_ordering,
         messages=True,
@@ -75,7 +87,19 @@ class PubsubBackend(BackendBase):
         return describe(self.settings)
 
     def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+        """The consumer options: ``options`` over the connection's defaults.
+
+        Portable names map onto Pub/Sub's: ``max_attempts`` is ``max_delivery_attempts``,
+        ``batch_size`` is ``pull_max_messages``, ``start`` may only be ``"latest"``. Values
+        Pub/Sub cannot honour (an ack deadline outside 10..600 s, attempts outside 5..100) raise
+        ``ConfigError``; nothing is clamped.
+        """
         values = self.settings.consumer_defaults()
+        given = {key.replace("-", "_") for key in options}
+        if "max_attempts" in given and "max_delivery_attempts" not in given:
+            del values["max_delivery_attempts"]  # the portable name overrides the default
+        if "batch_size" in given and "pull_max_messages" not in given:
+            del values["pull_max_messages"]
         values.update(options)
         return build_settings(ConsumerOptions, values, backend="pubsub")
 
@@ -86,10 +110,16 @@ class PubsubBackend(BackendBase):
 
     # -- consuming ------------------------------------------------------------------------
     def messages(self, topic: str, subscription: str, **options: Any) -> PubsubMessageIterator:
-        """Pull ``topic``'s messages through ``subscription`` (created on first use if missing).
+        """Pull ``topic``'s messages through ``subscription``.
 
-        Options: ``ack_deadline``, ``dead_letter_topic``, ``max_delivery_attempts``,
-        ``message_ordering``, ``pull_max_messages`` (see :class:`ConsumerOptions`).
+        Entering (``async with``) makes the topic and the subscription exist (unless
+        ``create_missing`` is off: then a missing one raises ``UnknownTopic``), so everything
+        published afterwards is delivered; without entering, the first ``next_message()`` does
+        it (and it is started in the background as soon as the iterator is made).
+
+        Options: ``ack_deadline``, ``dead_letter_topic``, ``max_attempts`` (or
+        ``max_delivery_attempts``), ``batch_size`` (or ``pull_max_messages``), ``start``
+        (``"latest"`` only), ``message_ordering`` (see :class:`ConsumerOptions`).
         """
         opts = self._options(options)
         iterator = PubsubMessageIterator(
@@ -102,7 +132,9 @@ class PubsubBackend(BackendBase):
             "ack_deadline" in options,
             opts.pull_max_messages,
         )
-        return self._track(iterator)  # type: ignore[no-any-return]
+        self._track(iterator)
+        iterator.start_opening()
+        return iterator
 
     def batched_messages(
         self,
@@ -128,12 +160,19 @@ class PubsubBackend(BackendBase):
             batch_size,
             batch_timeout=batch_timeout,
         )
-        return self._track(iterator)  # type: ignore[no-any-return]
+        self._track(iterator)
+        iterator.start_opening()
+        return iterator
 
     def receiver(
         self, topic: str, subscription: str, *, concurrency: int | None = None, **options: Any
     ) -> PubsubReceiver:
-        """Streaming pull calling a handler, ``concurrency`` at a time (default ``receive_concurrency``)."""
+        """Streaming pull calling a handler, ``concurrency`` at a time (default ``receive_concurrency``).
+
+        Entering (``async with``) makes the subscription exist, as for :meth:`messages`.
+        """
+        if "batch_size" in options:
+            raise ConfigError("receiver() hands out single messages: use batched_receiver(batch_size=...)")
         opts = self._options(options)
         receiver = PubsubReceiver(
             self.clients,

@@ -14,6 +14,7 @@ from google.pubsub_v1.types import PubsubMessage
 from backends.pubsub.admin import SubscriptionInfo
 from backends.pubsub.clients import Clients
 from backends.pubsub.errors import translate
+from backends.pubsub.mapping import KEY_ATTRIBUTE, raw_ordering_key
 from broker.errors import AckError
 from broker.message import Message
 
@@ -27,8 +28,8 @@ async def forward_dead_letter(
 ) -> bool:
     """Publish ``message`` to ``info``'s dead-letter topic; False (after a warning) when it has none.
 
-    The copy keeps data, ordering key and attributes, plus ``dead_letter_reason``,
-    ``dead_letter_source`` (the subscription) and ``delivery_attempts``.
+    The copy keeps data, key (as it came: ordering key or attribute) and attributes, plus
+    ``dead_letter_reason``, ``dead_letter_source`` (the subscription) and ``delivery_attempts``.
     """
     why = reason or "dead-lettered by the consumer"
     if info.dead_letter_topic is None:
@@ -47,7 +48,10 @@ async def forward_dead_letter(
             "delivery_attempts": str(message.delivery_attempt or 1),
         }
     )
-    copy = PubsubMessage(data=message.data, attributes=attributes, ordering_key=message.key or "")
+    ordering_key = raw_ordering_key(message)
+    if message.key is not None and not ordering_key:
+        attributes[KEY_ATTRIBUTE] = message.key
+    copy = PubsubMessage(data=message.data, attributes=attributes, ordering_key=ordering_key)
     try:
         await clients.admin_publisher().publish(topic=info.dead_letter_topic, messages=[copy], timeout=30.0)
     except Exception as exc:

@@ -1,6 +1,10 @@
 """Translation of google-cloud-pubsub and google-api-core errors into :mod:`broker.errors`.
 
-The SDK's exception is always chained as ``__cause__``.
+The SDK's exception is always chained as ``__cause__``. Besides the obvious ones:
+``Unauthenticated`` -> ``AuthenticationFailed``, ``PermissionDenied`` -> ``PermissionDenied``
+(both not retryable), ``ResourceExhausted`` / HTTP 429 (quota, rate limit, flow control) ->
+``Throttled`` (retryable), ``ServiceUnavailable`` -> ``ConnectionFailed`` (retryable),
+``NotFound`` -> ``UnknownTopic``.
 """
 
 from __future__ import annotations
@@ -9,11 +13,14 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud.pubsub_v1.publisher import exceptions as publisher_exceptions  # type: ignore[import-untyped]
 
 from broker.errors import (
+    AuthenticationFailed,
     BrokerError,
     ClosedError,
     ConfigError,
     ConnectionFailed,
     MessageTooLarge,
+    PermissionDenied,
+    Throttled,
     Timeout,
     UnknownTopic,
 )
@@ -29,6 +36,13 @@ def translate(exc: BaseException, fallback: type[BrokerError], what: str) -> Bro
     """
     if isinstance(exc, BrokerError):
         return exc
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, api_exceptions.RetryError) and isinstance(cause, api_exceptions.GoogleAPICallError):
+        # retried until the deadline: the last error says why (quota, permission, ...)
+        if not isinstance(cause, api_exceptions.DeadlineExceeded | api_exceptions.ServiceUnavailable):
+            last = translate(cause, fallback, f"{what} (retried until its deadline)")
+            last.__cause__ = exc
+            return last
     error: BrokerError
     if isinstance(exc, api_exceptions.NotFound):
         error = UnknownTopic(f"{what}: not found ({exc.message})")
@@ -40,10 +54,14 @@ def translate(exc: BaseException, fallback: type[BrokerError], what: str) -> Bro
         error = ConfigError(f"{what}: invalid name ({exc.message})")
     elif isinstance(exc, api_exceptions.InvalidArgument):
         error = fallback(f"{what}: invalid argument ({exc.message})")
-    elif isinstance(exc, api_exceptions.ServiceUnavailable | api_exceptions.Unauthenticated):
-        error = ConnectionFailed(f"{what}: {type(exc).__name__} ({exc.message})")
+    elif isinstance(exc, api_exceptions.Unauthenticated):
+        error = AuthenticationFailed(f"{what}: the credentials were refused ({exc.message})")
     elif isinstance(exc, api_exceptions.PermissionDenied):
-        error = ConfigError(f"{what}: permission denied ({exc.message})")
+        error = PermissionDenied(f"{what}: permission denied ({exc.message})")
+    elif isinstance(exc, api_exceptions.ResourceExhausted | api_exceptions.TooManyRequests):
+        error = Throttled(f"{what}: quota or rate limit exceeded ({exc.message})")
+    elif isinstance(exc, api_exceptions.ServiceUnavailable):
+        error = ConnectionFailed(f"{what}: {type(exc).__name__} ({exc.message})")
     elif isinstance(exc, api_exceptions.DeadlineExceeded | api_exceptions.RetryError | TimeoutError):
         error = Timeout(f"{what}: timed out ({exc})")
     elif isinstance(exc, RuntimeError) and "stopped" in str(exc):

@@ -1,14 +1,22 @@
 """SDK objects <-> :class:`~broker.message.Message`, and outbound checks, in one place.
 
-Outbound: ``data`` must be bytes, ``attributes`` ``str -> str``; ``key`` becomes the Pub/Sub
-ordering key, which needs message ordering on (a key without it is an error, never dropped).
-Inbound: message id, data, attributes, the ordering key as ``key`` (empty: None), publish time,
-delivery attempt (Pub/Sub counts it only on subscriptions with a dead-letter policy; None
-otherwise) and the time of receipt. ``Message.raw`` is the SDK's object: a streaming-pull
+Outbound: ``data`` must be bytes, ``attributes`` ``str -> str``. ``key`` travels two ways:
+
+* with ``message_ordering`` on, a non-empty key is the Pub/Sub ordering key (per-key order);
+* otherwise (the default) the key is the attribute ``polybroker-key`` (:data:`KEY_ATTRIBUTE`),
+  so keys travel on every subscription, with no order among them. An empty key ``""`` always
+  goes as that attribute (an empty ordering key means "no key").
+
+The attribute name is reserved: publishing it as a user attribute raises ``InvalidAttributes``.
+Inbound: message id, data, attributes (without the reserved ones), the key (the ordering key,
+else the ``polybroker-key`` attribute, else None), publish time, delivery attempt (Pub/Sub
+counts it only on subscriptions with a dead-letter policy; None otherwise) and the time of
+receipt. ``Message.raw`` is the SDK's object: a streaming-pull
 ``pubsub_v1.subscriber.message.Message``, or a pulled ``ReceivedMessage`` protobuf.
 
 Pub/Sub refuses a message with neither data nor attributes; such a message is sent with the
 attribute ``polybroker-empty: 1``, which receiving removes again (from empty messages only).
+Attribute values are strings (Pub/Sub's own type) and pass unchanged both ways.
 """
 
 from __future__ import annotations
@@ -18,16 +26,19 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from broker.attributes import validate_attributes
-from broker.errors import ConfigError, InvalidMessage
+from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 
 __all__ = [
     "EMPTY_MARKER",
+    "KEY_ATTRIBUTE",
     "RESERVED_ATTRIBUTE_NAMES",
     "check_outbound",
     "from_received",
     "from_streamed",
+    "ordering_key",
     "outbound_size",
+    "raw_ordering_key",
     "wire_attributes",
 ]
 
@@ -36,18 +47,31 @@ __all__ = [
 RESERVED_ATTRIBUTE_NAMES: Final = frozenset({"topic", "data", "ordering_key", "retry", "timeout"})
 #: The attribute that lets a message with no data and no attributes through (Pub/Sub refuses those).
 EMPTY_MARKER: Final = "polybroker-empty"
+#: The attribute that carries ``OutboundMessage.key`` when it is not an ordering key.
+KEY_ATTRIBUTE: Final = "polybroker-key"
 _EMPTY_MARKER_ATTRIBUTES: Final = {EMPTY_MARKER: "1"}
 
 
-def wire_attributes(message: OutboundMessage) -> Mapping[str, str]:
-    """The attributes to send for ``message`` (the empty-message marker when it has nothing)."""
+def ordering_key(message: OutboundMessage, ordering: bool) -> str:
+    """The ordering key to publish ``message`` with ("" for none)."""
+    return (message.key or "") if ordering else ""
+
+
+def wire_attributes(message: OutboundMessage, ordering: bool) -> Mapping[str, str]:
+    """The attributes to send for ``message``: its own, the key unless it is the ordering key, or
+    the empty-message marker when there is nothing else."""
+    key = message.key
+    if key is not None and (not ordering or not key):
+        if message.attributes:
+            return {**message.attributes, KEY_ATTRIBUTE: key}
+        return {KEY_ATTRIBUTE: key}
     if message.attributes:
         return message.attributes
     return EMPTY_ATTRIBUTES if message.data else _EMPTY_MARKER_ATTRIBUTES
 
 
-def check_outbound(message: Any, ordering: bool) -> None:
-    """Raise ``TypeError`` / ``InvalidAttributes`` / ``ConfigError`` unless ``message`` can be published."""
+def check_outbound(message: Any) -> None:
+    """Raise ``InvalidMessage`` / ``InvalidAttributes`` unless ``message`` can be published."""
     if not isinstance(message, OutboundMessage):
         raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
     if type(message.data) is not bytes:
@@ -55,44 +79,47 @@ def check_outbound(message: Any, ordering: bool) -> None:
             raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
     if message.attributes:
         validate_attributes(message.attributes)
-    key = message.key
-    if key is not None:
-        if type(key) is not str:
-            raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
-        if key and not ordering:
-            raise ConfigError(
-                f"message key {key!r} needs message ordering: Pub/Sub carries keys as ordering keys, "
-                "which a publisher without ordering rejects. Connect with message_ordering=true "
-                "(pubsub://PROJECT?message_ordering=true), or publish without a key"
+        if KEY_ATTRIBUTE in message.attributes:
+            raise InvalidAttributes(
+                f"the attribute name {KEY_ATTRIBUTE!r} is reserved: it carries OutboundMessage.key on Pub/Sub"
             )
+    key = message.key
+    if key is not None and type(key) is not str:
+        raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
 
 
 def outbound_size(message: OutboundMessage) -> int:
     """Approximate bytes ``message`` takes in a publish request."""
-    size = len(message.data) + (len(message.key) if message.key else 0)
+    size = len(message.data)
+    if message.key is not None:
+        size += len(message.key) + len(KEY_ATTRIBUTE)
     if message.attributes:
         size += sum(len(k) + len(v) for k, v in message.attributes.items())
     return size
 
 
-def _attributes(attributes: Any, data: bytes) -> Mapping[str, str]:
+def _key_and_attributes(
+    attributes: Any, data: bytes, ordering_key: str
+) -> tuple[str | None, Mapping[str, str]]:
+    """The message's key and its attributes without the reserved ones."""
     if not attributes:
-        return EMPTY_ATTRIBUTES
+        return ordering_key or None, EMPTY_ATTRIBUTES
     out = dict(attributes)
+    key = out.pop(KEY_ATTRIBUTE, None)
     if not data and EMPTY_MARKER in out:
         del out[EMPTY_MARKER]
-        return out or EMPTY_ATTRIBUTES
-    return out
+    return ordering_key or key, out or EMPTY_ATTRIBUTES
 
 
 def from_streamed(sdk: Any, acker: Acker) -> Message:
     """A Message for a streaming-pull delivery (``pubsub_v1.subscriber.message.Message``)."""
     data = sdk.data
+    key, attributes = _key_and_attributes(sdk.attributes, data, sdk.ordering_key)
     return Message(
         sdk.message_id,
         data,
-        sdk.ordering_key or None,
-        _attributes(sdk.attributes, data),
+        key,
+        attributes,
         sdk.publish_time.timestamp(),
         time.time(),
         sdk.delivery_attempt,
@@ -106,14 +133,22 @@ def from_received(received: Any, acker: Acker, now: float) -> Message:
     pb = received.message
     stamp = pb.publish_time
     data = pb.data
+    key, attributes = _key_and_attributes(pb.attributes, data, pb.ordering_key)
     return Message(
         pb.message_id,
         data,
-        pb.ordering_key or None,
-        _attributes(pb.attributes, data),
+        key,
+        attributes,
         stamp.seconds + stamp.nanos / 1e9,
         now,
         received.delivery_attempt or None,
         received,
         acker,
     )
+
+
+def raw_ordering_key(message: Message) -> str:
+    """The ordering key ``message`` (received here) was published with ("" for none)."""
+    raw = message.raw
+    pb = getattr(raw, "message", None)  # a pulled ReceivedMessage; else a streamed SDK message
+    return str((pb if pb is not None else raw).ordering_key)

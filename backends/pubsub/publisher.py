@@ -9,9 +9,10 @@ Flow control is done here, asynchronously (the SDK's blocking flow control would
 event loop): at most ``publish_max_outstanding_messages`` / ``_bytes`` are handed to the client
 and not yet confirmed; publishing beyond waits without blocking the loop.
 
-A message's ``key`` becomes its ordering key, which needs ``message_ordering`` (else
-``ConfigError``). When a publish with an ordering key fails, the SDK pauses that key; the error
-is raised and the key resumed, so a retry by the caller goes through.
+With ``message_ordering`` on, a message's ``key`` becomes its ordering key; otherwise the key
+travels as the ``polybroker-key`` attribute (see :mod:`backends.pubsub.mapping`). When a publish
+with an ordering key fails, the SDK pauses that key; the error is raised and the key resumed, so
+a retry by the caller goes through.
 
 Attributes named ``topic``, ``data``, ``ordering_key``, ``retry`` or ``timeout`` collide with the
 client's keyword arguments; such messages are published with a direct Publish RPC instead of the
@@ -40,6 +41,7 @@ from backends.pubsub.futures import CompletionGroup, post
 from backends.pubsub.mapping import (
     RESERVED_ATTRIBUTE_NAMES,
     check_outbound,
+    ordering_key,
     outbound_size,
     wire_attributes,
 )
@@ -157,7 +159,7 @@ class PubsubTopic:
         """Publish one message; returns once Pub/Sub assigned it a message id."""
         publisher = self._publisher
         publisher._check_open(self.name)
-        check_outbound(message, publisher.ordering)
+        check_outbound(message)
         size = outbound_size(message)
         if size > MAX_MESSAGE_BYTES:
             raise MessageTooLarge(
@@ -186,10 +188,9 @@ class PubsubTopic:
         """
         publisher = self._publisher
         publisher._check_open(self.name)
-        ordering = publisher.ordering
         sizes: list[int] = []
         for message in messages:
-            check_outbound(message, ordering)
+            check_outbound(message)
             size = outbound_size(message)
             if size > MAX_MESSAGE_BYTES:
                 raise MessageTooLarge(
@@ -276,10 +277,14 @@ class PubsubPublisher(AsyncResource):
     def _submit(self, path: str, message: OutboundMessage) -> Any:
         """Hand ``message`` to the client's batcher; its SDK future."""
         data = message.data if type(message.data) is bytes else bytes(message.data)
+        key = message.key
+        ordering = self.ordering
         try:
-            if message.attributes or not data:
-                return self.client.publish(path, data, message.key or "", **wire_attributes(message))
-            return self.client.publish(path, data, message.key or "")
+            if message.attributes or not data or (key is not None and not (ordering and key)):
+                return self.client.publish(
+                    path, data, ordering_key(message, ordering), **wire_attributes(message, ordering)
+                )
+            return self.client.publish(path, data, key or "")
         except Exception as exc:
             raise translate(exc, PublishError, f"publishing to {path}") from exc
 
@@ -380,7 +385,9 @@ class PubsubPublisher(AsyncResource):
             for start in range(0, len(messages), _DIRECT_BATCH):
                 request = [
                     PubsubMessage(
-                        data=bytes(m.data), attributes=dict(wire_attributes(m)), ordering_key=m.key or ""
+                        data=bytes(m.data),
+                        attributes=dict(wire_attributes(m, self.ordering)),
+                        ordering_key=ordering_key(m, self.ordering),
                     )
                     for m in messages[start : start + _DIRECT_BATCH]
                 ]

@@ -27,8 +27,8 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Self
 
 from google.api_core import exceptions as api_exceptions
 from google.pubsub_v1.types import PullResponse
@@ -80,6 +80,25 @@ async def _nack_quietly(messages: list[Message]) -> None:
             break
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a background future's error as seen (whoever awaits it gets it raised)."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def _set_deadlines(settler: PullSettler, seconds: int, messages: list[Message]) -> None:
+    """Set the deadline of ``messages`` (never handed out) to ``seconds``; failures are logged."""
+    try:
+        await asyncio.gather(*(settler._queue(seconds, m.raw.ack_id) for m in messages))
+    except Exception as exc:
+        log.warning("could not set the ack deadline of %d buffered messages: %r", len(messages), exc)
+
+
+def _ordering_key(message: Message) -> str:
+    """The ordering key a pulled message was published with ("" for none)."""
+    return str(message.raw.message.ordering_key)
+
+
 def nack_seconds(delay: float | None) -> int:
     """The ack deadline (whole seconds, 0..600) that redelivers a message after ``delay``."""
     if not delay:
@@ -103,6 +122,8 @@ class PullSettler:
         self._modacks: dict[int, list[tuple[str, asyncio.Future[None]]]] = {}
         self._flushing = False
         self._sends: set[asyncio.Task[None]] = set()
+        #: Called after a message's nack is queued (with the message and the delay).
+        self.on_nack: Callable[[Message, float | None], None] | None = None
 
     def _queue(self, seconds: int | None, ack_id: str) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
@@ -203,7 +224,10 @@ class PullSettler:
 
     async def nack(self, message: Message, delay: float | None) -> None:
         """Redeliver the message now, or after ``delay`` seconds (rounded up, at most 600)."""
-        await self._queue(nack_seconds(delay), message.raw.ack_id)
+        queued = self._queue(nack_seconds(delay), message.raw.ack_id)
+        if self.on_nack is not None:
+            self.on_nack(message, delay)
+        await queued
 
     async def in_progress(self, message: Message) -> None:
         """Extend the message's deadline by the consumer's ack deadline."""
@@ -248,8 +272,12 @@ class _PullConsumer(AsyncResource):
         self._nacks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
         self._closed = False
+        self._opening: asyncio.Future[SubscriptionInfo] | None = None
+        self._ordered = False  # the subscription delivers in order of ordering keys
+        self._renewal: asyncio.TimerHandle | None = None
         #: The Acker of every message this consumer hands out.
         self.settler = PullSettler(clients, self._subscription_info, lambda: self._lease)
+        self.settler.on_nack = self._nacked
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.topic}/{self.subscription}>"
@@ -263,8 +291,34 @@ class _PullConsumer(AsyncResource):
         if self._closed:
             raise ClosedError(f"the Pub/Sub consumer of {self.topic}/{self.subscription} is closed")
 
+    def start_opening(self) -> None:
+        """Begin :meth:`open` in the background (when a loop runs): the subscription is created soon
+        after the consumer object, not only when it is entered or first pulled from."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = self._opening = loop.create_task(self._open())
+        task.add_done_callback(_retrieve)
+
+    async def __aenter__(self) -> Self:
+        """Entering makes the subscription exist: what is published from then on is delivered here."""
+        await self.open()
+        return self
+
     async def open(self) -> SubscriptionInfo:
-        """Look up (or create) the subscription; done by the first pull when not called."""
+        """Look up (or create) the subscription; done on entering, or by the first pull."""
+        self._check_open()
+        if self._info is not None:
+            return self._info
+        task = self._opening
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            # no attempt yet, or it failed: try (again), so the error is this caller's
+            task = self._opening = asyncio.ensure_future(self._open())
+            task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _open(self) -> SubscriptionInfo:
         if self._info is None:
             info = await self._admin.ensure_subscription(self.topic, self.subscription, self.options)
             if self._explicit_deadline and info.ack_deadline != self.options.lease_seconds:
@@ -272,6 +326,7 @@ class _PullConsumer(AsyncResource):
             else:
                 self._lease = info.ack_deadline
                 self._idle_release = min(_IDLE_RELEASE, self._lease / 2)
+            self._ordered = info.message_ordering
             self._info = info
         return self._info
 
@@ -329,16 +384,68 @@ class _PullConsumer(AsyncResource):
             self._arm_release()
 
     def _arm_release(self) -> None:
-        if self._buffer and self._waiting == 0 and self._release is None and not self._closed:
-            self._release = asyncio.get_running_loop().call_later(self._idle_release, self._release_buffer)
+        if not self._buffer or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        keyed = self._ordered and any(_ordering_key(m) for _, m in self._buffer)
+        if keyed and self._renewal is None:
+            # Releasing a message with an ordering key would break its key's order (it comes
+            # back after later ones): such messages are kept leased until handed out or closed.
+            self._renewal = loop.call_later(max(1.0, self._lease / 3), self._renew_buffer)
+        if self._waiting == 0 and self._release is None:
+            if not keyed or any(not _ordering_key(m) for _, m in self._buffer):
+                self._release = loop.call_later(self._idle_release, self._release_buffer)
+
+    def _renew_buffer(self) -> None:
+        """Extend the deadline of the buffered messages with an ordering key (ordering subscriptions)."""
+        self._renewal = None
+        if self._closed or not self._buffer:
+            return
+        now = time.monotonic()
+        renewed: list[Message] = []
+        buffer: deque[tuple[float, Message]] = deque()
+        for pulled_at, message in self._buffer:
+            if _ordering_key(message):
+                renewed.append(message)
+                buffer.append((now, message))
+            else:
+                buffer.append((pulled_at, message))
+        self._buffer = buffer
+        if renewed:
+            self._background(_set_deadlines(self.settler, self._lease, renewed))
+        self._arm_release()
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task that ``close()`` waits for."""
+        task = asyncio.ensure_future(work)
+        self._nacks.add(task)
+        task.add_done_callback(self._nacks.discard)
+
+    def _nacked(self, message: Message, delay: float | None) -> None:
+        """``message`` was nacked: on an ordering subscription, give back the buffered later
+        messages of its key too, so none of them is handed out before it comes back."""
+        key = _ordering_key(message)
+        if not self._ordered or not key or not self._buffer:
+            return
+        later = [m for _, m in self._buffer if _ordering_key(m) == key]
+        if not later:
+            return
+        self._buffer = deque(item for item in self._buffer if _ordering_key(item[1]) != key)
+        self._background(_set_deadlines(self.settler, nack_seconds(delay), later))
 
     def _release_buffer(self) -> None:
         """Nobody asked for the buffered messages for a while: nack them, so others get them."""
         self._release = None
         if self._waiting or not self._buffer:
             return
-        leftovers = [m for _, m in self._buffer]
-        self._buffer.clear()
+        if self._ordered:  # messages with an ordering key stay (see _arm_release)
+            leftovers = [m for _, m in self._buffer if not _ordering_key(m)]
+            self._buffer = deque(item for item in self._buffer if _ordering_key(item[1]))
+        else:
+            leftovers = [m for _, m in self._buffer]
+            self._buffer.clear()
+        if not leftovers:
+            return
         log.debug("releasing %d unclaimed messages of %s", len(leftovers), self.subscription)
         task = asyncio.ensure_future(_nack_quietly(leftovers))
         self._nacks.add(task)
@@ -398,6 +505,9 @@ class _PullConsumer(AsyncResource):
         if self._release is not None:
             self._release.cancel()
             self._release = None
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
         if self._closing is not None and not self._closing.done():
             self._closing.set_result(None)  # wakes the callers waiting for a pull
         task, self._pull = self._pull, None

@@ -27,7 +27,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Self
 
 from google.cloud.pubsub_v1 import types as sdk_types  # type: ignore[import-untyped]
 from google.cloud.pubsub_v1.subscriber.scheduler import Scheduler  # type: ignore[import-untyped]
@@ -307,6 +307,17 @@ class PubsubReceiver(AsyncResource):
         self._running = 0
         self._closed = False
 
+    async def __aenter__(self) -> Self:
+        """Entering makes the subscription exist: what is published from then on is delivered here."""
+        await self.open()
+        return self
+
+    async def open(self) -> SubscriptionInfo:
+        """Look up (or create) the subscription; done on entering, or by ``receive()``."""
+        if self._closed:
+            raise ClosedError(f"the receiver of {self.topic}/{self.subscription} is closed")
+        return await self._admin.ensure_subscription(self.topic, self.subscription, self.options)
+
     def __repr__(self) -> str:
         return f"<PubsubReceiver {self.topic}/{self.subscription} concurrency={self.concurrency}>"
 
@@ -335,7 +346,7 @@ class PubsubReceiver(AsyncResource):
         if self._stop is None:
             self._stop = asyncio.Event()
         stop = self._stop
-        info = await self._admin.ensure_subscription(self.topic, self.subscription, self.options)
+        info = await self.open()
         run = _Run(
             handler, StreamSettler(self._clients, info), self.concurrency, batch_size, self.batch_timeout
         )

@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from broker.errors import ConfigError
+from broker.errors import ConfigError, NotSupported
 from broker.settings import secret
 
 __all__ = [
+    "DEFAULT_DELIVERY_ATTEMPTS",
     "MAX_ACK_DEADLINE",
     "MAX_MESSAGE_BYTES",
     "MIN_ACK_DEADLINE",
@@ -32,6 +33,7 @@ MAX_ACK_DEADLINE = 600
 #: Pub/Sub's bounds on a dead-letter policy's ``max_delivery_attempts``.
 MIN_DELIVERY_ATTEMPTS = 5
 MAX_DELIVERY_ATTEMPTS = 100
+DEFAULT_DELIVERY_ATTEMPTS = 5
 #: The largest message Pub/Sub accepts (data plus attributes and ordering key).
 MAX_MESSAGE_BYTES = 10_000_000
 
@@ -54,6 +56,18 @@ def _check_attempts(value: int) -> None:
         )
 
 
+def _check_start(value: str | None) -> None:
+    if value is None or value == "latest":
+        return
+    if value == "earliest":
+        raise NotSupported(
+            "start='earliest' is not supported on Pub/Sub: a subscription receives only what is "
+            "published after it was created (start='latest'); create it up front with "
+            "ensure_subscription() to keep what is published before the first consumer"
+        )
+    raise ConfigError(f"start must be 'earliest' or 'latest', got {value!r}")
+
+
 def _positive(**values: float) -> None:
     for name, value in values.items():
         if value <= 0:
@@ -74,21 +88,55 @@ class ConsumerOptions:
     ack_deadline: float = 10.0
     #: Topic that messages go to after ``max_delivery_attempts`` deliveries (None: no policy).
     dead_letter_topic: str | None = None
-    #: Deliveries before a message is dead-lettered (5..100, Pub/Sub's limits).
-    max_delivery_attempts: int = 5
+    #: Deliveries before a message is dead-lettered (5..100, Pub/Sub's limits; default 5).
+    max_delivery_attempts: int | None = None
     #: Whether a new subscription delivers messages with the same ordering key in order.
     message_ordering: bool = False
     #: Messages one pull of an iterator takes at most (they wait in the iterator with their
     #: deadline running, so keep it small for slow consumers).
     pull_max_messages: int = 10
+    #: Portable name of ``max_delivery_attempts``; needs ``dead_letter_topic`` (Pub/Sub counts
+    #: deliveries only towards a dead-letter topic).
+    max_attempts: int | None = None
+    #: Portable name of ``pull_max_messages`` (``messages()``; ``batched_messages()`` takes its own).
+    batch_size: int | None = None
+    #: Portable: where a new subscription starts. Only ``"latest"``: a Pub/Sub subscription gets
+    #: what is published after it was created; ``"earliest"`` raises ``NotSupported``.
+    start: str | None = None
 
     def __post_init__(self) -> None:
         _check_ack_deadline(self.ack_deadline)
-        _check_attempts(self.max_delivery_attempts)
+        attempts = self.max_delivery_attempts
+        if self.max_attempts is not None:
+            if attempts is not None and attempts != self.max_attempts:
+                raise ConfigError(
+                    f"max_attempts={self.max_attempts} and max_delivery_attempts={attempts} disagree "
+                    "(max_attempts is the portable name of max_delivery_attempts: give one)"
+                )
+            if self.dead_letter_topic is None:
+                raise ConfigError(
+                    f"max_attempts={self.max_attempts} needs a dead_letter_topic on Pub/Sub: it counts "
+                    "deliveries only on subscriptions with a dead-letter policy, and forwards there"
+                )
+            attempts = self.max_attempts
+        if attempts is None:
+            attempts = DEFAULT_DELIVERY_ATTEMPTS
+        _check_attempts(attempts)
+        object.__setattr__(self, "max_delivery_attempts", attempts)
+        if self.batch_size is not None:
+            if self.batch_size < 1:
+                raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+            object.__setattr__(self, "pull_max_messages", self.batch_size)
         if self.pull_max_messages < 1:
             raise ConfigError(f"pull_max_messages must be >= 1, got {self.pull_max_messages}")
         if self.dead_letter_topic is not None and not self.dead_letter_topic:
             raise ConfigError("dead_letter_topic must be a topic name or None")
+        _check_start(self.start)
+
+    @property
+    def attempts(self) -> int:
+        """Deliveries before a message is dead-lettered (the resolved ``max_delivery_attempts``)."""
+        return self.max_delivery_attempts or DEFAULT_DELIVERY_ATTEMPTS
 
     @property
     def lease_seconds(self) -> int:
@@ -128,7 +176,9 @@ class PubsubSettings:
     #: Dead-letter topic of the subscriptions this backend creates (None: no dead-letter policy).
     dead_letter_topic: str | None = None
     #: Deliveries before a message goes to ``dead_letter_topic`` (5..100).
-    max_delivery_attempts: int = 5
+    max_delivery_attempts: int = DEFAULT_DELIVERY_ATTEMPTS
+    #: Portable name of ``max_delivery_attempts`` (needs ``dead_letter_topic``).
+    max_attempts: int | None = None
     #: Messages one pull of an iterator takes at most.
     pull_max_messages: int = 10
     #: Longest single pull RPC of an iterator, in seconds (an idle pull is simply renewed).
@@ -170,6 +220,17 @@ class PubsubSettings:
             raise ConfigError(f"emulator_host must be host:port, got {self.emulator_host!r}")
         _check_ack_deadline(self.ack_deadline)
         _check_attempts(self.max_delivery_attempts)
+        if self.max_attempts is not None:
+            ConsumerOptions(
+                ack_deadline=self.ack_deadline,
+                dead_letter_topic=self.dead_letter_topic,
+                max_attempts=self.max_attempts,
+                max_delivery_attempts=(
+                    None
+                    if self.max_delivery_attempts == DEFAULT_DELIVERY_ATTEMPTS
+                    else self.max_delivery_attempts
+                ),
+            )
         _positive(
             pull_timeout=self.pull_timeout,
             publish_delay_threshold=self.publish_delay_threshold,
@@ -192,7 +253,9 @@ class PubsubSettings:
         return {
             "ack_deadline": self.ack_deadline,
             "dead_letter_topic": self.dead_letter_topic,
-            "max_delivery_attempts": self.max_delivery_attempts,
+            "max_delivery_attempts": (
+                self.max_attempts if self.max_attempts is not None else self.max_delivery_attempts
+            ),
             "message_ordering": self.message_ordering,
             "pull_max_messages": self.pull_max_messages,
         }

@@ -108,14 +108,6 @@ def test_missing_emulator_fails_naming_the_debian_package(monkeypatch: pytest.Mo
 
 
 # -- publishing ------------------------------------------------------------------------------
-async def test_key_without_ordering_is_an_error_not_a_silent_drop(backend: PubsubBackend) -> None:
-    topic = backend.publisher().topic(name("topic"))
-    with pytest.raises(ConfigError, match="message_ordering"):
-        await topic.publish(OutboundMessage(b"x", key="k"))
-    with pytest.raises(ConfigError, match="message_ordering"):
-        await topic.batch_publish(OutboundMessage(b"ok"), OutboundMessage(b"x", key="k"))
-
-
 async def test_publish_errors(pubsub_emulator: ProcessServer, backend: PubsubBackend) -> None:
     topic = backend.publisher().topic(name("topic"))
     with pytest.raises(MessageTooLarge):
