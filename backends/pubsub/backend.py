@@ -18,7 +18,6 @@ after a number of attempts needs ``dead_letter_topic``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from backends.pubsub.admin import Admin, SubscriptionInfo
@@ -32,22 +31,17 @@ from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.settings import build_settings, describe
 
-__all__ = ["RETAINS_BEFORE_SUBSCRIBE", "PubsubBackend", "capabilities_for"]
+__all__ = ["BACKLOG_FOR_NEW_SUBSCRIPTIONS", "PubsubBackend", "capabilities_for"]
 
 #: Whether a new subscription receives messages published before it existed: no. Pub/Sub
 #: delivers to a subscription only what is published after it was created (a topic with no
-#: subscription drops what it gets). Proposed as ``Capabilities.retains_before_subscribe``;
-#: set there as soon as the core has that flag.
-RETAINS_BEFORE_SUBSCRIBE = False
+#: subscription drops what it gets). ``Capabilities.backlog_for_new_subscriptions``.
+BACKLOG_FOR_NEW_SUBSCRIPTIONS = False
 
 
 def capabilities_for(settings: PubsubSettings) -> Capabilities:
     """What a backend with ``settings`` supports."""
-    extra: dict[str, Any] = {}
-    if "retains_before_subscribe" in {f.name for f in dataclasses.fields(Capabilities)}:
-        extra["retains_before_subscribe"] = RETAINS_BEFORE_SUBSCRIBE
     return Capabilities(
-        **extra,
         persistent=True,
         per_key_order=settings.message_ordering,
         messages=True,
@@ -61,6 +55,7 @@ def capabilities_for(settings: PubsubSettings) -> Capabilities:
         competing_consumers=True,
         transactions=False,
         replay=False,
+        backlog_for_new_subscriptions=BACKLOG_FOR_NEW_SUBSCRIPTIONS,
         max_message_bytes=MAX_MESSAGE_BYTES,
     )
 

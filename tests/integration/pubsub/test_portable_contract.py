@@ -27,7 +27,7 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransp
 from google.pubsub_v1.types import PubsubMessage
 
 import broker
-from backends.pubsub.backend import RETAINS_BEFORE_SUBSCRIBE, PubsubBackend
+from backends.pubsub.backend import BACKLOG_FOR_NEW_SUBSCRIPTIONS, PubsubBackend
 from backends.pubsub.mapping import KEY_ATTRIBUTE
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError, InvalidAttributes, NotSupported, UnknownSetting, UnknownTopic
@@ -106,9 +106,8 @@ async def subscription_exists(backend: PubsubBackend, subscription: str) -> bool
 
 # -- finding 4: lifecycle orders -------------------------------------------------------------
 async def test_capability_publish_before_subscribe_is_not_retained(backend: PubsubBackend) -> None:
-    assert RETAINS_BEFORE_SUBSCRIBE is False
-    flag = getattr(backend.capabilities, "retains_before_subscribe", None)
-    assert flag in (None, False)  # the core flag, once it exists, says the same
+    assert BACKLOG_FOR_NEW_SUBSCRIPTIONS is False
+    assert backend.capabilities.backlog_for_new_subscriptions is False
 
 
 async def test_messages_entered_before_the_topic_exists_gets_what_is_published_next(
