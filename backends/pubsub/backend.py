@@ -26,7 +26,9 @@ from backends.pubsub.publisher import PubsubPublisher
 from backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
 from backends.pubsub.receiver import PubsubReceiver
 from backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
+from broker.adapt.receivers import NackDelay
 from broker.backend import BackendBase
+from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.settings import build_settings, describe
@@ -160,7 +162,13 @@ class PubsubBackend(BackendBase):
         return iterator
 
     def receiver(
-        self, topic: str, subscription: str, *, concurrency: int | None = None, **options: Any
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        concurrency: int | None = None,
+        nack_delay: NackDelay = DEFAULT_BACKOFF,
+        **options: Any,
     ) -> PubsubReceiver:
         """Streaming pull calling a handler, ``concurrency`` at a time (default ``receive_concurrency``).
 
@@ -177,6 +185,7 @@ class PubsubBackend(BackendBase):
             subscription,
             opts,
             concurrency or self.settings.receive_concurrency,
+            nack_delay=nack_delay,
         )
         return self._track(receiver)  # type: ignore[no-any-return]
 

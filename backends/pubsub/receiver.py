@@ -40,6 +40,8 @@ from backends.pubsub.futures import post
 from backends.pubsub.mapping import from_streamed
 from backends.pubsub.pull import PullSettler, nack_seconds
 from backends.pubsub.settings import MAX_ACK_DEADLINE, MIN_ACK_DEADLINE, ConsumerOptions, PubsubSettings
+from broker.adapt.receivers import NackDelay
+from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.errors import ClosedError, ReceiveError
 from broker.interfaces import BatchHandler, Handler
 from broker.message import Message
@@ -173,9 +175,12 @@ class _Run:
         concurrency: int,
         batch_size: int | None,
         batch_timeout: float,
+        nack_delay: NackDelay = DEFAULT_BACKOFF,
     ) -> None:
         self._handler = handler
         self._settler = settler
+        self._nack_delay = nack_delay
+        self._failures = FailureCounter()
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._batch_timeout = batch_timeout
@@ -219,6 +224,13 @@ class _Run:
         self._partial = True
         self._spawn()
 
+    def _retry_delay(self, message: Message) -> float | None:
+        """The nack delay for a message whose handler failed (a backoff by attempt by default)."""
+        delay = self._nack_delay
+        if isinstance(delay, Backoff):
+            return delay.delay(self._failures.attempt(message))
+        return delay
+
     def _next_unit(self) -> list[Message]:
         settler = self._settler
         ready = self._ready
@@ -240,7 +252,7 @@ class _Run:
                 for message in unit:
                     if not message.settled:
                         with contextlib.suppress(Exception):
-                            await message.nack()
+                            await message.nack(self._retry_delay(message))
             del self._held[task]
         if not self._stopping and self._ready:
             self._loop.call_soon(self._spawn)
@@ -288,6 +300,7 @@ class PubsubReceiver(AsyncResource):
         *,
         batch_size: int = 100,
         batch_timeout: float = 1.0,
+        nack_delay: NackDelay = DEFAULT_BACKOFF,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -302,6 +315,7 @@ class PubsubReceiver(AsyncResource):
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
+        self.nack_delay = nack_delay
         self._stop: asyncio.Event | None = None
         self._idle = asyncio.Event()
         self._running = 0
@@ -348,7 +362,12 @@ class PubsubReceiver(AsyncResource):
         stop = self._stop
         info = await self.open()
         run = _Run(
-            handler, StreamSettler(self._clients, info), self.concurrency, batch_size, self.batch_timeout
+            handler,
+            StreamSettler(self._clients, info),
+            self.concurrency,
+            batch_size,
+            self.batch_timeout,
+            self.nack_delay,
         )
         scheduler = LoopScheduler(loop, run.deliver)
         ended: asyncio.Future[BaseException | None] = loop.create_future()

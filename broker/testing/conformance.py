@@ -288,12 +288,12 @@ class ConformanceSuite(LifecycleSuite):
         deadline = harness.short_ack_deadline
         topic, (sub,) = await _open(harness)
         count = 30
-        await (
-            harness.backend.publisher()
-            .topic(topic)
-            .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
-        )
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            await (
+                harness.backend.publisher()
+                .topic(topic)
+                .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+            )
             handled = await collect(consumer, 10, harness.patience)
             await collect(consumer, 1, harness.patience, ack=False)  # taken, never acked: the "crash"
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
