@@ -1,8 +1,7 @@
 """The conformance suite on the Pub/Sub backend, against Google's emulator.
 
-Pub/Sub's shortest ack deadline is 10 s, so the deadline tests take 10-45 s each. Every
-subscription is created before anything is published (Pub/Sub delivers to a subscription
-only what was published after it existed), with the suite's ack deadline.
+Pub/Sub's shortest ack deadline is 10 s, so the deadline tests take 10-45 s each. The harness
+is the base one: topics and subscriptions are created by the backend when a consumer is entered.
 
 Two configurations run:
 
@@ -17,12 +16,11 @@ Two configurations run:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 import broker
-from backends.pubsub.backend import PubsubBackend
 from broker.devserver import ProcessServer
 from broker.testing import ConformanceSuite, Harness
 from tests.integration.pubsub.conftest import shared_emulator, stop_shared_emulator
@@ -42,23 +40,12 @@ def emulator() -> Iterator[ProcessServer]:
     stop_shared_emulator()
 
 
-class PubsubHarness(Harness):
-    """Creates topics and subscriptions up front, with the short ack deadline."""
-
-    async def prepare(self, topic: str, subscriptions: Sequence[str] = ()) -> None:
-        backend = self.backend
-        assert isinstance(backend, PubsubBackend)
-        await backend.ensure_topic(topic)
-        for subscription in subscriptions:
-            await backend.ensure_subscription(topic, subscription, ack_deadline=self.short_ack_deadline)
-
-
 class TestPubsubConformance(ConformanceSuite):
     @pytest.fixture
     async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
         url = f"{emulator.url}&message_ordering=true&dead_letter_topic=conformance-dead-letters"
         async with broker.connect(url) as backend:
-            yield PubsubHarness(
+            yield Harness(
                 backend, url=url, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS
             )
 
@@ -81,7 +68,7 @@ class TestPubsubUnorderedConformance:
     @pytest.fixture
     async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
         async with broker.connect(emulator.url) as backend:
-            yield PubsubHarness(
+            yield Harness(
                 backend, url=emulator.url, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS
             )
 
