@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from backends.inmem.settings import InmemSettings
@@ -16,6 +17,22 @@ class InmemFactory:
 
     extra = ""
     settings_type = InmemSettings
+    #: The native mechanism behind each capability (the README's capability matrix).
+    mechanisms: Mapping[str, str] = {
+        "per_key_order": "key → partition",
+        "messages": "subscription cursor",
+        "records": "consumer group",
+        "nack_redelivers": "requeue",
+        "delayed_nack": "delay heap",
+        "ack_deadline": "lease deadline",
+        "in_progress": "lease renewal",
+        "delivery_attempt": "counted",
+        "dead_letter": "dead_letter_topic",
+        "competing_consumers": "shared subscription",
+        "transactions": "buffered commit",
+        "replay": "seek",
+        "backlog_for_new_subscriptions": "topic keeps all",
+    }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """``inmem://NAME`` names the broker (``inmem://`` is ``default``)."""

@@ -6,6 +6,7 @@ This module imports no SDK: :meth:`PubsubFactory.open` imports google-cloud-pubs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from backends.pubsub.settings import PubsubSettings
@@ -22,6 +23,19 @@ class PubsubFactory:
 
     extra = "pubsub"
     settings_type = PubsubSettings
+    #: The native mechanism behind each capability (the README's capability matrix).
+    mechanisms: Mapping[str, str] = {
+        "persistent": "retained by the service",
+        "per_key_order": "ordering keys",
+        "messages": "unary pull",
+        "nack_redelivers": "modack 0",
+        "delayed_nack": "modack to the delay",
+        "ack_deadline": "ack deadline (10-600 s)",
+        "in_progress": "modack",
+        "delivery_attempt": "with a dead-letter policy",
+        "dead_letter": "dead-letter policy",
+        "competing_consumers": "one subscription",
+    }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """``pubsub://PROJECT`` names the Google Cloud project."""
