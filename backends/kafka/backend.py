@@ -76,6 +76,29 @@ class KafkaBackend(BackendBase):
             )
         return self._admin
 
+    async def close(self) -> None:
+        """Close in order: queue consumers and trackers first (their last markers still go out),
+        then everything else (publishers, record consumers, the logs they wrote through), then the
+        admin connection. Idempotent."""
+        if self._closed:
+            return
+        queue_parts = [r for r in self._resources if isinstance(r, QueueMessageIterator | RedeliveryTracker)]
+        # One after the other: members of one group leaving at once catch each other mid-rebalance
+        # (see GroupCore._before_leave); each waits for its rejoin and then leaves cleanly.
+        results: list[BaseException | None] = []
+        for part in queue_parts:
+            try:
+                await part.close()
+                results.append(None)
+            except Exception as exc:
+                results.append(exc)
+        closed = {id(r) for r in queue_parts}
+        self._resources = [r for r in self._resources if id(r) not in closed]
+        await super().close()
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+
     async def _close_connection(self) -> None:
         if self._admin is not None:
             await self._admin.close()

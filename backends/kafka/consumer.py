@@ -315,6 +315,9 @@ class _CoreBase(abc.ABC):
         self.thread.post(self.consumer.resume, [self._sdk_tp(tp) for tp in tps])
 
     # -- closing ---------------------------------------------------------------------------------
+    async def _before_leave(self) -> None:
+        """Hook: settle what must be settled before the SDK consumer closes (no time bound here)."""
+
     async def _before_close(self) -> None:
         """Hook: the last commits."""
 
@@ -331,6 +334,10 @@ class _CoreBase(abc.ABC):
         self.closing = True
         self._loop = asyncio.get_running_loop()
         await asyncio.sleep(0)  # let acks already scheduled reach the commit queue
+        try:
+            await self._before_leave()
+        except Exception as exc:
+            log.warning("%s: waiting for the group join before leaving failed: %r", self.name, exc)
         try:
             async with asyncio.timeout(self.close_timeout):
                 job = self._inflight
@@ -378,6 +385,9 @@ class GroupCore(_CoreBase):
         self._pending_commits: dict[TP, int] = {}
         self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
         self._commit_task: asyncio.Task[None] | None = None
+        #: True once the group assigned this member (possibly nothing): its join is complete.
+        self.joined = False
+        self.session_timeout = float(config.get("session.timeout.ms", 45000)) / 1000
         self.thread.post(
             self.consumer.subscribe,
             list(self.topics),
@@ -413,6 +423,7 @@ class GroupCore(_CoreBase):
                 self._error = exc
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.joined = True
         tps = [(p.topic, p.partition) for p in partitions]
         self._call_loop(self._assigned_async(tps))
         seeks, self._pending_seeks = self._pending_seeks, {}
@@ -427,9 +438,13 @@ class GroupCore(_CoreBase):
                 consumer.assign(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        if not self.closing:
+            self.joined = False  # a rebalance: this member rejoins until it is assigned again
         self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=False))
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        if not self.closing:
+            self.joined = False
         self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=True))
 
     async def _assigned_async(self, tps: list[TP]) -> None:
@@ -550,6 +565,38 @@ class GroupCore(_CoreBase):
     async def group_metadata(self) -> Any:
         """The SDK's consumer group metadata (for ``send_offsets`` in a transaction)."""
         return await self.thread.submit(self.consumer.consumer_group_metadata)
+
+    def _topics_exist(self) -> bool:
+        """True when a subscribed topic exists (then librdkafka is joining the group for it)."""
+        metadata = self.consumer.list_topics(timeout=2.0)
+        return any(
+            name in metadata.topics and metadata.topics[name].error is None for name in self.topics
+        )
+
+    def _serve_join(self) -> None:
+        self.consumer.consume(1, POLL_SLICE)  # serves the rebalance callbacks; records are dropped
+
+    async def _before_leave(self) -> None:
+        """Let a join in flight finish before leaving the group.
+
+        Closed while its JoinGroup is in flight, librdkafka queues the LeaveGroup behind it and
+        times it out: some brokers (Tansu) then keep the departed member in the group and every
+        later member of that group waits for it, for minutes (a subscription reopened after such
+        a close received nothing). So a member that has not been assigned yet, of a topic that
+        exists, keeps serving the join (up to its session timeout, which bounds the join on
+        those brokers) and then leaves properly. Records fetched meanwhile are not handed out or
+        committed: the group reads them again.
+        """
+        if self.joined or self.closed:
+            return
+        if not await self.thread.submit(self._topics_exist):
+            return  # no topic, no join: librdkafka waits for the metadata and leaves cleanly
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(self.close_timeout, self.session_timeout)
+        while not self.joined and loop.time() < deadline:
+            await self.thread.submit(self._serve_join)
+        if not self.joined:
+            log.warning("%s: closing with the group join still in flight", self.name)
 
     async def _before_close(self) -> None:
         await self._drain_commits()

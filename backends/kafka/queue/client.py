@@ -28,6 +28,37 @@ __all__ = ["MqClient"]
 log = logging.getLogger("backends.kafka.queue")
 
 
+#: The shortest group session timeout a Kafka broker accepts by default (group.min.session.timeout.ms).
+MIN_SESSION_TIMEOUT = 6.0
+#: The longest group session of queue consumers and trackers (Kafka's default before 3.0).
+MAX_SESSION_TIMEOUT = 10.0
+
+
+def group_options(log_port: Log, config: QueueConfig, *, fetch_min_bytes: int = 1) -> dict[str, Any]:
+    """Group-member options of queue consumers and trackers on Kafka (nothing on other logs).
+
+    * The session timeout follows the redelivery timeout, within 6 s (the broker's minimum) and
+      10 s, and never above the connection's ``session_timeout``: a crashed member's partitions
+      move to the others within it, so its unread messages are read again within about twice
+      the redelivery timeout, not after the connection's 45 s default (heartbeats come from
+      librdkafka's own thread, so a slow handler never misses one).
+    * ``fetch_min_bytes=1``: a fetch returns as soon as anything is there (a queue is about
+      latency; under load the fetches are full anyway).
+    """
+    from backends.kafka.log import KafkaLog
+
+    if not isinstance(log_port, KafkaLog):
+        return {}
+    settings = log_port.settings
+    wanted = min(max(config.redelivery_timeout, MIN_SESSION_TIMEOUT), MAX_SESSION_TIMEOUT)
+    session = min(settings.session_timeout, wanted)
+    return {
+        "session_timeout": session,
+        "heartbeat_interval": min(settings.heartbeat_interval, session / 3),
+        "fetch_min_bytes": fetch_min_bytes,
+    }
+
+
 class MqClient:
     """One queue consumer's connection to the queue topic and the markers topic."""
 
@@ -59,7 +90,12 @@ class MqClient:
 
     def _ensure_consumer(self) -> LogConsumer:
         if self._consumer is None:
-            self._consumer = self._log.consumer(self.group, [self.config.message_topic], start="earliest")
+            self._consumer = self._log.consumer(
+                self.group,
+                [self.config.message_topic],
+                start="earliest",
+                **group_options(self._log, self.config),
+            )
             self.source = source_for(
                 self._consumer, self.queue_id, self.mode, raw=self.config.marker_format == "batched"
             )

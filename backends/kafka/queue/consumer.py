@@ -304,7 +304,11 @@ class Consumer(AsyncResource):
         raws, self._ending = self._ending, []
         source = self.client.source
         if raws and source is not None:
-            self._track(self.client.processed_ranges(source.ranges(raws)))
+            try:
+                self._track(self.client.processed_ranges(source.ranges(raws)))
+            except Exception as exc:  # the log closed under a late ack: a duplicate, never a loss
+                self.metrics.count("marker_errors")
+                log.warning("writing END markers failed (the messages may be redelivered): %r", exc)
 
     def _settled(self, count: int) -> None:
         self._in_flight -= count

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
 from backends.kafka.queue.client import MqClient
 from backends.kafka.queue.config import QueueConfig
@@ -10,7 +10,7 @@ from backends.kafka.queue.consumer import Consumer
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import Producer
 from backends.kafka.queue.tracker import RedeliveryTracker
-from broker.errors import ClosedError, Timeout
+from broker.errors import ClosedError, ReceiveError, Timeout
 from broker.log import Log
 from broker.message import Message
 from broker.resources import BatchedMessageIteration, MessageIteration
@@ -52,23 +52,64 @@ class QueueService:
 
 
 class QueueMessageIterator(MessageIteration):
-    """A MessageIterator over a queue consumer; optionally runs an embedded redelivery tracker."""
+    """A MessageIterator over a queue consumer; optionally runs an embedded redelivery tracker.
+
+    The consumer and the tracker start when the iterator is entered (``async with``) or on the
+    first ``next_message``. A failing embedded tracker is restarted with backoff (see
+    :mod:`backends.kafka.queue.tracker`); while it fails, :attr:`tracker_error` holds its error,
+    and once it failed ``tracker_failures_to_raise`` times in a row, the next ``next_message``
+    raises :class:`~broker.errors.ReceiveError` (once per streak; the tracker keeps restarting
+    and the iterator stays usable).
+    """
+
+    #: Consecutive tracker failures after which ``next_message`` raises once.
+    tracker_failures_to_raise = 3
 
     def __init__(self, consumer: Consumer, tracker: RedeliveryTracker | None = None) -> None:
         self.consumer = consumer
         self.tracker = tracker
         self._closed = False
+        self._raised_streak = 0
+
+    @property
+    def tracker_error(self) -> BaseException | None:
+        """The error of the embedded tracker's last failed run (None while it runs healthy)."""
+        return self.tracker.last_error if self.tracker is not None else None
 
     def _start(self) -> None:
         if self.tracker is not None:
             self.tracker.start()
         self.consumer.start()
 
+    async def __aenter__(self) -> Self:
+        if self._closed:
+            raise ClosedError("the queue iterator is closed")
+        self._start()  # the group member joins now: what is published from here on is delivered
+        return self
+
+    def _check_tracker(self) -> None:
+        tracker = self.tracker
+        if tracker is None:
+            return
+        streak = tracker.failure_streak
+        if streak < self.tracker_failures_to_raise:
+            self._raised_streak = 0
+            return
+        if self._raised_streak:
+            return
+        self._raised_streak = streak
+        error = tracker.last_error
+        raise ReceiveError(
+            f"the embedded redelivery tracker failed {streak} times in a row (it keeps restarting; "
+            f"nacked and expired messages are not redelivered meanwhile): {error!r}"
+        ) from error
+
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message (``Timeout`` after ``timeout`` seconds)."""
         if self._closed:
             raise ClosedError("the queue iterator is closed")
         self._start()
+        self._check_tracker()
         return await self.consumer.receive(timeout)
 
     async def close(self) -> None:
@@ -76,9 +117,11 @@ class QueueMessageIterator(MessageIteration):
         if self._closed:
             return
         self._closed = True
-        await self.consumer.close()
-        if self.tracker is not None:
-            await self.tracker.close()
+        try:
+            await self.consumer.close()
+        finally:
+            if self.tracker is not None:
+                await self.tracker.close()
 
 
 class QueueBatchedMessageIterator(QueueMessageIterator, BatchedMessageIteration):

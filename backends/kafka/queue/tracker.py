@@ -11,6 +11,12 @@ saw at assignment (no spurious redeliveries while replaying).
 A redelivery writes the payload back to the queue topic (with the next delivery attempt, the
 first copy's id, and the queue it is for), then END for the old copy — each message with its own
 exponential backoff. After ``max_deliveries`` the message goes to the dead-letter topic instead.
+
+A tracker started with :meth:`RedeliveryTracker.start` is supervised: when its loop fails, the
+error is logged at ERROR, counted (``tracker_failures`` in :class:`QueueMetrics`), kept in
+:attr:`RedeliveryTracker.last_error`, and the loop is restarted after a bounded exponential
+backoff (``restart_backoff`` seconds, doubling up to ``max_restart_backoff``). ``last_error``
+is cleared once a restarted loop polls again. ``failure_streak`` counts failures since then.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Self
 
+from backends.kafka.queue.client import group_options
 from backends.kafka.queue.config import (
     HEADER_ATTEMPT,
     HEADER_ORIGINAL_ID,
@@ -35,7 +42,7 @@ from backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MarkerProducer, MessageSender
 from backends.kafka.queue.reader import QueueTopicReader
-from broker.errors import ClosedError, DecodeError
+from broker.errors import ClosedError, ConfigError, DecodeError, UnknownTopic
 from broker.log import Log, LogConsumer, TopicPartition
 from broker.message import Record
 from broker.resources import AsyncResource
@@ -132,13 +139,22 @@ class RedeliveryTracker(AsyncResource):
         self._closed = False
         #: Seconds a closing tracker gives its redeliveries in flight to write their END.
         self.shutdown_grace = 5.0
+        #: The error that ended the loop last (None while it runs healthy).
+        self.last_error: BaseException | None = None
+        #: Loop failures since the loop last polled successfully.
+        self.failure_streak = 0
+        #: First delay before a failed loop is restarted, doubled per failure up to the maximum.
+        self.restart_backoff = 0.1
+        self.max_restart_backoff = 10.0
+        #: Called with the error each time the loop fails (after logging and counting it).
+        self.on_failure: Callable[[BaseException], None] | None = None
 
     # -- rebalance listener ---------------------------------------------------------------
     async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
         """Start tracking ``partitions``; their committed position and end decide catch-up."""
         committed = await self._log.committed(self.config.tracker_group, list(partitions))
         for tp in partitions:
-            _, high = await self._log.watermarks(tp)
+            _, high = await self._watermarks(tp)
             state = AssignedPartition(tp, self.config, high, self._monotonic)
             state.position = committed.get(tp) or 0
             self.partitions[tp] = state
@@ -152,14 +168,41 @@ class RedeliveryTracker(AsyncResource):
                 for task in state.tasks.values():
                     task.cancel()
 
+    async def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        """The watermarks of a markers partition (a topic created a moment ago may need retries)."""
+        delay = 0.05
+        for _ in range(8):
+            try:
+                return await self._log.watermarks(tp)
+            except UnknownTopic as exc:
+                log.debug("watermarks of %s: %r; retrying", tp, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        return await self._log.watermarks(tp)
+
     # -- the loop -------------------------------------------------------------------------
+    async def _create_topics(self) -> None:
+        """The markers topic (with the message topic's partition count), and the message topic."""
+        partitions = await self._partitions_of_message_topic()
+        try:
+            await self._log.create_topic(self.config.marker_topic, partitions)
+        except ConfigError:
+            # It exists with another partition count (made by another deployment, or auto-created
+            # by a producer first): any count works, markers are keyed by queue id.
+            await self._log.partitions(self.config.marker_topic)
+
     async def run(self) -> None:
         """Track until cancelled or closed."""
-        await self._log.create_topic(self.config.marker_topic, await self._partitions_of_message_topic())
+        await self._create_topics()
         self._consumer = self._markers_consumer()
+        polled = False
         try:
             while not self._closed:
                 records = await self._consumer.poll(1000, self._poll_timeout())
+                if not polled:
+                    polled = True
+                    self.last_error = None
+                    self.failure_streak = 0
                 for record in records:
                     state = self.partitions.get(TopicPartition(record.topic, record.partition))
                     if state is not None:
@@ -181,15 +224,21 @@ class RedeliveryTracker(AsyncResource):
             # Markers are a few dozen bytes: with the connection's fetch settings the broker could
             # hold the last ones for fetch_max_wait (5 s), and redeliveries would be that late. At
             # most 0.1 s late, and in chunks of a few KiB when markers flow fast (not one by one).
-            return self._log.consumer(group, topics, listener=self, fetch_min_bytes=4096, fetch_max_wait=0.1)
+            # The session follows the redelivery timeout: a crashed tracker's partitions move on.
+            options = group_options(self._log, self.config, fetch_min_bytes=4096)
+            return self._log.consumer(group, topics, listener=self, fetch_max_wait=0.1, **options)
         return self._log.consumer(group, topics, listener=self)
 
     async def _partitions_of_message_topic(self) -> int:
         try:
             return await self._log.partitions(self.config.message_topic)
-        except Exception:
+        except UnknownTopic:
+            pass
+        try:
             await self._log.create_topic(self.config.message_topic, 1)
-            return 1
+        except ConfigError:
+            pass  # created meanwhile (by a producer, with the broker's default count)
+        return await self._log.partitions(self.config.message_topic)
 
     def _poll_timeout(self) -> float:
         timeout = self.config.tracker_poll_interval
@@ -215,8 +264,11 @@ class RedeliveryTracker(AsyncResource):
                 state.tasks[entry] = task
                 task.add_done_callback(functools.partial(_forget, state.tasks, entry))
 
-    async def _retry(self, what: str, attempt: Callable[[], Awaitable[object]]) -> None:
+    async def _retry(
+        self, what: str, attempt: Callable[[], Awaitable[object]], *, max_backoff: float | None = None
+    ) -> None:
         delay = 0.05
+        ceiling = self._max_backoff if max_backoff is None else min(max_backoff, self._max_backoff)
         while True:
             try:
                 await attempt()
@@ -226,7 +278,7 @@ class RedeliveryTracker(AsyncResource):
             except Exception as exc:
                 log.warning("%s failed: %r; retrying in %.2fs", what, exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, self._max_backoff)
+                delay = min(delay * 2, ceiling)
 
     async def _copies(self, entry: Started, offsets: list[int]) -> list[_Copy]:
         """What to re-send for ``offsets`` of ``entry``: from its START, or read back from the topic."""
@@ -241,7 +293,7 @@ class RedeliveryTracker(AsyncResource):
         async def read_back() -> None:
             read.append(await self._reader.read(tp, offsets))
 
-        await self._retry(f"reading {tp} back", read_back)
+        await self._retry(f"reading {tp} back", read_back, max_backoff=2.0)
         found, gone = read[-1]
         if gone:
             self.metrics.count("unrecoverable", len(gone))
@@ -365,10 +417,51 @@ class RedeliveryTracker(AsyncResource):
 
     # -- as a resource --------------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
-        """Run in a background task."""
+        """Run in a background task, restarted with backoff whenever it fails (see the module doc)."""
+        if self._closed:
+            raise ClosedError("the redelivery tracker is closed")
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.run(), name="redelivery-tracker")
+            self._task = asyncio.get_running_loop().create_task(self._supervise(), name="redelivery-tracker")
         return self._task
+
+    async def _supervise(self) -> None:
+        while not self._closed:
+            try:
+                await self.run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except ClosedError:
+                return  # the log underneath was closed: nothing to restart on
+            except Exception as exc:
+                error = exc
+            if self._closed:
+                return
+            self.last_error = error
+            self.failure_streak += 1
+            delay = min(self.restart_backoff * 2 ** (self.failure_streak - 1), self.max_restart_backoff)
+            self.metrics.count("tracker_failures")
+            log.error(
+                "redelivery tracker of %r failed (%d in a row): %r; restarting in %.2fs",
+                self.config.marker_topic,
+                self.failure_streak,
+                error,
+                delay,
+                exc_info=error,
+            )
+            if self.on_failure is not None:
+                self.on_failure(error)
+            self._reset_state()
+            await asyncio.sleep(delay)
+
+    def _reset_state(self) -> None:
+        """Forget the partitions of a failed loop (the next one is assigned afresh)."""
+        for state in self.partitions.values():
+            for task in state.tasks.values():
+                task.cancel()
+        self.partitions = {}
+        self._consumer = None
+        self._adds = 0
 
     async def close(self) -> None:
         """Stop tracking (commits what is safe). Idempotent."""
