@@ -57,9 +57,9 @@ class KafkaBackend(BackendBase):
     name = "kafka"
     capabilities = CAPABILITIES
 
-    def __init__(self, settings: KafkaSettings | None = None) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         super().__init__()
-        self.settings = settings or KafkaSettings()
+        self.settings = settings
         self._admin: KafkaAdmin | None = None
 
     def __repr__(self) -> str:

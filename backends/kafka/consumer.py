@@ -569,9 +569,7 @@ class GroupCore(_CoreBase):
     def _topics_exist(self) -> bool:
         """True when a subscribed topic exists (then librdkafka is joining the group for it)."""
         metadata = self.consumer.list_topics(timeout=2.0)
-        return any(
-            name in metadata.topics and metadata.topics[name].error is None for name in self.topics
-        )
+        return any(name in metadata.topics and metadata.topics[name].error is None for name in self.topics)
 
     def _serve_join(self) -> None:
         self.consumer.consume(1, POLL_SLICE)  # serves the rebalance callbacks; records are dropped

@@ -7,9 +7,17 @@ from typing import Any
 from backends.kafka.settings import KafkaSettings
 from broker.backend import Backend
 from broker.devserver import ProcessServer
+from broker.errors import ConfigError
 from broker.settings import ParsedUrl
 
 __all__ = ["KafkaFactory", "factory"]
+
+
+def _with_port(host: str) -> str:
+    """``host`` with Kafka's port 9092 added when it names none (``[v6]`` included)."""
+    if host.startswith("["):
+        return host if "]:" in host else f"{host}:9092"
+    return host if ":" in host else f"{host}:9092"
 
 
 class KafkaFactory:
@@ -19,10 +27,14 @@ class KafkaFactory:
     settings_type = KafkaSettings
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
-        """Hosts become ``bootstrap_servers``; ``user:password@`` becomes SASL credentials."""
+        """Hosts become ``bootstrap_servers`` (port 9092 when a host names none); ``user:password@``
+        becomes SASL credentials. A URL without a host (``kafka://``) is a ConfigError unless its
+        query names ``bootstrap_servers``: no host is assumed."""
         options: dict[str, Any] = {}
         if url.hosts:
-            options["bootstrap_servers"] = tuple(h if ":" in h else f"{h}:9092" for h in url.hosts)
+            options["bootstrap_servers"] = tuple(_with_port(h) for h in url.hosts)
+        elif "bootstrap_servers" not in url.query and "bootstrap-servers" not in url.query:
+            raise ConfigError("kafka:// needs a host: kafka://host:port[,host:port]")
         if url.username:
             options["sasl_username"] = url.username
         if url.password:

@@ -113,8 +113,9 @@ class KafkaSettings:
     """Everything ``kafka://`` accepts. Times are in seconds, sizes in bytes."""
 
     # -- connection --------------------------------------------------------------------------
-    #: Seed brokers (the URL's hosts); the rest of the cluster is discovered from them.
-    bootstrap_servers: tuple[str, ...] = ("127.0.0.1:9092",)
+    #: Seed brokers (the URL's hosts, ``host:port``); the rest of the cluster is discovered from
+    #: them. Required: there is no default host (``kafka://`` alone is a ConfigError).
+    bootstrap_servers: tuple[str, ...] = ()
     #: ``client.id`` reported to the brokers.
     client_id: str = "polybroker"
     #: Consumer group used by ``records()`` when no group is passed.
@@ -203,6 +204,8 @@ class KafkaSettings:
             host, _, port = server.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(f"bootstrap server {server!r} is not host:port")
+            if not 0 < int(port) < 65536:
+                raise ConfigError(f"bootstrap server {server!r}: ports are 1-65535")
         _positive("operation_timeout", self.operation_timeout)
         _positive("close_timeout", self.close_timeout)
         _positive("transaction_timeout", self.transaction_timeout)

@@ -57,6 +57,7 @@ class QueueTopicReader:
         try:
             async with self._lock:
                 if not future.done():
+                    await asyncio.sleep(0)  # let the reads asked in this same pass join the sweep
                     batch, self._pending = self._pending, {}
                     try:
                         await self._sweep(batch)

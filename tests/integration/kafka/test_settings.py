@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,11 @@ from backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError, UnknownSetting
 from broker.settings import describe
+
+
+def kafka_settings(**values: Any) -> KafkaSettings:
+    """KafkaSettings with a bootstrap server (there is no default host)."""
+    return KafkaSettings(bootstrap_servers=("k:9092",), **values)
 
 
 def open_kafka(target: str | dict[str, object]) -> KafkaBackend:
@@ -53,7 +59,7 @@ def test_unknown_and_bad_settings_are_errors() -> None:
 
 
 def test_defaults_follow_the_seed() -> None:
-    settings = KafkaSettings()
+    settings = kafka_settings()
     producer = producer_config(settings)
     assert producer["linger.ms"] == 10 and producer["batch.size"] == 5 * 1024 * 1024
     assert producer["acks"] == "all" and producer["enable.idempotence"] is True
@@ -64,12 +70,12 @@ def test_defaults_follow_the_seed() -> None:
     assert consumer["enable.auto.commit"] is False and consumer["enable.auto.offset.store"] is False
     assert consumer["isolation.level"] == "read_committed" and consumer["auto.offset.reset"] == "earliest"
     assert settings.batch_size == 100
-    assert producer_config(KafkaSettings(acks="leader"))["enable.idempotence"] is False
+    assert producer_config(kafka_settings(acks="leader"))["enable.idempotence"] is False
     assert isinstance(producer["logger"], logging.Logger)
 
 
 def test_raw_librdkafka_settings_override_everything_and_stay_hidden() -> None:
-    settings = KafkaSettings(
+    settings = kafka_settings(
         librdkafka={"socket.timeout.ms": 1234, "sasl.password": "hidden"},
         producer_config={"linger.ms": 0},
         consumer_config={"fetch.wait.max.ms": 7},
@@ -86,18 +92,18 @@ def test_raw_librdkafka_settings_override_everything_and_stay_hidden() -> None:
 
 def test_tls_and_kerberos_pass_through() -> None:
     tls = producer_config(
-        KafkaSettings(ssl_ca_location="/ca.pem", ssl_key_password="pw", insecure_skip_verify=True)
+        kafka_settings(ssl_ca_location="/ca.pem", ssl_key_password="pw", insecure_skip_verify=True)
     )
     assert tls["security.protocol"] == "ssl" and tls["ssl.ca.location"] == "/ca.pem"
     assert tls["enable.ssl.certificate.verification"] is False
-    kerberos = producer_config(KafkaSettings(kerberos_principal="me@REALM", kerberos_keytab="/k.tab"))
+    kerberos = producer_config(kafka_settings(kerberos_principal="me@REALM", kerberos_keytab="/k.tab"))
     assert kerberos["sasl.mechanism"] == "GSSAPI" and kerberos["security.protocol"] == "sasl_ssl"
     explicit = producer_config(
-        KafkaSettings(sasl_username="u", sasl_password="p", security_protocol="sasl_plaintext")
+        kafka_settings(sasl_username="u", sasl_password="p", security_protocol="sasl_plaintext")
     )
     assert explicit["security.protocol"] == "sasl_plaintext"
     with pytest.raises(ConfigError):
-        KafkaSettings(kerberos_keytab="/k.tab", sasl_mechanism="PLAIN")
+        kafka_settings(kerberos_keytab="/k.tab", sasl_mechanism="PLAIN")
 
 
 def test_consumer_options_come_from_the_connection_and_per_call_overrides() -> None:
@@ -116,6 +122,7 @@ def test_capabilities_and_registration() -> None:
     assert backend.capabilities == Capabilities(
         persistent=True,
         per_key_order=True,
+        backlog_for_new_subscriptions=True,
         records=True,
         transactions=True,
         replay=True,

@@ -1,0 +1,124 @@
+"""A failing embedded redelivery tracker is loud and comes back (issue 14, finding 13)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import broker
+from backends.inmem import InmemBackend, InmemLog
+from backends.kafka.queue import QueueConfig, RedeliveryTracker, open_messages
+from backends.kafka.queue.reader import QueueTopicReader
+from broker.errors import ReceiveError
+from broker.testing import wait_until
+
+
+@pytest.fixture
+async def log() -> AsyncIterator[InmemLog]:
+    backend = broker.connect(f"inmem://tracker-{uuid.uuid4().hex}?partitions=2")
+    assert isinstance(backend, InmemBackend)
+    async with backend:
+        yield backend.log()
+
+
+def config() -> QueueConfig:
+    return QueueConfig(
+        message_topic="q",
+        marker_topic="q-markers",
+        redelivery_timeout=0.3,
+        next_message_timeout=0.05,
+        use_now_if_no_marker_seen=0.05,
+        tracker_poll_interval=0.02,
+    )
+
+
+async def test_a_failing_tracker_is_logged_counted_raised_once_and_restarted(
+    log: InmemLog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    await log.create_topic("q", 2)
+    failures = {"left": 3}
+    original = RedeliveryTracker._create_topics
+
+    async def flaky(self: RedeliveryTracker) -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("injected tracker failure")
+        await original(self)
+
+    monkeypatch.setattr(RedeliveryTracker, "_create_topics", flaky)
+    hooked: list[tuple[str, int]] = []
+    from backends.kafka.queue import QueueMetrics
+
+    iterator = open_messages(log, config(), "sub", metrics=QueueMetrics(lambda n, a: hooked.append((n, a))))
+    tracker = iterator.tracker
+    assert tracker is not None
+    tracker.restart_backoff = 0.01
+    await log.produce("q", b"one")
+    with caplog.at_level(logging.ERROR, logger="backends.kafka.queue.tracker"):
+        async with iterator:
+            await wait_until(lambda: tracker.failure_streak >= 3, 5)
+            assert isinstance(iterator.tracker_error, RuntimeError)
+            assert ("tracker_failures", 1) in hooked
+            with pytest.raises(ReceiveError, match="failed 3 times in a row") as raised:
+                await iterator.next_message(timeout=5)
+            assert isinstance(raised.value.__cause__, RuntimeError)
+            # Raised once per streak: the iterator stays usable, and the restarted tracker works.
+            message = await iterator.next_message(timeout=5)
+            await message.nack()
+            again = await iterator.next_message(timeout=5)
+            assert again.data == b"one" and again.delivery_attempt == 2
+            await again.ack()
+            assert iterator.tracker_error is None and tracker.failure_streak == 0
+    assert tracker.metrics.counts["tracker_failures"] == 3
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 3 and "injected tracker failure" in errors[0].getMessage()
+
+
+async def test_a_tracker_failing_while_running_is_restarted(
+    log: InmemLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await log.create_topic("q", 2)
+    iterator = open_messages(log, config(), "sub")
+    tracker = iterator.tracker
+    assert tracker is not None
+    tracker.restart_backoff = 0.01
+    broken = {"on": False}
+    original = RedeliveryTracker._redeliver_expired
+
+    def failing(self: RedeliveryTracker) -> None:
+        if broken["on"]:
+            broken["on"] = False
+            raise RuntimeError("injected failure in the loop")
+        original(self)
+
+    monkeypatch.setattr(RedeliveryTracker, "_redeliver_expired", failing)
+    async with iterator:
+        await log.produce("q", b"x")
+        first = await iterator.next_message(timeout=5)
+        broken["on"] = True
+        await wait_until(lambda: tracker.metrics.counts["tracker_failures"] == 1, 5)
+        await first.nack()
+        again = await iterator.next_message(timeout=5)
+        assert again.data == b"x" and again.delivery_attempt == 2
+        await again.ack()
+
+
+async def test_concurrent_read_backs_share_one_sweep(log: InmemLog) -> None:
+    import asyncio
+
+    from broker.log import TopicPartition
+
+    await log.create_topic("q", 2)
+    for i in range(100):
+        await log.produce("q", str(i).encode(), partition=i % 2)
+    reader = QueueTopicReader(log)
+    reads: list[Any] = [reader.read(TopicPartition("q", i % 2), [i // 2]) for i in range(100)]
+    results = await asyncio.gather(*reads)
+    for i, (found, gone) in enumerate(results):
+        assert not gone and found[i // 2].value == str(i).encode()
+    assert reader.sweeps <= 3, f"{reader.sweeps} sweeps for 100 concurrent reads"
+    await reader.close()
