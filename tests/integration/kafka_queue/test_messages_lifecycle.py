@@ -237,3 +237,21 @@ async def test_backend_close_while_consumers_and_tracker_are_busy(kafka_url: str
     # Acks whose END was still on its way when the backend closed may come back; the rest not.
     again = acked & set(values(rest))
     assert len(again) <= 20, f"acked well before close, delivered again: {sorted(again)[:20]}"
+
+
+# -- finding 9: redelivery of many always-failing messages is fair and prompt ---------------------
+async def test_every_always_nacked_message_comes_back_promptly(backend: KafkaBackend) -> None:
+    topic, sub = unique("mq-poison"), unique("sub")
+    count, rounds = 10, 4
+    calls: Counter[int] = Counter()
+    async with backend.messages(topic, sub, **FAST) as consumer:
+        await publish(backend, topic, 0, count)
+        try:
+            async with asyncio.timeout(45):
+                while len(calls) < count or min(calls.values()) < rounds:
+                    message = await consumer.next_message()
+                    calls[int(message.data)] += 1
+                    await message.nack()  # the handler always fails
+        except TimeoutError:
+            pytest.fail(f"redeliveries starved some messages: calls per message {dict(calls)}")
+    assert set(calls) == set(range(count))
