@@ -83,8 +83,8 @@ class KafkaBackend(BackendBase):
         if self._closed:
             return
         queue_parts = [r for r in self._resources if isinstance(r, QueueMessageIterator | RedeliveryTracker)]
-        # One after the other: members of one group leaving at once catch each other mid-rebalance
-        # (see GroupCore._before_leave); each waits for its rejoin and then leaves cleanly.
+        # One after the other: each writes its last markers while its log is still open, and a
+        # member still in its first group join finishes it before leaving (GroupCore._before_leave).
         results: list[BaseException | None] = []
         for part in queue_parts:
             try:

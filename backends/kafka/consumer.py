@@ -385,7 +385,7 @@ class GroupCore(_CoreBase):
         self._pending_commits: dict[TP, int] = {}
         self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
         self._commit_task: asyncio.Task[None] | None = None
-        #: True once the group assigned this member (possibly nothing): its join is complete.
+        #: True once the group assigned this member (possibly nothing): its first join is complete.
         self.joined = False
         self.session_timeout = float(config.get("session.timeout.ms", 45000)) / 1000
         self.thread.post(
@@ -438,13 +438,9 @@ class GroupCore(_CoreBase):
                 consumer.assign(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        if not self.closing:
-            self.joined = False  # a rebalance: this member rejoins until it is assigned again
         self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=False))
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        if not self.closing:
-            self.joined = False
         self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=True))
 
     async def _assigned_async(self, tps: list[TP]) -> None:
