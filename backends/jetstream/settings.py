@@ -19,11 +19,13 @@ from broker.settings import secret
 
 __all__ = [
     "MSG_ID_HEADER",
+    "PORTABLE_NAMES",
     "ConsumerOptions",
     "DeliverPolicy",
     "JetStreamSettings",
     "check_name",
     "check_subject",
+    "portable_to_native",
 ]
 
 #: The header JetStream de-duplicates on (within the stream's ``duplicate_window``).
@@ -66,8 +68,10 @@ def check_name(name: str, what: str) -> str:
 class ConsumerOptions:
     """Per-consumer options of ``messages()``, ``batched_messages()`` and ``records()``.
 
-    Defaults come from :class:`JetStreamSettings`; ``ack_deadline`` (the portable name used by
-    the conformance suite) is accepted as an alias of ``ack_wait``.
+    Defaults come from :class:`JetStreamSettings`. The portable option names of
+    :mod:`broker.options` are accepted for the native ones (:data:`PORTABLE_NAMES`):
+    ``ack_deadline`` is ``ack_wait``, ``max_attempts`` is ``max_deliver`` and
+    ``dead_letter_topic`` is ``dead_letter_subject``.
     """
 
     #: The stream to consume from (None: the stream whose subjects cover the topic).
@@ -260,10 +264,24 @@ class JetStreamSettings:
 
         values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS if name != "stream"}
         values["stream"] = self.stream
-        given = dict(overrides)
-        if "ack_deadline" in given:
-            if "ack_wait" in given:
-                raise ConfigError("give ack_wait or ack_deadline, not both")
-            given["ack_wait"] = given.pop("ack_deadline")
-        values.update(given)
+        values.update(portable_to_native(overrides))
         return build_settings(ConsumerOptions, values, backend="nats")
+
+
+#: Portable option names (:mod:`broker.options`) and the JetStream consumer option each one is.
+PORTABLE_NAMES: dict[str, str] = {
+    "ack_deadline": "ack_wait",
+    "max_attempts": "max_deliver",
+    "dead_letter_topic": "dead_letter_subject",
+}
+
+
+def portable_to_native(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the portable names replaced by JetStream's (``ack_deadline`` -> ``ack_wait``, ...)."""
+    out = {key.replace("-", "_"): value for key, value in options.items()}
+    for portable, native in PORTABLE_NAMES.items():
+        if portable in out:
+            if native in out:
+                raise ConfigError(f"give {native} or {portable}, not both")
+            out[native] = out.pop(portable)
+    return out

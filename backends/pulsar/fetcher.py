@@ -83,7 +83,12 @@ class Fetcher:
             try:
                 chunk = [receive(POLL_MS)]
                 if receive_more is not None:
-                    chunk.extend(receive_more())
+                    try:
+                        chunk.extend(receive_more())
+                    except _pulsar.PulsarException as exc:
+                        if not is_timeout(exc) and not is_closed(exc):
+                            raise
+                        # keep the message already taken from the client: hand it out below
             except _pulsar.PulsarException as exc:
                 if is_timeout(exc):
                     continue

@@ -17,22 +17,30 @@ Defaults follow the lib-brokers seed (connection timeout 5 s, operation timeout 
 
 Consumers take their defaults from :class:`PulsarSettings`; ``backend.messages(topic, sub,
 **options)`` overrides them per consumer with the fields of :class:`ConsumerOptions`.
+
+The portable option names of :mod:`broker.options` map onto Pulsar's: ``ack_deadline`` is the ack
+timeout (``ack_timeout``; the client refuses less than 10 s, so a shorter ``ack_deadline`` is a
+``ConfigError`` saying so), ``max_attempts`` and ``dead_letter_topic`` are the client's dead-letter
+policy (``maxRedeliverCount = max_attempts - 1``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
 from broker.settings import build_settings, secret
 
 __all__ = [
     "MIN_ACK_TIMEOUT",
+    "PORTABLE_NAMES",
     "ConsumerOptions",
     "InitialPosition",
     "PulsarSettings",
     "SubscriptionType",
+    "portable_to_native",
 ]
 
 #: The Pulsar client refuses ack timeouts shorter than this (seconds).
@@ -78,8 +86,8 @@ class ConsumerOptions:
             raise ConfigError(f"nack_redelivery_delay must be >= 0 seconds, got {self.nack_redelivery_delay}")
         if self.ack_timeout is not None and self.ack_timeout < MIN_ACK_TIMEOUT:
             raise ConfigError(
-                f"ack_timeout must be at least {MIN_ACK_TIMEOUT:g} seconds (a limit of the Pulsar client), "
-                f"got {self.ack_timeout}"
+                f"ack_deadline (Pulsar's ack_timeout) must be at least {MIN_ACK_TIMEOUT:g} seconds: the "
+                f"Pulsar client refuses shorter ack timeouts; got {self.ack_timeout}"
             )
         if self.max_attempts is not None and self.max_attempts < 2:
             raise ConfigError(
@@ -191,5 +199,20 @@ class PulsarSettings:
     def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
         """The options of one consumer: these settings' defaults with ``overrides`` applied."""
         values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS}
-        values.update(overrides)
+        values.update(portable_to_native(overrides))
         return build_settings(ConsumerOptions, values, backend="pulsar")
+
+
+#: Portable option names (:mod:`broker.options`) and the Pulsar option each one is.
+PORTABLE_NAMES: Final = {"ack_deadline": "ack_timeout"}
+
+
+def portable_to_native(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the portable names replaced by Pulsar's (``ack_deadline`` -> ``ack_timeout``)."""
+    out = {key.replace("-", "_"): value for key, value in options.items()}
+    for portable, native in PORTABLE_NAMES.items():
+        if portable in out:
+            if native in out:
+                raise ConfigError(f"give {native} or {portable}, not both")
+            out[native] = out.pop(portable)
+    return out

@@ -15,6 +15,7 @@ from broker.testing import ConformanceSuite, Harness
 from tests.integration.pulsar.server import (
     KEY_SHARED_CHURN,
     KEY_SHARED_CHURN_DUPLICATES,
+    KEY_SHARED_DUPLICATES,
     PulsarTestServer,
     pulsar_server,
 )
@@ -53,6 +54,10 @@ class PulsarHarness(Harness):
         return self.backend.records(topic, group)
 
 
+#: Rounds of the competing-consumers test on a pulsar-lite Key_Shared subscription: its duplicate
+#: delivery shows in about a third of the rounds, so 20 rounds fail all but ~1 time in 1000 (strict).
+_KEY_SHARED_ROUNDS = 20
+
 #: Tests whose Pulsar path is the same for every subscription type (and that wait for ack timeouts).
 _SAME_AS_SHARED = frozenset({"test_acked_message_is_not_redelivered", "test_ack_deadline_redelivers"})
 
@@ -88,3 +93,23 @@ class TestPulsarConformance(ConformanceSuite):
                     "pulsar://127.0.0.1:6650?max_attempts=1",
                 ],
             )
+
+    async def test_competing_consumers_split_the_work(
+        self, harness: Harness, request: pytest.FixtureRequest, pulsar: PulsarTestServer
+    ) -> None:
+        """On pulsar-lite's Key_Shared, a strict xfail: the broker now and then delivers a message twice.
+
+        The defect is reproduced with the raw client in
+        ``tests/integration/pulsar/test_broker_bugs.py::test_key_shared_delivers_each_message_once``.
+        It shows in some rounds only, so the suite's test runs up to ``_KEY_SHARED_ROUNDS`` times
+        and is expected to fail in one of them; against Apache Pulsar it runs once.
+        """
+        base = super().test_competing_consumers_split_the_work
+        backend = harness.backend
+        assert isinstance(backend, PulsarBackend)
+        if not pulsar.lite or backend.settings.subscription_type != "key_shared":
+            await base(harness)
+            return
+        pulsar.expect_bug(request, KEY_SHARED_DUPLICATES, strict=True)
+        for _ in range(_KEY_SHARED_ROUNDS):
+            await base(harness)

@@ -25,6 +25,10 @@ KEY_SHARED_CHURN = "Key_Shared loses the messages of keys whose consumer left"
 KEY_SHARED_CHURN_DUPLICATES = (
     "after a consumer of a Key_Shared subscription left, keyed messages are delivered twice"
 )
+KEY_SHARED_DUPLICATES = (
+    "Key_Shared (from earliest) sometimes delivers a message twice to the same consumer, with the same "
+    "message id and redelivery count 0"
+)
 BATCH_INDEX_ACK = "batch-index acknowledgement acks the whole batch, losing unacknowledged batch-mates"
 CUMULATIVE_BATCH_ACK = "a cumulative ack inside a batch acks the whole batch, losing its later messages"
 
@@ -37,10 +41,13 @@ class PulsarTestServer:
     lite: bool
     process: ProcessServer | None = None
 
-    def expect_bug(self, request: pytest.FixtureRequest, bug: str) -> None:
-        """Mark the running test as an expected failure on pulsar-lite, naming the broker bug."""
+    def expect_bug(self, request: pytest.FixtureRequest, bug: str, *, strict: bool = False) -> None:
+        """Mark the running test as an expected failure on pulsar-lite, naming the broker bug.
+
+        ``strict`` makes a pass a failure: for tests that reproduce the bug every time.
+        """
         if self.lite:
-            request.applymarker(pytest.mark.xfail(reason=f"pulsar-lite 0.2.0 bug: {bug}", strict=False))
+            request.applymarker(pytest.mark.xfail(reason=f"pulsar-lite 0.2.0 bug: {bug}", strict=strict))
 
 
 def pulsar_server() -> Iterator[PulsarTestServer]:
