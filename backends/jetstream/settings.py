@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.errors import ConfigError
-from broker.settings import secret
+from broker.settings import parse_url, redact_url, secret
 
 __all__ = [
     "MSG_ID_HEADER",
@@ -24,6 +24,7 @@ __all__ = [
     "DeliverPolicy",
     "JetStreamSettings",
     "check_name",
+    "check_server_url",
     "check_subject",
     "portable_to_native",
 ]
@@ -52,6 +53,33 @@ def check_subject(subject: str, *, wildcards: bool = True) -> str:
         ):
             raise ConfigError(f"bad wildcard in NATS subject {subject!r}")
     return subject
+
+
+#: The schemes nats-py dials.
+SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_server_url(server: str) -> str:
+    """``server`` if it is a NATS server URL a client could dial (``ConfigError`` otherwise).
+
+    ``scheme://[user:password@]host[:port]`` with a scheme of :data:`SERVER_SCHEMES`, a host name,
+    a port in 1-65535 and IPv6 in brackets.
+    """
+    if not isinstance(server, str) or "://" not in server:
+        raise ConfigError(
+            f"a NATS server URL needs a scheme (nats://host:port), got {redact_url(str(server))!r}"
+        )
+    parsed = parse_url(server)  # ConfigError for broken IPv6, an empty host, a port outside 1-65535
+    if parsed.scheme not in SERVER_SCHEMES:
+        raise ConfigError(
+            f"a NATS server URL starts with {', '.join(s + '://' for s in SERVER_SCHEMES)}; "
+            f"got {redact_url(server)!r}"
+        )
+    if len(parsed.hosts) != 1:
+        raise ConfigError(
+            f"a NATS server URL names one host (list several servers instead): {redact_url(server)!r}"
+        )
+    return server
 
 
 def check_name(name: str, what: str) -> str:
@@ -215,8 +243,7 @@ class JetStreamSettings:
         if not self.servers:
             raise ConfigError("at least one NATS server URL is needed")
         for server in self.servers:
-            if "://" not in server:
-                raise ConfigError(f"a NATS server URL needs a scheme (nats://host:port), got {server!r}")
+            check_server_url(server)
         for name, value in (
             ("connect_timeout", self.connect_timeout),
             ("request_timeout", self.request_timeout),

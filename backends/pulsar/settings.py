@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import build_settings, secret
+from broker.settings import build_settings, parse_url, redact_url, secret
 
 __all__ = [
     "MIN_ACK_TIMEOUT",
@@ -170,8 +170,10 @@ class PulsarSettings:
             raise ConfigError(
                 f"service_url must start with pulsar:// or pulsar+ssl://, got {self.service_url!r}"
             )
-        if "://" in self.service_url and not self.service_url.split("://", 1)[1].strip("/"):
+        if not self.service_url.split("://", 1)[1].strip("/"):
             raise ConfigError("service_url names no host")
+        if parse_url(self.service_url).path.strip("/"):  # ConfigError for bad hosts and ports too
+            raise ConfigError(f"service_url names hosts only, not a path: {redact_url(self.service_url)!r}")
         if self.token is not None and (self.oauth2 is not None or self.basic_password is not None):
             raise ConfigError("choose one authentication: token, oauth2 or basic")
         if self.oauth2 is not None and self.basic_password is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import secret
+from broker.settings import parse_url, secret
 
 __all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
 
@@ -29,6 +29,69 @@ def check_batch_size(batch_size: int) -> None:
         raise ConfigError(f"batch size needs to be at most {MAX_BATCH_SIZE} but {batch_size} was provided")
     if batch_size < 1:
         raise ConfigError(f"batch size must be >= 1, got {batch_size}")
+
+
+#: The properties of a Service Bus connection string (matched without regard to case).
+_CONNECTION_STRING_KEYS: Final = {
+    "endpoint",
+    "sharedaccesskeyname",
+    "sharedaccesskey",
+    "sharedaccesssignature",
+    "entitypath",
+    "usedevelopmentemulator",
+}
+_MALFORMED: Final = (
+    "a Service Bus connection string looks like "
+    "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY'"
+)
+
+
+def check_connection_string(connection_string: str) -> dict[str, str]:
+    """The properties of ``connection_string`` (lower-case keys); ``ConfigError`` when it is malformed.
+
+    Checks what the SDK would only find at the first publish or receive (as a plain ``ValueError``),
+    and more: ``Key=Value`` parts, no property twice, an ``Endpoint=sb://host[:port]`` whose port is
+    1-65535, both or neither of ``SharedAccessKeyName`` and ``SharedAccessKey``, exactly one of a key
+    and a ``SharedAccessSignature``, and ``UseDevelopmentEmulator`` true or false. The values are
+    never put into the error messages (they hold the key).
+    """
+    if not isinstance(connection_string, str) or not connection_string.strip():
+        raise ConfigError(f"the connection string is empty; {_MALFORMED}")
+    properties: dict[str, str] = {}
+    for part in connection_string.strip().rstrip(";").split(";"):
+        key, equals, value = part.partition("=")
+        name = key.strip().lower()
+        if not equals or not name:
+            raise ConfigError(f"a connection string part is not Key=Value; {_MALFORMED}")
+        if name in properties:
+            raise ConfigError(f"the connection string gives {key.strip()!r} twice")
+        if name in _CONNECTION_STRING_KEYS and not value.strip():
+            raise ConfigError(f"the connection string gives {key.strip()!r} no value")
+        properties[name] = value.strip()
+    endpoint = properties.get("endpoint")
+    if endpoint is None:
+        raise ConfigError(f"the connection string has no Endpoint; {_MALFORMED}")
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep or scheme.lower() != "sb":
+        raise ConfigError(f"the connection string's Endpoint must start with sb://; {_MALFORMED}")
+    host = rest.split("/", 1)[0]
+    if not host:
+        raise ConfigError(f"the connection string's Endpoint names no host; {_MALFORMED}")
+    parse_url(f"sb://{host}")  # ConfigError for a bad host or port
+    has_name, has_key = "sharedaccesskeyname" in properties, "sharedaccesskey" in properties
+    if has_name != has_key:
+        raise ConfigError("the connection string needs both SharedAccessKeyName and SharedAccessKey")
+    signature = "sharedaccesssignature" in properties
+    if has_key and signature:
+        raise ConfigError("the connection string may hold SharedAccessKey or SharedAccessSignature, not both")
+    if not has_key and not signature:
+        raise ConfigError(
+            "the connection string needs SharedAccessKeyName + SharedAccessKey or a SharedAccessSignature"
+        )
+    emulator = properties.get("usedevelopmentemulator")
+    if emulator is not None and emulator.lower() not in ("true", "false"):
+        raise ConfigError("UseDevelopmentEmulator in the connection string must be true or false")
+    return properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +169,13 @@ class ServiceBusSettings:
 
     def __post_init__(self) -> None:
         if self.connection_string is not None:
-            if not self.connection_string.strip().lower().startswith("endpoint="):
-                raise ConfigError(
-                    "connection_string must look like 'Endpoint=sb://...;SharedAccessKeyName=...'"
-                )
+            check_connection_string(self.connection_string)
             if self.namespace is not None:
                 raise ConfigError("give either connection_string or namespace, not both")
         elif not self.namespace:
             raise ConfigError("the servicebus backend needs a connection_string or a namespace")
         else:
+            parse_url(f"sb://{self.namespace}")  # ConfigError for a bad host or port
             keyed = self.shared_access_key_name is not None or self.shared_access_key is not None
             if keyed and (self.shared_access_key_name is None or self.shared_access_key is None):
                 raise ConfigError("shared_access_key_name and shared_access_key go together")
