@@ -46,3 +46,15 @@ class TestKafkaConformance(ConformanceSuite):
     @pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=False)
     async def test_transactions_commit_and_abort(self, harness: Harness) -> None:
         await super().test_transactions_commit_and_abort(harness)
+
+    @pytest.mark.xfail(
+        reason=(
+            "open: after a backend closes while two queue members of one group are busy, a new member's "
+            "join sometimes never completes on Tansu (a departed member seems kept; see the closing note "
+            "of issue 14). Nothing is lost, the reopened consumer waits. Not strict: intermittent"
+        ),
+        strict=False,
+    )
+    async def test_backend_close_while_consumers_are_busy(self, harness: Harness) -> None:
+        await super().test_backend_close_while_consumers_are_busy(harness)
+
