@@ -5,6 +5,14 @@ Names: ``publisher().topic(name)`` sends to the queue or topic ``name``.
 equal to ``topic``, and otherwise the subscription ``subscription`` of the topic ``topic``.
 Queues, topics and subscriptions must exist (Service Bus creates nothing on first use), and their
 lock duration and max delivery count are entity properties set where the entity is defined.
+
+Portable consumer options (:mod:`broker.options`): ``ack_deadline`` - the consumer renews the lock
+of each message it handed out until the deadline and abandons it then; an entity whose lock
+duration is longer than ``ack_deadline`` cannot honour it after a consumer dies, which is a
+``ConfigError`` at the first message. ``max_attempts`` - a nack of that delivery, or receiving a
+message delivered more often (its lock expired), dead-letters it; the entity's MaxDeliveryCount
+still applies and must be higher. ``dead_letter_topic`` - dead-lettered messages are sent there
+(with ``DeadLetterReason``/``DeadLetterErrorDescription`` attributes) instead of ``$DeadLetterQueue``.
 """
 
 from __future__ import annotations
@@ -94,7 +102,8 @@ class ServiceBusBackend(BackendBase):
         """Receive from queue ``topic`` (``subscription`` empty or ``== topic``) or from a subscription.
 
         Options (defaults from the settings): ``receive_mode``, ``prefetch``, ``max_wait``,
-        ``lock_renewal``, ``sessions``, ``session_id``, ``sub_queue``.
+        ``lock_renewal``, ``sessions``, ``session_id``, ``sub_queue``, and the portable
+        ``ack_deadline``, ``max_attempts``, ``dead_letter_topic`` (see the module docstring).
         """
         entity = self._entity(topic, subscription)
         iterator = ServiceBusMessageIterator(self.settings, entity, self._options(options), self._shutdowns)

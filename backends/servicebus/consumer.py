@@ -45,9 +45,9 @@ from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError, 
 
 from backends.servicebus.connection import Shutdowns, close_quietly, make_client
 from backends.servicebus.errors import translate
-from backends.servicebus.mapping import redelivery_copy, to_message
+from backends.servicebus.mapping import dead_letter_copy, redelivery_copy, to_message
 from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
-from broker.errors import AckError, ClosedError, NotSupported, ReceiveError, Timeout
+from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
 from broker.message import Message
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
@@ -125,6 +125,12 @@ class _Settler:
             raise NotSupported(
                 "messages received in receive_and_delete mode are already removed; nack cannot redeliver"
             )
+        limit = consumer.options.max_attempts
+        if limit is not None and (message.delivery_attempt or 1) >= limit:
+            await self.dead_letter(
+                message, "MaxDeliveryCountExceeded", f"nacked on delivery {limit} of {limit}"
+            )
+            return
         if not delay:
             await self._settle(self.receiver.abandon_message(message.raw), message, "abandon")
         elif consumer.copies_on_delay:
@@ -173,16 +179,25 @@ class _Settler:
             return None
         return (until - datetime.datetime.now(datetime.UTC)).total_seconds()
 
-    async def dead_letter(self, message: Message, reason: str | None) -> None:
-        """Move the message to the dead-letter queue with ``reason``."""
-        if self._consumer.receive_and_delete:
+    async def dead_letter(self, message: Message, reason: str | None, description: str | None = None) -> None:
+        """Dead-letter ``message`` with ``reason``: to ``dead_letter_topic`` when set, else the DLQ."""
+        consumer = self._consumer
+        if consumer.receive_and_delete:
             raise NotSupported("messages received in receive_and_delete mode are already removed")
+        reason = reason or "dead-lettered by the consumer"
+        description = description or f"delivery attempt {message.delivery_attempt}"
+        if consumer.options.dead_letter_topic is not None:
+            await self._settle(self._forward(message, reason, description), message, "dead-letter")
+            return
         operation = self.receiver.dead_letter_message(
-            message.raw,
-            reason=reason or "dead-lettered by the consumer",
-            error_description=f"delivery attempt {message.delivery_attempt}",
+            message.raw, reason=reason, error_description=description
         )
         await self._settle(operation, message, "dead-letter")
+
+    async def _forward(self, message: Message, reason: str, description: str) -> None:
+        sender = await self._consumer.dead_letter_sender()
+        await sender.send_messages(dead_letter_copy(message, reason, description))
+        await self.receiver.complete_message(message.raw)
 
 
 class _Receiving(AsyncResource):
@@ -208,9 +223,12 @@ class _Receiving(AsyncResource):
         self._receiver: ServiceBusReceiver | None = None
         self._settler: _Settler | None = None
         self._renewals: dict[int, tuple[Message, float, float]] = {}  # id -> (message, stop at, lock length)
+        self._abandon_at_stop: set[int] = set()  # ids of renewals that end with an abandon (ack_deadline)
         self._renewing: asyncio.Task[None] | None = None
         self._sender: ServiceBusSender | None = None
         self._sender_lock: asyncio.Lock | None = None
+        self._dead_letter_sender: ServiceBusSender | None = None
+        self._lock_checked = False  # ack_deadline: the entity's lock duration was compared with it
         self._opening: asyncio.Task[ServiceBusReceiver] | None = None
         self._fetching: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
@@ -340,10 +358,17 @@ class _Receiving(AsyncResource):
             if raws and settler is not None:
                 key_to = self._key_to
                 messages = [to_message(raw, settler, key_to) for raw in raws]
-                self._buffer.extend(messages)
                 settler.outstanding += len(raws)
-                if self.options.lock_renewal and not self.receive_and_delete:
-                    self._start_renewing(messages)
+                if not self.receive_and_delete:
+                    if self.options.ack_deadline is not None and not self._lock_checked:
+                        self._check_lock_duration(settler, messages)
+                    if self.options.max_attempts is not None:
+                        messages = await self._dead_letter_used_up(settler, messages)
+                    if self.options.ack_deadline is not None:
+                        self._start_renewing(messages, self.options.ack_deadline, abandon=True)
+                    elif self.options.lock_renewal:
+                        self._start_renewing(messages, self.options.lock_renewal, abandon=False)
+                self._buffer.extend(messages)
             elif self._next_session and settler is not None and settler.outstanding == 0 and not self._buffer:
                 self._let_go()
         except asyncio.CancelledError:
@@ -352,6 +377,48 @@ class _Receiving(AsyncResource):
             pass
         except BaseException as exc:
             self._failure = exc
+
+    def _check_lock_duration(self, settler: _Settler, messages: list[Message]) -> None:
+        """Raise ``ConfigError`` when the entity's lock outlasts ``ack_deadline`` (see ConsumerOptions).
+
+        The received messages are abandoned first (the consumer cannot go on with this entity).
+        """
+        deadline = self.options.ack_deadline
+        assert deadline is not None
+        lengths = [left for m in messages if (left := settler.lock_left(m.raw)) is not None]
+        if not lengths:
+            return
+        self._lock_checked = True
+        lock = max(lengths)
+        if lock <= deadline + max(1.0, 0.1 * deadline):
+            return
+        for message in messages:
+            self._shutdowns.start(settler.abandon_quietly(message))
+        raise ConfigError(
+            f"ack_deadline={deadline:g}s cannot be honoured on {self.entity}: its lock duration is about "
+            f"{lock:.0f}s, and a consumer that stops without settling leaves its messages locked that long "
+            "(renewing only extends a lock). Set the entity's LockDuration to at most ack_deadline, or ask "
+            "for an ack_deadline of at least the lock duration."
+        )
+
+    async def _dead_letter_used_up(self, settler: _Settler, messages: list[Message]) -> list[Message]:
+        """Dead-letter the messages delivered more than ``max_attempts`` times; the others."""
+        limit = self.options.max_attempts
+        assert limit is not None
+        keep = []
+        for message in messages:
+            if (message.delivery_attempt or 1) <= limit:
+                keep.append(message)
+                continue
+            try:
+                await settler.dead_letter(
+                    message,
+                    "MaxDeliveryCountExceeded",
+                    f"delivered {(message.delivery_attempt or 1) - 1} times",
+                )
+            except AckError as exc:  # its lock is gone: it comes back and is tried again then
+                log.warning("could not dead-letter message %s: %r", message.id, exc)
+        return keep
 
     async def _take(self, limit: int, timeout: float | None) -> list[Message]:
         """Up to ``limit`` messages, as soon as any are there; ``Timeout`` after ``timeout`` seconds."""
@@ -397,14 +464,17 @@ class _Receiving(AsyncResource):
     # The SDK's AutoLockRenewer renews each message from a task of its own; on one receiver those
     # concurrent management requests can reach the wire out of order. Renewals here run in turn,
     # from one task per consumer, when half of a lock's time is gone, for ``lock_renewal`` seconds.
-    def _start_renewing(self, messages: list[Message]) -> None:
+    # With ``ack_deadline`` the same loop abandons each unsettled message at its deadline.
+    def _start_renewing(self, messages: list[Message], seconds: float, *, abandon: bool) -> None:
         loop = asyncio.get_running_loop()
-        stop_at = loop.time() + self.options.lock_renewal
+        stop_at = loop.time() + seconds
         for message in messages:
             settler = message.acker
             left = settler.lock_left(message.raw) if isinstance(settler, _Settler) else None
             if left is not None and left > 0:
                 self._renewals[id(message)] = (message, stop_at, left)
+                if abandon:
+                    self._abandon_at_stop.add(id(message))
         if self._renewals and (self._renewing is None or self._renewing.done()):
             self._renewing = loop.create_task(self._renew_loop())
             self._renewing.add_done_callback(_retrieve)
@@ -413,6 +483,7 @@ class _Receiving(AsyncResource):
         """``message`` was settled: its lock needs no more renewals."""
         if self._renewals:
             self._renewals.pop(id(message), None)
+            self._abandon_at_stop.discard(id(message))
 
     async def _renew_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -423,6 +494,10 @@ class _Receiving(AsyncResource):
                 settler = message.acker
                 if message.settled or loop.time() >= stop_at or not isinstance(settler, _Settler):
                     renewals.pop(key, None)
+                    if key in self._abandon_at_stop:
+                        self._abandon_at_stop.discard(key)
+                        if not message.settled and isinstance(settler, _Settler):
+                            await self._deadline_passed(settler, message)
                     continue
                 left = settler.lock_left(message.raw)
                 if left is not None and left <= length / 2:
@@ -435,7 +510,33 @@ class _Receiving(AsyncResource):
                     left = settler.lock_left(message.raw)
                 if left is not None:
                     pause = min(pause, max(0.05, left - length / 2))
+                if key in self._abandon_at_stop:
+                    pause = min(pause, max(0.01, stop_at - loop.time()))
             await asyncio.sleep(pause)
+
+    async def _deadline_passed(self, settler: _Settler, message: Message) -> None:
+        """``ack_deadline`` passed with ``message`` unsettled: redeliver it (or dead-letter the last try)."""
+        try:
+            await message.nack()
+        except Exception as exc:  # settled meanwhile, or the lock is gone: Service Bus redelivers it
+            log.debug("ack deadline of %s: could not abandon it: %r", message.id, exc)
+
+    async def dead_letter_sender(self) -> ServiceBusSender:
+        """A sender to ``dead_letter_topic`` (opened once)."""
+        if self._dead_letter_sender is not None:
+            return self._dead_letter_sender
+        if self._sender_lock is None:
+            self._sender_lock = asyncio.Lock()
+        topic = self.options.dead_letter_topic
+        assert topic is not None
+        async with self._sender_lock:
+            if self._dead_letter_sender is None:
+                if self._client is None:
+                    self._client = make_client(self._settings)
+                sender = self._client.get_queue_sender(topic)
+                await sender.__aenter__()
+                self._dead_letter_sender = sender
+            return self._dead_letter_sender
 
     # -- delayed redelivery ---------------------------------------------------------------------------
     async def copy_sender(self) -> ServiceBusSender:
@@ -496,6 +597,7 @@ class _Receiving(AsyncResource):
         self._closed = True
         tasks = [t for t in (self._opening, self._fetching, self._renewing) if t is not None]
         self._renewals.clear()
+        self._abandon_at_stop.clear()
         for task in tasks:
             task.cancel()
         held = list(self._held)
@@ -517,10 +619,12 @@ class _Receiving(AsyncResource):
                             await message.acker.abandon_quietly(message)
         receiver, self._receiver = self._receiver, None
         sender, self._sender = self._sender, None
+        dead_letters, self._dead_letter_sender = self._dead_letter_sender, None
         client, self._client = self._client, None
         await asyncio.gather(
             close_quietly(receiver, f"the receiver of {self.entity}"),
             close_quietly(sender, f"the redelivery sender of {self.entity}"),
+            close_quietly(dead_letters, f"the dead-letter sender of {self.entity}"),
         )
         await close_quietly(client, f"the client of the consumer of {self.entity}")
 

@@ -25,7 +25,7 @@ from broker.attributes import validate_attributes
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 
-__all__ = ["ATTEMPT_PROPERTY", "redelivery_copy", "to_message", "to_sdk"]
+__all__ = ["ATTEMPT_PROPERTY", "dead_letter_copy", "redelivery_copy", "to_message", "to_sdk"]
 
 #: Application property carrying the delivery attempts of the message a delayed-nack copy replaces.
 ATTEMPT_PROPERTY: Final = "polybroker-delivery-attempt"
@@ -110,6 +110,21 @@ def to_message(raw: ServiceBusReceivedMessage, acker: Acker, key_to: str) -> Mes
         raw,
         acker,
     )
+
+
+def dead_letter_copy(message: Message, reason: str, description: str) -> ServiceBusMessage:
+    """A copy of a received message for a dead-letter queue or topic, with the reason as attributes.
+
+    The attributes are Service Bus's own dead-letter properties (``DeadLetterReason``,
+    ``DeadLetterErrorDescription``) plus ``DeadLetterSource``, the entity it came from.
+    """
+    copy = redelivery_copy(message)
+    properties = copy.application_properties or {}
+    properties.pop(ATTEMPT_PROPERTY, None)
+    properties["DeadLetterReason"] = reason
+    properties["DeadLetterErrorDescription"] = description
+    copy.application_properties = properties
+    return copy
 
 
 def redelivery_copy(message: Message) -> ServiceBusMessage:

@@ -114,6 +114,19 @@ class ConsumerOptions:
     batch_size: int = 100
     #: Read a sub-queue instead of the entity: ``dead_letter`` or ``transfer_dead_letter``.
     sub_queue: SubQueue = ""
+    #: Portable: seconds after which a message handed out and not settled is redelivered. The
+    #: consumer renews its lock until then and abandons it at the deadline. A consumer that dies
+    #: renews nothing, so Service Bus redelivers when the entity's lock duration runs out: an entity
+    #: whose lock duration is longer than ``ack_deadline`` cannot honour it (``ConfigError`` at the
+    #: first message; set the entity's LockDuration to at most ``ack_deadline``).
+    ack_deadline: float | None = None
+    #: Portable: deliveries after which a message is dead-lettered instead of redelivered (a nack of
+    #: the last one dead-letters; a message whose lock expired on it is dead-lettered on receipt).
+    #: The entity's own MaxDeliveryCount still applies: keep it above this.
+    max_attempts: int | None = None
+    #: Portable: the queue or topic dead-lettered messages are sent to (None: the entity's
+    #: ``$DeadLetterQueue``), like the entity property ForwardDeadLetteredMessagesTo.
+    dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
         if self.prefetch < 0:
@@ -125,6 +138,17 @@ class ConsumerOptions:
         check_batch_size(self.batch_size)
         if self.session_id is not None and not self.session_id:
             raise ConfigError("session_id must be a non-empty string or None")
+        if self.ack_deadline is not None:
+            if self.ack_deadline <= 0:
+                raise ConfigError(f"ack_deadline must be > 0 seconds, got {self.ack_deadline}")
+            if self.lock_renewal:
+                raise ConfigError("give ack_deadline or lock_renewal, not both")
+            if self.receive_mode == "receive_and_delete":
+                raise ConfigError("ack_deadline needs receive_mode peek_lock (received messages are deleted)")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.dead_letter_topic is not None and not self.dead_letter_topic:
+            raise ConfigError("dead_letter_topic must be a queue or topic name or None")
 
     @property
     def uses_sessions(self) -> bool:
@@ -166,6 +190,9 @@ class ServiceBusSettings:
     session_id: str | None = None
     batch_size: int = 100
     sub_queue: SubQueue = ""
+    ack_deadline: float | None = None
+    max_attempts: int | None = None
+    dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
         if self.connection_string is not None:
@@ -212,4 +239,7 @@ class ServiceBusSettings:
             "session_id": self.session_id,
             "batch_size": self.batch_size,
             "sub_queue": self.sub_queue,
+            "ack_deadline": self.ack_deadline,
+            "max_attempts": self.max_attempts,
+            "dead_letter_topic": self.dead_letter_topic,
         }

@@ -309,8 +309,10 @@ async def test_the_message_id_attribute_becomes_the_message_id(
 ) -> None:
     queue = _name("q")
     fake_servicebus.create_queue(queue)
-    await backend.publisher().topic(queue).publish(
-        OutboundMessage(b"x", attributes={"MessageId": "order-17", "other": "kept"})
+    await (
+        backend.publisher()
+        .topic(queue)
+        .publish(OutboundMessage(b"x", attributes={"MessageId": "order-17", "other": "kept"}))
     )
     async with backend.messages(queue, "") as consumer:
         (message,) = await collect(consumer, 1, 10)
