@@ -6,6 +6,15 @@ Defaults follow the lib-brokers seed (connection timeout 5 s, operation timeout 
 * ``subscription_type`` is mapped to the Pulsar type of the same name (the seed turned
   ``Exclusive`` into ``KeyShared``), and defaults to ``shared``: competing consumers with
   per-message acknowledgement, which is what a message queue needs.
+* ``receiver_queue_size`` (the messages a consumer prefetches) defaults to 100 instead of 1000,
+  to bound what a crash costs: when a consumer dies, Pulsar redelivers every message it had
+  dispatched to it - also those only prefetched, which no handler ever saw - and counts each as a
+  redelivery. Pulsar's redelivery count cannot tell the two apart, so after a crash up to
+  ``2 * receiver_queue_size`` messages (the client's queue plus the chunk waiting on the event
+  loop) can show ``delivery_attempt > 1`` and move one step closer to ``max_attempts`` without
+  having been handed out. With an ack deadline (``ack_deadline``/``ack_timeout``) the consumer takes
+  messages from the client only while a caller waits, so only the client's queue counts. Raise it
+  for throughput where that is acceptable (``bench/pulsar.py`` measures with 1000).
 * ``max_pending_messages`` defaults to 1000 instead of the seed's 1, which allowed a single
   message in flight per producer and so serialized every batch publish.
 * ``batching`` (the client's producer batching) is off by default. With batching on, Pulsar
@@ -60,8 +69,9 @@ class ConsumerOptions:
     subscription_type: SubscriptionType = "shared"
     #: Where a subscription that does not exist yet starts: the oldest retained message, or new ones.
     initial_position: InitialPosition = "earliest"
-    #: Messages the client prefetches per consumer (Pulsar's ``receiverQueueSize``).
-    receiver_queue_size: int = 1000
+    #: Messages the client prefetches per consumer (Pulsar's ``receiverQueueSize``); see the module
+    #: documentation for what a crash costs per prefetched message.
+    receiver_queue_size: int = 100
     #: Seconds after which a nacked message is redelivered (Pulsar's nack redelivery delay).
     nack_redelivery_delay: float = 30.0
     #: Seconds an unacknowledged message may stay with a consumer before it is redelivered
@@ -156,7 +166,7 @@ class PulsarSettings:
     # -- consumer defaults (see ConsumerOptions) ----------------------------------------------
     subscription_type: SubscriptionType = "shared"
     initial_position: InitialPosition = "earliest"
-    receiver_queue_size: int = 1000
+    receiver_queue_size: int = 100
     nack_redelivery_delay: float = 30.0
     ack_timeout: float | None = None
     max_attempts: int | None = None

@@ -34,7 +34,7 @@ def test_defaults() -> None:
     assert settings.subscription_type == "shared"  # queue semantics: competing consumers
     conf = consumer_configuration(settings.consumer_options({}))
     assert conf.consumer_type() == _pulsar.ConsumerType.Shared
-    assert conf.receiver_queue_size() == 1000
+    assert conf.receiver_queue_size() == 100
     assert conf.negative_ack_redelivery_delay_ms() == 30_000
     assert conf.unacked_messages_timeout_ms() == 0
     producer = producer_configuration(settings)
