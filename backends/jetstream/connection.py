@@ -23,7 +23,7 @@ from nats.js import JetStreamContext, JetStreamManager
 
 from backends.jetstream.errors import translate
 from backends.jetstream.settings import JetStreamSettings
-from broker.errors import ClosedError, ConnectionFailed
+from broker.errors import AuthenticationFailed, ClosedError, ConnectionFailed
 from broker.settings import redact_url
 
 __all__ = ["Connection"]
@@ -54,6 +54,7 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
         self._closed = False
+        self._refused: Exception | None = None  # the last refusal of the credentials (error callback)
         self._listeners: set[Callable[[], None]] = set()
         self.js: JetStreamContext | None = None
         self.jsm: JetStreamManager | None = None
@@ -132,6 +133,7 @@ class Connection:
             options["skip_subject_validation"] = True
         options = {k: v for k, v in options.items() if v is not None and k in _CONNECT_PARAMETERS}
         client = Client()
+        self._refused = None
         servers = ", ".join(redact_url(s) for s in settings.servers)
         try:
             # nats-py retries the first connection forever when reconnection is unlimited; bound it.
@@ -141,6 +143,12 @@ class Connection:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1):
                     await client.close()
+            refused = self._refused
+            if isinstance(exc, nats.errors.AuthorizationError) or refused is not None:
+                # nats-py retries a refused login until the timeout: say why it failed.
+                raise AuthenticationFailed(
+                    f"NATS at {servers} refused the credentials: {refused or exc}"
+                ) from (refused or exc)
             if isinstance(exc, TimeoutError):
                 raise ConnectionFailed(
                     f"could not connect to NATS at {servers} within {settings.connect_timeout}s"
@@ -152,7 +160,10 @@ class Connection:
         return client
 
     async def _on_error(self, exc: Exception) -> None:
-        if isinstance(exc, nats.errors.SlowConsumerError):
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
+            self._refused = exc
+            log.debug("NATS refused the credentials: %r", exc)
+        elif isinstance(exc, nats.errors.SlowConsumerError):
             log.warning("NATS slow consumer: messages were dropped for subject %s", exc.subject)
         elif isinstance(exc, OSError | nats.errors.StaleConnectionError | nats.errors.UnexpectedEOF):
             log.debug("NATS connection problem: %r", exc)

@@ -8,12 +8,15 @@ import nats.errors
 import nats.js.errors
 
 from broker.errors import (
+    AuthenticationFailed,
     BrokerError,
     ClosedError,
     ConfigError,
     ConnectionFailed,
     MessageTooLarge,
+    PermissionDenied,
     PublishError,
+    Throttled,
     Timeout,
     UnknownTopic,
 )
@@ -49,9 +52,17 @@ def translate(exc: BaseException, doing: str) -> BaseException:
             return UnknownTopic(message)
         if exc.err_code in _BAD_REQUEST_CODES or exc.code == 400:
             return ConfigError(message)
+        if exc.code in (401, 403):
+            return PermissionDenied(message)
+        if exc.code == 429:
+            return Throttled(message)
         if exc.code == 503:
             return ConnectionFailed(f"{doing}: JetStream is not available ({detail})")
         return PublishError(message) if "publish" in doing else BrokerError(message)
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return AuthenticationFailed(message)
+    if isinstance(exc, nats.errors.Error) and "permissions violation" in detail.lower():
+        return PermissionDenied(message)
     if isinstance(exc, nats.errors.TimeoutError | TimeoutError):
         return Timeout(f"{doing}: no answer from the server in time")
     if isinstance(
@@ -61,7 +72,6 @@ def translate(exc: BaseException, doing: str) -> BaseException:
         | nats.errors.OutboundBufferLimitError
         | nats.errors.NoRespondersError
         | nats.errors.ConnectionReconnectingError
-        | nats.errors.AuthorizationError
         | nats.errors.SecureConnFailedError
         | ConnectionError
         | OSError,

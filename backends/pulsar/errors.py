@@ -7,11 +7,14 @@ from typing import Any
 import _pulsar  # type: ignore[import-not-found]
 
 from broker.errors import (
+    AuthenticationFailed,
     BrokerError,
     ClosedError,
     ConfigError,
     ConnectionFailed,
     MessageTooLarge,
+    PermissionDenied,
+    Throttled,
     Timeout,
     UnknownTopic,
 )
@@ -27,10 +30,13 @@ _BY_NAME: dict[str, type[BrokerError]] = {
     "NotConnected": ConnectionFailed,
     "ServiceUnitNotReady": ConnectionFailed,
     "LookupError": ConnectionFailed,
-    "TooManyLookupRequestException": ConnectionFailed,
-    "AuthenticationError": ConnectionFailed,
-    "AuthorizationError": ConnectionFailed,
-    "ErrorGettingAuthenticationData": ConnectionFailed,
+    "AuthenticationError": AuthenticationFailed,
+    "AuthorizationError": PermissionDenied,
+    "ErrorGettingAuthenticationData": AuthenticationFailed,
+    "ProducerBlockedQuotaExceededError": Throttled,
+    "ProducerBlockedQuotaExceededException": Throttled,
+    "ProducerQueueIsFull": Throttled,
+    "TooManyLookupRequestException": Throttled,
     "MessageTooBig": MessageTooLarge,
     "TopicNotFound": UnknownTopic,
     "SubscriptionNotFound": UnknownTopic,

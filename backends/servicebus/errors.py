@@ -6,9 +6,12 @@ from azure.servicebus import exceptions as sb
 
 from broker.errors import (
     AckError,
+    AuthenticationFailed,
     BrokerError,
     ConnectionFailed,
     MessageTooLarge,
+    PermissionDenied,
+    Throttled,
     Timeout,
     UnknownTopic,
 )
@@ -27,13 +30,13 @@ def translate(exc: BaseException, default: type[BrokerError], what: str) -> Brok
         return MessageTooLarge(message)
     if isinstance(exc, sb.OperationTimeoutError | TimeoutError):
         return Timeout(message)
-    if isinstance(
-        exc,
-        sb.ServiceBusConnectionError
-        | sb.ServiceBusCommunicationError
-        | sb.ServiceBusAuthenticationError
-        | sb.ServiceBusAuthorizationError,
-    ):
+    if isinstance(exc, sb.ServiceBusAuthenticationError):
+        return AuthenticationFailed(message)
+    if isinstance(exc, sb.ServiceBusAuthorizationError):
+        return PermissionDenied(message)
+    if isinstance(exc, sb.ServiceBusQuotaExceededError | sb.ServiceBusServerBusyError):
+        return Throttled(message)
+    if isinstance(exc, sb.ServiceBusConnectionError | sb.ServiceBusCommunicationError):
         return ConnectionFailed(message)
     if isinstance(exc, sb.MessageLockLostError | sb.SessionLockLostError | sb.MessageAlreadySettled):
         return AckError(message)
