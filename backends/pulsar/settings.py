@@ -80,7 +80,8 @@ class ConsumerOptions:
     #: Deliveries after which a message goes to the dead-letter topic (None: redeliver forever).
     #: Pulsar's ``maxRedeliverCount`` is ``max_attempts - 1``, so this must be at least 2.
     max_attempts: int | None = None
-    #: The dead-letter topic (None: Pulsar's default, ``<topic>-<subscription>-DLQ``).
+    #: The dead-letter topic (None: Pulsar's default, ``<topic>-<subscription>-DLQ``): where
+    #: ``Message.dead_letter()`` publishes, and, with ``max_attempts``, the dead-letter policy's topic.
     dead_letter_topic: str | None = None
     #: Acknowledge single messages of a batch (needs the broker's batch-index acknowledgement).
     batch_index_ack: bool = False
@@ -104,8 +105,8 @@ class ConsumerOptions:
                 f"max_attempts must be >= 2 (Pulsar redelivers at least once before dead-lettering), "
                 f"got {self.max_attempts}"
             )
-        if self.dead_letter_topic is not None and self.max_attempts is None:
-            raise ConfigError("dead_letter_topic needs max_attempts (after how many deliveries to give up)")
+        if self.dead_letter_topic is not None and not self.dead_letter_topic:
+            raise ConfigError("dead_letter_topic must be a topic name or None")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
 
