@@ -5,6 +5,7 @@ Imports no SDK: :meth:`JetStreamFactory.open` imports ``nats`` (the ``nats`` ext
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from backends.jetstream.devserver import nats_dev_server
@@ -22,6 +23,22 @@ class JetStreamFactory:
 
     extra = "nats"
     settings_type = JetStreamSettings
+    #: The native mechanism behind each capability (the README's capability matrix).
+    mechanisms: Mapping[str, str] = {
+        "persistent": "stream file storage",
+        "per_key_order": "stream order, max_ack_pending",
+        "messages": "durable pull consumer",
+        "records": "ordered consumer",
+        "nack_redelivers": "NAK",
+        "delayed_nack": "NAK with delay",
+        "ack_deadline": "ack_wait",
+        "in_progress": "+WPI",
+        "delivery_attempt": "num_delivered",
+        "dead_letter": "max_deliver + dead-letter subject",
+        "competing_consumers": "one durable, many pullers",
+        "replay": "deliver by sequence / time",
+        "backlog_for_new_subscriptions": "deliver policy all",
+    }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """Servers from the URL's hosts; ``user:password@`` or ``token@`` credentials."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from backends.kafka.settings import KafkaSettings
@@ -25,6 +26,23 @@ class KafkaFactory:
 
     extra = "kafka"
     settings_type = KafkaSettings
+    #: The native mechanism behind each capability (the README's capability matrix).
+    mechanisms: Mapping[str, str] = {
+        "persistent": "replicated log",
+        "per_key_order": "key → partition",
+        "messages": "marker-topic queue",
+        "records": "consumer group",
+        "nack_redelivers": "redelivery tracker",
+        "delayed_nack": "tracker deadline",
+        "ack_deadline": "START marker timeout",
+        "in_progress": "keep-alive marker",
+        "delivery_attempt": "attempt header",
+        "dead_letter": "dead-letter topic",
+        "competing_consumers": "partitions of a group",
+        "transactions": "Kafka transactions",
+        "replay": "seek to offset / time",
+        "backlog_for_new_subscriptions": "new group starts earliest",
+    }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """Hosts become ``bootstrap_servers`` (port 9092 when a host names none); ``user:password@``

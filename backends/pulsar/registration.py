@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from backends.pulsar.settings import PulsarSettings
@@ -25,6 +26,18 @@ class PulsarFactory:
 
     extra = "pulsar"
     settings_type = PulsarSettings
+    #: The native mechanism behind each capability (the README's capability matrix).
+    mechanisms: Mapping[str, str] = {
+        "persistent": "managed ledger",
+        "messages": "shared subscription",
+        "records": "failover subscription",
+        "nack_redelivers": "negative ack",
+        "ack_deadline": "ack timeout (≥ 10 s)",
+        "delivery_attempt": "redelivery count",
+        "dead_letter": "dead-letter policy",
+        "competing_consumers": "shared / key_shared",
+        "replay": "reader",
+    }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """The service URL from the hosts (port 6650 by default); ``user:password@`` is basic auth."""

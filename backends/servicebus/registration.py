@@ -6,6 +6,7 @@ extra). ``broker.connect`` also routes a connection string (``Endpoint=sb://...`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -22,6 +23,18 @@ class ServiceBusFactory:
 
     extra = "servicebus"
     settings_type = ServiceBusSettings
+    #: The native mechanism behind each capability (the README's capability matrix).
+    mechanisms: Mapping[str, str] = {
+        "persistent": "entity storage",
+        "messages": "peek-lock receiver",
+        "nack_redelivers": "abandon",
+        "delayed_nack": "scheduled copy",
+        "ack_deadline": "lock renewal up to the deadline",
+        "in_progress": "lock renewal",
+        "delivery_attempt": "DeliveryCount",
+        "dead_letter": "dead-letter sub-queue / forward",
+        "competing_consumers": "one subscription",
+    }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """The namespace from the host (``myns`` or ``myns.servicebus.windows.net``).
