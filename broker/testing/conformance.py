@@ -356,7 +356,7 @@ class ConformanceSuite(LifecycleSuite):
             if len(set(handled)) == count:
                 all_handled.set()
 
-        source = harness.messages(topic, sub)
+        source = await harness.messages(topic, sub).__aenter__()  # subscribed from here on
         receiver = adapt.receiver(source, concurrency=4)
         task = asyncio.ensure_future(receiver.receive(handler))
         await (
