@@ -9,9 +9,13 @@ so. No backend answers a portable name with :class:`~broker.errors.UnknownSettin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PORTABLE_OPTIONS", "PortableOption", "portable_option"]
+from broker.errors import ConfigError
+
+__all__ = ["PORTABLE_OPTIONS", "PortableOption", "portable_option", "rename_portable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +86,17 @@ def portable_option(name: str) -> PortableOption:
         if option.name == name:
             return option
     raise KeyError(name)
+
+
+def rename_portable(options: Mapping[str, Any], native_names: Mapping[str, str]) -> dict[str, Any]:
+    """``options`` with each portable name replaced by the backend's native one (``-`` read as ``_``).
+
+    Raises :class:`~broker.errors.ConfigError` when both the portable and the native name are given.
+    """
+    out = {key.replace("-", "_"): value for key, value in options.items()}
+    for portable, native in native_names.items():
+        if portable in out:
+            if native in out:
+                raise ConfigError(f"give {native} or {portable}, not both")
+            out[native] = out.pop(portable)
+    return out

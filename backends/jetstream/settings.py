@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.errors import ConfigError
+from broker.options import rename_portable
 from broker.settings import parse_url, redact_url, secret
 
 __all__ = [
@@ -305,10 +306,4 @@ PORTABLE_NAMES: dict[str, str] = {
 
 def portable_to_native(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with the portable names replaced by JetStream's (``ack_deadline`` -> ``ack_wait``, ...)."""
-    out = {key.replace("-", "_"): value for key, value in options.items()}
-    for portable, native in PORTABLE_NAMES.items():
-        if portable in out:
-            if native in out:
-                raise ConfigError(f"give {native} or {portable}, not both")
-            out[native] = out.pop(portable)
-    return out
+    return rename_portable(options, PORTABLE_NAMES)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
+from broker.options import rename_portable
 from broker.settings import build_settings, parse_url, redact_url, secret
 
 __all__ = [
@@ -222,10 +223,4 @@ PORTABLE_NAMES: Final = {"ack_deadline": "ack_timeout"}
 
 def portable_to_native(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the portable names replaced by Pulsar's (``ack_deadline`` -> ``ack_timeout``)."""
-    out = {key.replace("-", "_"): value for key, value in options.items()}
-    for portable, native in PORTABLE_NAMES.items():
-        if portable in out:
-            if native in out:
-                raise ConfigError(f"give {native} or {portable}, not both")
-            out[native] = out.pop(portable)
-    return out
+    return rename_portable(options, PORTABLE_NAMES)

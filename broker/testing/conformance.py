@@ -21,7 +21,7 @@ import broker
 from broker import adapt
 from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
 from broker.message import Message, OutboundMessage
-from broker.testing.harness import Harness, collect, collect_records, drain
+from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
 
 __all__ = ["ConformanceSuite"]
@@ -29,12 +29,6 @@ __all__ = ["ConformanceSuite"]
 #: Deliveries before dead-lettering in the dead-letter test (Pub/Sub's smallest allowed value).
 _ATTEMPTS = 5
 
-
-def _need(harness: Harness, *flags: str) -> None:
-    caps = harness.capabilities
-    missing = [f for f in flags if not getattr(caps, f)]
-    if missing:
-        pytest.skip(f"backend {harness.backend.name!r} does not claim: {', '.join(missing)}")
 
 
 async def _open(
@@ -51,7 +45,7 @@ class ConformanceSuite(LifecycleSuite):
 
     # -- publishing and round trips -------------------------------------------------------
     async def test_round_trip_data_key_attributes(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
             publisher = harness.backend.publisher()
@@ -73,7 +67,7 @@ class ConformanceSuite(LifecycleSuite):
             assert received.publish_time is None or received.publish_time > 0
 
     async def test_large_payload(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         limit = harness.capabilities.max_message_bytes
         size = 1024 * 1024 if limit is None or limit >= 1024 * 1024 + 4096 else limit - 4096
         payload = bytes(range(256)) * (size // 256)
@@ -84,7 +78,7 @@ class ConformanceSuite(LifecycleSuite):
         assert message.data == payload
 
     async def test_batch_publish_delivers_every_message_once(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, (sub,) = await _open(harness)
         count = 200
         async with harness.messages(topic, sub) as consumer:
@@ -100,7 +94,7 @@ class ConformanceSuite(LifecycleSuite):
         assert max(counts.values()) == 1
 
     async def test_per_key_order(self, harness: Harness) -> None:
-        _need(harness, "messages", "per_key_order")
+        need(harness, "messages", "per_key_order")
         topic, (sub,) = await _open(harness)
         keys = [f"key-{k}" for k in range(5)]
         sent = [OutboundMessage(f"{k}:{i}".encode(), key=k) for i in range(40) for k in keys]
@@ -154,7 +148,7 @@ class ConformanceSuite(LifecycleSuite):
 
     # -- acknowledgement ------------------------------------------------------------------
     async def test_acked_message_is_not_redelivered(self, harness: Harness) -> None:
-        _need(harness, "messages", "ack_deadline")
+        need(harness, "messages", "ack_deadline")
         deadline = harness.short_ack_deadline
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
@@ -166,7 +160,7 @@ class ConformanceSuite(LifecycleSuite):
                 await consumer.next_message(timeout=deadline * 2.5)
 
     async def test_ack_after_nack_raises(self, harness: Harness) -> None:
-        _need(harness, "messages", "nack_redelivers")
+        need(harness, "messages", "nack_redelivers")
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"n"))
@@ -178,7 +172,7 @@ class ConformanceSuite(LifecycleSuite):
             assert again.data == b"n"
 
     async def test_nack_redelivers(self, harness: Harness) -> None:
-        _need(harness, "messages", "nack_redelivers")
+        need(harness, "messages", "nack_redelivers")
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"retry-me"))
@@ -192,7 +186,7 @@ class ConformanceSuite(LifecycleSuite):
             assert second.delivery_attempt == 2
 
     async def test_delayed_nack_waits(self, harness: Harness) -> None:
-        _need(harness, "messages", "delayed_nack")
+        need(harness, "messages", "delayed_nack")
         delay = max(1.0, harness.short_ack_deadline)
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
@@ -206,7 +200,7 @@ class ConformanceSuite(LifecycleSuite):
         assert waited >= delay * 0.8, f"redelivered after {waited:.2f}s, delay was {delay}s"
 
     async def test_ack_deadline_redelivers(self, harness: Harness) -> None:
-        _need(harness, "messages", "ack_deadline")
+        need(harness, "messages", "ack_deadline")
         deadline = harness.short_ack_deadline
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
@@ -222,7 +216,7 @@ class ConformanceSuite(LifecycleSuite):
             assert second.delivery_attempt == 2
 
     async def test_in_progress_extends_the_deadline(self, harness: Harness) -> None:
-        _need(harness, "messages", "ack_deadline", "in_progress")
+        need(harness, "messages", "ack_deadline", "in_progress")
         deadline = harness.short_ack_deadline
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
@@ -238,7 +232,7 @@ class ConformanceSuite(LifecycleSuite):
                 await consumer.next_message(timeout=deadline * 2)
 
     async def test_dead_letter_after_max_attempts(self, harness: Harness) -> None:
-        _need(harness, "messages", "dead_letter", "nack_redelivers")
+        need(harness, "messages", "dead_letter", "nack_redelivers")
         topic, (sub,) = await _open(harness)
         dlq = harness.name("dlq")
         options = harness.dead_letter_options(
@@ -261,7 +255,7 @@ class ConformanceSuite(LifecycleSuite):
 
     # -- several consumers, restarts ------------------------------------------------------
     async def test_competing_consumers_split_the_work(self, harness: Harness) -> None:
-        _need(harness, "messages", "competing_consumers")
+        need(harness, "messages", "competing_consumers")
         topic, (sub,) = await _open(harness)
         count = 100
         async with harness.messages(topic, sub) as first, harness.messages(topic, sub) as second:
@@ -286,7 +280,7 @@ class ConformanceSuite(LifecycleSuite):
         assert seen["first"] and seen["second"], "one consumer got all the work"
 
     async def test_no_loss_across_consumer_restart(self, harness: Harness) -> None:
-        _need(harness, "messages", "ack_deadline")
+        need(harness, "messages", "ack_deadline")
         deadline = harness.short_ack_deadline
         topic, (sub,) = await _open(harness)
         count = 30
@@ -307,7 +301,7 @@ class ConformanceSuite(LifecycleSuite):
 
     # -- shutdown -------------------------------------------------------------------------
     async def test_close_wakes_a_blocked_consumer(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, (sub,) = await _open(harness)
         consumer = harness.messages(topic, sub)
         waiting = asyncio.ensure_future(consumer.next_message())
@@ -321,7 +315,7 @@ class ConformanceSuite(LifecycleSuite):
             await consumer.next_message(timeout=0.1)
 
     async def test_cancel_does_not_hang_or_lose(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
             waiting = asyncio.ensure_future(consumer.next_message())
@@ -335,7 +329,7 @@ class ConformanceSuite(LifecycleSuite):
         assert message.data == b"after-cancel"
 
     async def test_receiver_handles_all_and_nacks_on_cancel(self, harness: Harness) -> None:
-        _need(harness, "messages", "nack_redelivers")
+        need(harness, "messages", "nack_redelivers")
         topic, (sub,) = await _open(harness)
         count = 50
         handled: list[int] = []
@@ -381,7 +375,7 @@ class ConformanceSuite(LifecycleSuite):
         assert int(again.data) == count
 
     async def test_batched_messages(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, (sub,) = await _open(harness)
         count = 25
         async with harness.backend.batched_messages(topic, sub, batch_size=10, batch_timeout=0.5) as batches:
@@ -401,7 +395,7 @@ class ConformanceSuite(LifecycleSuite):
 
     # -- partitioned log ------------------------------------------------------------------
     async def test_records_in_a_group_resume_after_commit(self, harness: Harness) -> None:
-        _need(harness, "records")
+        need(harness, "records")
         topic = harness.name("log")
         group = harness.name("group")
         await harness.prepare(topic, [])
@@ -424,7 +418,7 @@ class ConformanceSuite(LifecycleSuite):
         assert values == list(range(count)), "records were lost or re-read after commit"
 
     async def test_transactions_commit_and_abort(self, harness: Harness) -> None:
-        _need(harness, "transactions", "records")
+        need(harness, "transactions", "records")
         topic = harness.name("txn")
         await harness.prepare(topic, [])
         publisher = harness.backend.transactional_publisher()

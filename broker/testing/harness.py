@@ -13,7 +13,7 @@ from broker.capabilities import Capabilities
 from broker.interfaces import MessageIterator, RecordIterator
 from broker.message import Message, Record
 
-__all__ = ["Harness", "collect", "drain", "wait_until"]
+__all__ = ["Harness", "collect", "drain", "need", "wait_until"]
 
 
 class Harness:
@@ -88,6 +88,16 @@ class Harness:
     def records(self, topic: str, group: str) -> RecordIterator:
         """A record iterator in consumer ``group`` starting from the earliest offset."""
         return self.backend.records(topic, group)
+
+
+def need(harness: Harness, *flags: str) -> None:
+    """Skip the running test unless the backend claims every capability in ``flags``."""
+    caps = harness.capabilities
+    missing = [f for f in flags if not getattr(caps, f)]
+    if missing:
+        import pytest
+
+        pytest.skip(f"backend {harness.backend.name!r} does not claim: {', '.join(missing)}")
 
 
 async def collect(

@@ -21,19 +21,13 @@ import pytest
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, UnknownSetting
 from broker.message import Message, OutboundMessage
 from broker.options import PORTABLE_OPTIONS
-from broker.testing.harness import Harness, collect, drain
+from broker.testing.harness import Harness, collect, drain, need
 
 __all__ = ["LifecycleSuite"]
 
 #: How many of a killed consumer's last acks may still have been on their way to the broker.
 _ACKS_IN_FLIGHT = 10
 
-
-def _need(harness: Harness, *flags: str) -> None:
-    caps = harness.capabilities
-    missing = [f for f in flags if not getattr(caps, f)]
-    if missing:
-        pytest.skip(f"backend {harness.backend.name!r} does not claim: {', '.join(missing)}")
 
 
 def _numbered(start: int, count: int, key: str | None = None) -> list[OutboundMessage]:
@@ -48,7 +42,7 @@ class LifecycleSuite:
     """Open/close/reopen orders, failing handlers, busy close, crashed consumers, portable options."""
 
     async def test_consumer_opened_before_its_topic_exists(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, sub = harness.name("fresh"), harness.name("sub")
         count = 20
         async with harness.backend.messages(topic, sub) as consumer:
@@ -60,7 +54,7 @@ class LifecycleSuite:
         assert max(values.values()) == 1, "delivered twice"
 
     async def test_nack_redelivers_on_a_topic_created_after_the_consumer(self, harness: Harness) -> None:
-        _need(harness, "messages", "nack_redelivers")
+        need(harness, "messages", "nack_redelivers")
         topic, sub = harness.name("fresh"), harness.name("sub")
         count = 30
         nacked: set[int] = set()
@@ -81,7 +75,7 @@ class LifecycleSuite:
         assert nacked == set(range(0, count, 5))
 
     async def test_open_close_publish_reopen(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, sub = harness.name("reopen"), harness.name("sub")
         publisher = harness.backend.publisher().topic(topic)
         async with harness.backend.messages(topic, sub):
@@ -98,7 +92,7 @@ class LifecycleSuite:
         assert max(values.values()) == 1, "an acked message came back after reopening"
 
     async def test_publish_before_any_subscription(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         topic, sub = harness.name("early"), harness.name("sub")
         publisher = harness.backend.publisher().topic(topic)
         await publisher.batch_publish(*_numbered(0, 5))  # nobody subscribed yet: must not fail
@@ -114,7 +108,7 @@ class LifecycleSuite:
         assert max(values.values()) == 1
 
     async def test_receiver_with_a_handler_that_always_fails(self, harness: Harness) -> None:
-        _need(harness, "messages", "nack_redelivers")
+        need(harness, "messages", "nack_redelivers")
         topic, sub = harness.name("poison"), harness.name("sub")
         async with harness.backend.messages(topic, sub):
             pass  # the subscription exists from here on
@@ -145,7 +139,7 @@ class LifecycleSuite:
         assert total <= count * (elapsed / 0.1 + 5), f"{total} handler calls in {elapsed:.1f}s: no backoff"
 
     async def test_backend_close_while_consumers_are_busy(self, harness: Harness) -> None:
-        _need(harness, "messages", "ack_deadline")
+        need(harness, "messages", "ack_deadline")
         deadline = harness.short_ack_deadline
         topic, sub = harness.name("busy"), harness.name("sub")
         count = 40
@@ -193,7 +187,7 @@ class LifecycleSuite:
         assert not again, f"acked before close, delivered again: {sorted(again)}"
 
     async def test_crashed_consumer_process_loses_nothing(self, harness: Harness) -> None:
-        _need(harness, "persistent", "messages", "ack_deadline")
+        need(harness, "persistent", "messages", "ack_deadline")
         if harness.url is None:
             pytest.skip("the harness names no url for a consumer process")
         deadline = harness.short_ack_deadline
@@ -267,7 +261,7 @@ class LifecycleSuite:
         assert recovered <= 2 * deadline + harness.patience, f"recovery took {recovered:.1f}s"
 
     async def test_portable_option_names(self, harness: Harness) -> None:
-        _need(harness, "messages")
+        need(harness, "messages")
         caps = harness.capabilities
         samples: dict[str, Any] = {
             "ack_deadline": harness.short_ack_deadline,
@@ -295,7 +289,7 @@ class LifecycleSuite:
 
     # -- the records side -----------------------------------------------------------------
     async def test_records_commit_on_ack_survives_close(self, harness: Harness) -> None:
-        _need(harness, "records")
+        need(harness, "records")
         topic, group = harness.name("log"), harness.name("group")
         await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, 20, key="one"))
         async with harness.backend.records(topic, group) as records:
@@ -309,7 +303,7 @@ class LifecycleSuite:
         assert int(record.value or b"-1") == 10, "the group did not resume after its last ack"
 
     async def test_records_rebalance_loses_nothing(self, harness: Harness) -> None:
-        _need(harness, "records")
+        need(harness, "records")
         topic, group = harness.name("log"), harness.name("group")
         publisher = harness.backend.publisher().topic(topic)
         await publisher.batch_publish(*(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60)))  # noqa: E501
