@@ -17,16 +17,24 @@ Usage: python bench/servicebus.py [--messages N] [--rounds N]
 
 from __future__ import annotations
 
+# ruff: noqa: E402  (the sys.path fix below must run before the imports)
+import sys
+from pathlib import Path
+
+# Run as a script, this folder comes first on sys.path, where bench/queue.py would shadow the
+# standard library's queue module (which urllib3 imports): use the project root instead.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
 import argparse
 import asyncio
 import contextlib
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
