@@ -126,7 +126,12 @@ class Subscription:
         self.options = options
         self._label = f"{topics!r}/{name}"
         # The thread receives one message (waiting), then whatever else is ready with a batch receive.
-        more = min(chunk, options.receiver_queue_size) - 1
+        # Without an ack deadline it takes half a receiver queue at a time, so that the loop holds at
+        # most ``chunk`` messages not handed out yet while the thread prepares the next half.
+        step = min(chunk, options.receiver_queue_size)
+        if options.ack_timeout is None:
+            step = max(1, step // 2)
+        more = step - 1
         self._conf = consumer_configuration(options, more)
         self._future: asyncio.Future[Any] | None = None
         self.consumer: Any = None
@@ -139,6 +144,7 @@ class Subscription:
             chunk,
             self._label,
             on_demand=options.ack_timeout is not None,
+            chunk_max=step,
         )
         try:
             loop = asyncio.get_running_loop()
@@ -353,11 +359,8 @@ class PulsarMessageIterator(_Consuming, MessageIteration):
         if self._subscription.consumer is None:
             await self._subscription.open(timeout)
         fetcher = self._fetcher
-        current, position = fetcher._current, fetcher._position
-        if position < len(current):  # the common case under load: no coroutine to wait in
-            fetcher._position = position + 1
-            raw = current[position]
-        else:
+        raw = fetcher.ready()  # the common case under load: no coroutine to wait in
+        if raw is None:
             raw = await fetcher.take(timeout)
         return to_message(raw, self._acker, time.time())
 

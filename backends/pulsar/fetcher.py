@@ -2,8 +2,9 @@
 
 The Pulsar client's receive calls block (they release the GIL while they wait). One thread per
 consumer or reader waits in them, takes whatever else is ready with one more call, and hands the
-chunk to the loop with a single ``call_soon_threadsafe``. At most ``limit`` messages wait in the
-loop's buffer; the thread pauses while it is full. With ``on_demand`` it receives only while a
+chunk to the loop with a single ``call_soon_threadsafe``. At most ``limit`` messages that were not
+handed out yet wait on the loop: the thread takes another chunk (of up to ``chunk_max`` messages)
+only while it fits. With ``on_demand`` it receives only while a
 caller waits, so nothing is taken from the client ahead of time (the client starts a message's
 ack-timeout clock when it is taken). Closing the client consumer (or reader) wakes the thread,
 which then ends; nothing here ever blocks the loop.
@@ -41,17 +42,19 @@ class Fetcher:
         name: str,
         *,
         on_demand: bool = False,
+        chunk_max: int = 1,
     ) -> None:
         self._receive = receive
         self._receive_more = receive_more
         self._limit = max(1, limit)
+        self._chunk_max = max(1, chunk_max)
         self._name = name
         self._on_demand = on_demand
         self._demand = 0  # callers waiting (guarded by _room)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._room = threading.Condition()
-        self._buffered = 0  # messages in _chunks (guarded by _room)
+        self._buffered = 0  # messages in _chunks and _current, not handed out yet (guarded by _room)
         self._stopping = False
         self._chunks: deque[list[Any]] = deque()
         self._current: list[Any] = _EMPTY
@@ -72,11 +75,15 @@ class Fetcher:
     def _run(self) -> None:
         loop = self._loop
         assert loop is not None
-        receive, receive_more, room, limit = self._receive, self._receive_more, self._room, self._limit
+        receive, receive_more, room = self._receive, self._receive_more, self._room
+        # Take another chunk only while a full one fits (or nothing waits at all).
+        room_left = self._limit - self._chunk_max
         on_demand = self._on_demand
         while True:
             with room:
-                while not self._stopping and (self._buffered >= limit or (on_demand and self._demand == 0)):
+                while not self._stopping and (
+                    (self._buffered > room_left and self._buffered > 0) or (on_demand and self._demand == 0)
+                ):
                     room.wait()
                 if self._stopping:
                     return
@@ -129,12 +136,11 @@ class Fetcher:
                     waiter.set_result(None)
             self._waiters.clear()
 
-    def _next_chunk(self) -> list[Any]:
-        chunk = self._chunks.popleft()
+    def _handed_out(self, count: int) -> None:
+        """``count`` buffered messages (a whole chunk) were handed out: make room for the thread."""
         with self._room:
-            self._buffered -= len(chunk)
+            self._buffered -= count
             self._room.notify()
-        return chunk
 
     def _want(self, change: int) -> None:
         with self._room:
@@ -169,6 +175,15 @@ class Fetcher:
                 handle.cancel()
         return bool(self._chunks) or self._closed or self._error is not None
 
+    def ready(self) -> Any:
+        """The next client message if one is buffered, else None (never waits)."""
+        current = self._current
+        position = self._position
+        if position + 1 < len(current):
+            self._position = position + 1
+            return current[position]
+        return None
+
     async def take(self, timeout: float | None) -> Any:
         """The next client message; ``Timeout`` when none arrives within ``timeout`` seconds."""
         while True:
@@ -176,9 +191,11 @@ class Fetcher:
             position = self._position
             if position < len(current):
                 self._position = position + 1
+                if position + 1 == len(current):
+                    self._handed_out(len(current))
                 return current[position]
             if self._chunks:
-                self._current = self._next_chunk()
+                self._current = self._chunks.popleft()
                 self._position = 0
                 continue
             self._check()
@@ -200,14 +217,17 @@ class Fetcher:
             if position >= len(current):
                 if not self._chunks:
                     break
-                current = self._current = self._next_chunk()
+                current = self._current = self._chunks.popleft()
                 position = self._position = 0
                 if not out and len(current) <= count:  # the common case: hand out the chunk as is
                     self._position = len(current)
+                    self._handed_out(len(current))
                     return current
             end = min(len(current), position + count - len(out))
             out.extend(current[position:end])
             self._position = end
+            if end == len(current):
+                self._handed_out(len(current))
         return out
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ Defaults follow the lib-brokers seed (connection timeout 5 s, operation timeout 
   to bound what a crash costs: when a consumer dies, Pulsar redelivers every message it had
   dispatched to it - also those only prefetched, which no handler ever saw - and counts each as a
   redelivery. Pulsar's redelivery count cannot tell the two apart, so after a crash up to
-  ``2 * receiver_queue_size`` messages (the client's queue plus the chunk waiting on the event
+  ``2 * receiver_queue_size`` messages (the client's queue plus at most as many again on the event
   loop) can show ``delivery_attempt > 1`` and move one step closer to ``max_attempts`` without
   having been handed out. With an ack deadline (``ack_deadline``/``ack_timeout``) the consumer takes
   messages from the client only while a caller waits, so only the client's queue counts. Raise it
