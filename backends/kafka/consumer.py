@@ -387,6 +387,8 @@ class GroupCore(_CoreBase):
         self._commit_task: asyncio.Task[None] | None = None
         #: True once the group assigned this member (possibly nothing): its first join is complete.
         self.joined = False
+        #: True from an eager rebalance's revoke until the next assignment: a JoinGroup is in flight.
+        self.rejoining = False
         self.session_timeout = float(config.get("session.timeout.ms", 45000)) / 1000
         self.thread.post(
             self.consumer.subscribe,
@@ -424,6 +426,7 @@ class GroupCore(_CoreBase):
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         self.joined = True
+        self.rejoining = False
         tps = [(p.topic, p.partition) for p in partitions]
         self._call_loop(self._assigned_async(tps))
         seeks, self._pending_seeks = self._pending_seeks, {}
@@ -438,6 +441,8 @@ class GroupCore(_CoreBase):
                 consumer.assign(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        if not self.closing and not self.cooperative:
+            self.rejoining = True  # eager: the member rejoins right after giving everything back
         self._call_loop(self._revoked_async([(p.topic, p.partition) for p in partitions], lost=False))
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
@@ -578,18 +583,21 @@ class GroupCore(_CoreBase):
         later member of that group waits for it, for minutes (a subscription reopened after such
         a close received nothing). So a member that has not been assigned yet, of a topic that
         exists, keeps serving the join (up to its session timeout, which bounds the join on
-        those brokers) and then leaves properly. Records fetched meanwhile are not handed out or
+        those brokers) and then leaves properly. The same holds for a member caught in a
+        rebalance (another member left, so this one revoked and is rejoining): on Tansu a member
+        that left with its rejoin in flight stays in the group as its leader, and every later join
+        then fails at SyncGroup for good. Records fetched meanwhile are not handed out or
         committed: the group reads them again.
         """
-        if self.joined or self.closed:
+        if (self.joined and not self.rejoining) or self.closed:
             return
         if not await self.thread.submit(self._topics_exist):
             return  # no topic, no join: librdkafka waits for the metadata and leaves cleanly
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(self.close_timeout, self.session_timeout)
-        while not self.joined and loop.time() < deadline:
+        while (not self.joined or self.rejoining) and loop.time() < deadline:
             await self.thread.submit(self._serve_join)
-        if not self.joined:
+        if not self.joined or self.rejoining:
             log.warning("%s: closing with the group join still in flight", self.name)
 
     async def _before_close(self) -> None:

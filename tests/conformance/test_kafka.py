@@ -46,11 +46,3 @@ class TestKafkaConformance(ConformanceSuite):
     @pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=False)
     async def test_transactions_commit_and_abort(self, harness: Harness) -> None:
         await super().test_transactions_commit_and_abort(harness)
-
-    async def test_backend_close_while_consumers_are_busy(self, harness: Harness) -> None:
-        pytest.skip(
-            "open (issue 14): after a backend closes while several queue members of one group are busy, "
-            "a new member's join sometimes never completes on Tansu, and the stuck close then blocks the "
-            "session in librdkafka beyond pytest's timeout; kept out until the group defect is isolated"
-        )
-

@@ -45,9 +45,7 @@ class TestPubsubConformance(ConformanceSuite):
     async def harness(self, emulator: ProcessServer) -> AsyncIterator[Harness]:
         url = f"{emulator.url}&message_ordering=true&dead_letter_topic=conformance-dead-letters"
         async with broker.connect(url) as backend:
-            yield Harness(
-                backend, url=url, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS
-            )
+            yield Harness(backend, url=url, short_ack_deadline=10.0, patience=10.0, bad_urls=BAD_URLS)
 
     async def test_no_loss_across_consumer_restart(self, harness: Harness) -> None:
         pytest.skip("emulator quirk with key-less messages on ordering subscriptions; run unordered below")
@@ -55,6 +53,12 @@ class TestPubsubConformance(ConformanceSuite):
     async def test_backend_close_while_consumers_are_busy(self, harness: Harness) -> None:
         pytest.skip("emulator quirk with key-less messages on ordering subscriptions; run unordered below")
 
+    async def test_crashed_consumer_process_loses_nothing(self, harness: Harness) -> None:
+        pytest.skip(
+            "emulator quirk: on ordering subscriptions it redelivers acked key-less messages once a "
+            "crashed consumer's leases expire (tests/integration/pubsub/test_ordering.py::"
+            "test_emulator_does_not_redeliver_acked_keyless_messages); run unordered below"
+        )
 
     async def test_dead_letter_after_max_attempts(self, harness: Harness) -> None:
         pytest.skip("the emulator does not dead-letter on ordering subscriptions; run unordered below")
