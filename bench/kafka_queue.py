@@ -1,7 +1,7 @@
 """The marker-topic queue against plain Kafka consumption, on one local Tansu broker.
 
-Run it as ``python bench/queue.py`` (a launcher that keeps this folder from shadowing the standard
-library's ``queue`` module) or directly as ``python bench/kafka_queue.py``.
+Run it as ``python bench/kafka_queue.py`` (it used to be ``bench/queue.py``, a name that shadowed the
+standard library's ``queue`` module for every script in this folder).
 
 Both sides read the same records: ``--messages`` (200,000) values of ``--size`` (100) bytes, in one
 topic of ``--partitions`` (1) partition(s), each side with a fresh consumer group or subscription,
@@ -31,7 +31,7 @@ Each side runs ``--rounds`` times, alternating which goes first; a side's figure
 too. kmq, the JVM original, published about 0.82 of plain Kafka (research/peers.md §2.1); the target
 here is at least 0.85.
 
-Usage: python bench/queue.py [--messages N] [--size B] [--batch N] [--partitions N] [--rounds N]
+Usage: python bench/kafka_queue.py [--messages N] [--size B] [--batch N] [--partitions N] [--rounds N]
        [--markers batched|per-message] [--queue-option NAME=VALUE] [--url kafka://...] [--profile FILE]
 """
 
