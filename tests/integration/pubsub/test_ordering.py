@@ -15,11 +15,12 @@ reproduces that with the raw client; the end-to-end test beside it is a strict x
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -44,6 +45,35 @@ EMULATOR_NACK_ORDER = (
 
 def name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}-{next(_names)}"
+
+
+@contextlib.contextmanager
+def _raw_ordering_subscription(
+    emulator: ProcessServer, *, ordering_publisher: bool, ack_deadline: int | None = None
+) -> Iterator[tuple[Any, Any, str, str]]:
+    """Raw google-cloud-pubsub clients, a new topic and an ordering subscription on it:
+    ``(publisher, subscriber, topic, subscription)``."""
+    host = emulator.url.split("emulator_host=")[1].split("&")[0]
+    channels = [grpc.insecure_channel(host), grpc.insecure_channel(host)]
+    try:
+        options = pubsub_v1.types.PublisherOptions(enable_message_ordering=ordering_publisher)
+        publisher = pubsub_v1.PublisherClient(
+            publisher_options=options, transport=PublisherGrpcTransport(channel=channels[0], host=host)
+        )
+        subscriber = pubsub_v1.SubscriberClient(
+            transport=SubscriberGrpcTransport(channel=channels[1], host=host)
+        )
+        topic = f"projects/raw-order/topics/{name('topic')}"
+        subscription = topic.replace("/topics/", "/subscriptions/")
+        publisher.create_topic(name=topic)
+        request: dict[str, Any] = {"name": subscription, "topic": topic, "enable_message_ordering": True}
+        if ack_deadline is not None:
+            request["ack_deadline_seconds"] = ack_deadline
+        subscriber.create_subscription(request=request)
+        yield publisher, subscriber, topic, subscription
+    finally:
+        for channel in channels:
+            channel.close()
 
 
 @pytest.fixture
@@ -145,22 +175,12 @@ def test_emulator_redelivers_a_nacked_message_in_order(pubsub_emulator: ProcessS
 
     The service redelivers 0 (and then every later message of the key); the emulator hands out 1.
     """
-    host = pubsub_emulator.url.split("emulator_host=")[1].split("&")[0]
-    channels = [grpc.insecure_channel(host), grpc.insecure_channel(host)]
-    try:
-        publisher = pubsub_v1.PublisherClient(
-            publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=True),
-            transport=PublisherGrpcTransport(channel=channels[0], host=host),
-        )
-        subscriber = pubsub_v1.SubscriberClient(
-            transport=SubscriberGrpcTransport(channel=channels[1], host=host)
-        )
-        topic = f"projects/raw-order/topics/{name('topic')}"
-        subscription = topic.replace("/topics/", "/subscriptions/")
-        publisher.create_topic(name=topic)
-        subscriber.create_subscription(
-            request={"name": subscription, "topic": topic, "enable_message_ordering": True}
-        )
+    with _raw_ordering_subscription(pubsub_emulator, ordering_publisher=True) as (
+        publisher,
+        subscriber,
+        topic,
+        subscription,
+    ):
         for i in range(3):
             publisher.publish(topic, b"%d" % i, ordering_key="k").result(timeout=PATIENCE)
 
@@ -178,9 +198,6 @@ def test_emulator_redelivers_a_nacked_message_in_order(pubsub_emulator: ProcessS
             subscription=subscription, ack_ids=[received.ack_id], ack_deadline_seconds=0
         )
         assert pull_one() == [b"0"]
-    finally:
-        for channel in channels:
-            channel.close()
 
 
 EMULATOR_KEYLESS_REDELIVERY = (
@@ -197,26 +214,12 @@ def test_emulator_does_not_redeliver_acked_keyless_messages(pubsub_emulator: Pro
     Nothing B acked may come back once A's leases expire (the crashed-consumer conformance test
     runs in the unordered class for this reason).
     """
-    host = pubsub_emulator.url.split("emulator_host=")[1].split("&")[0]
-    channels = [grpc.insecure_channel(host), grpc.insecure_channel(host)]
-    try:
-        publisher = pubsub_v1.PublisherClient(
-            transport=PublisherGrpcTransport(channel=channels[0], host=host)
-        )
-        subscriber = pubsub_v1.SubscriberClient(
-            transport=SubscriberGrpcTransport(channel=channels[1], host=host)
-        )
-        topic = f"projects/raw-order/topics/{name('topic')}"
-        subscription = topic.replace("/topics/", "/subscriptions/")
-        publisher.create_topic(name=topic)
-        subscriber.create_subscription(
-            request={
-                "name": subscription,
-                "topic": topic,
-                "enable_message_ordering": True,
-                "ack_deadline_seconds": 10,
-            }
-        )
+    with _raw_ordering_subscription(pubsub_emulator, ordering_publisher=False, ack_deadline=10) as (
+        publisher,
+        subscriber,
+        topic,
+        subscription,
+    ):
         for future in [publisher.publish(topic, b"%d" % i) for i in range(100)]:
             future.result(timeout=PATIENCE)
         taken: list[Any] = []
@@ -242,6 +245,3 @@ def test_emulator_does_not_redeliver_acked_keyless_messages(pubsub_emulator: Pro
                 quiet_since = time.monotonic()
         assert len(seen) == 80
         assert [data for data, n in seen.items() if n > 1] == []
-    finally:
-        for channel in channels:
-            channel.close()
