@@ -345,6 +345,7 @@ async def test_ten_thousand_messages_through_three_crashing_consumers(log: Kafka
     by_slot: Counter[int] = Counter()
     crashed: set[int] = set()
     restarts_at = [total // 3, 2 * total // 3]
+    restarting: list[int] = []  # the slot of the worker restarting now, if any
     consumers = [service.consumer("work", keepalive_received=False) for _ in range(3)]
     for consumer in consumers:
         consumer.start()
@@ -360,12 +361,16 @@ async def test_ten_thousand_messages_through_three_crashing_consumers(log: Kafka
             except Timeout:
                 continue
             value = int(message.data)
-            # Restart only once the group has settled after the previous one: Tansu's coordinator
-            # can livelock when members leave and join while it is still rebalancing.
-            if restarts_at and len(processed) >= restarts_at[0] and all(assigned(c) for c in consumers):
-                # The worker dies mid-message: its consumer goes, a new one takes its place.
-                restarts_at.pop(0)
+            if restarts_at and len(processed) >= restarts_at[0] and not restarting:
+                # The worker dies mid-message: its consumer goes, a new one takes its place. It
+                # waits (holding the message it dies with) until the group has settled after the
+                # previous restart: Tansu's coordinator can livelock when members leave and join
+                # while it is still rebalancing.
+                restarting.append(slot)
                 crashed.add(value)
+                await wait_until(lambda: all(assigned(c) for c in consumers), 30)
+                restarts_at.pop(0)
+                restarting.clear()
                 consumers[slot] = service.consumer("work", keepalive_received=False)
                 await consumer.close()
                 continue
