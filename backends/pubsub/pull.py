@@ -86,12 +86,23 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-async def _set_deadlines(settler: PullSettler, seconds: int, messages: list[Message]) -> None:
-    """Set the deadline of ``messages`` (never handed out) to ``seconds``; failures are logged."""
+def _set_deadlines(settler: PullSettler, seconds: int, messages: list[Message]) -> Coroutine[Any, Any, None]:
+    """Set the deadline of ``messages`` (never handed out) to ``seconds``; failures are logged.
+
+    The changes are queued at once, so they go out in the same request as whatever else this
+    pass of the event loop queued (a nack and the give-back of its key's later messages travel
+    together, in order); the returned coroutine waits for them.
+    """
+    futures = [settler._queue(seconds, m.raw.ack_id) for m in messages]
+    return _log_deadline_failures(futures)
+
+
+async def _log_deadline_failures(futures: list[asyncio.Future[None]]) -> None:
+    """Wait for queued deadline changes; log (do not raise) a failure."""
     try:
-        await asyncio.gather(*(settler._queue(seconds, m.raw.ack_id) for m in messages))
+        await asyncio.gather(*futures)
     except Exception as exc:
-        log.warning("could not set the ack deadline of %d buffered messages: %r", len(messages), exc)
+        log.warning("could not set the ack deadline of %d buffered messages: %r", len(futures), exc)
 
 
 def _ordering_key(message: Message) -> str:
