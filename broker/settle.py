@@ -48,10 +48,18 @@ async def nack_all(messages: Sequence[Message], delay: float | None = None) -> N
 async def commit_highest_offsets(records: Iterable[Record]) -> None:
     """Commit, per partition, the highest offset among ``records`` (one commit per partition)."""
     highest: dict[tuple[str, int], Record] = {}
-    for record in records:
-        tp = (record.topic, record.partition)
-        best = highest.get(tp)
+    run: tuple[str, int] = ("", -1)
+    best: Record | None = None
+    for record in records:  # batches come in runs of one partition: one dict access per run
+        topic, partition = record.topic, record.partition
+        if partition != run[1] or topic != run[0]:
+            if best is not None:
+                highest[run] = best
+            run = (topic, partition)
+            best = highest.get(run)
         if best is None or record.offset > best.offset:
-            highest[tp] = record
+            best = record
+    if best is not None:
+        highest[run] = best
     if highest:
         await asyncio.gather(*(r.ack() for r in highest.values()))

@@ -15,7 +15,7 @@ from broker.attributes import validate_attributes
 from broker.errors import InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Committer, OutboundMessage, Record
 
-__all__ = ["check_outbound", "decode_headers", "to_record", "to_records"]
+__all__ = ["KafkaRecord", "check_outbound", "decode_headers", "to_record", "to_records"]
 
 
 def _check_one(message: Any) -> None:
@@ -53,22 +53,90 @@ def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mappin
     }
 
 
+def _key_of(message: Any) -> str | None:
+    key = message.key()
+    return key.decode("utf-8", "surrogateescape") if key is not None else None
+
+
+def _time_of(message: Any) -> float | None:
+    ts_type, ts = message.timestamp()
+    return ts / 1000.0 if ts_type else None
+
+
+class KafkaRecord(Record):
+    """A :class:`~broker.Record` read from Kafka whose key, attributes and publish time are decoded
+    from the SDK message when first read (the consumer's hot path builds one per record).
+
+    Values are exactly those of an eagerly built ``Record``; the fields stay assignable, and the
+    attributes mapping read once is the one read every time (changes to it stick).
+    """
+
+    __slots__ = ("_set",)
+
+    _set: dict[str, Any] | None
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        value: bytes | None,
+        raw: Any,
+        committer: Committer,
+        now: float,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.value = value
+        self.raw = raw
+        self.committer = committer
+        self.ingestion_time = now
+        self._set = None
+
+    def _assign(self, name: str, value: Any) -> None:
+        if self._set is None:
+            self._set = {}
+        self._set[name] = value
+
+    def _get_key(self) -> str | None:
+        if self._set is not None and "key" in self._set:
+            return self._set["key"]  # type: ignore[no-any-return]
+        return _key_of(self.raw)
+
+    def _set_key(self, value: str | None) -> None:
+        self._assign("key", value)
+
+    def _get_attributes(self) -> Mapping[str, str]:
+        if self._set is not None and "attributes" in self._set:
+            return self._set["attributes"]  # type: ignore[no-any-return]
+        headers = self.raw.headers()
+        if not headers:
+            return EMPTY_ATTRIBUTES
+        attributes = decode_headers(headers)
+        self._assign("attributes", attributes)  # one mapping per record: changes to it stick
+        return attributes
+
+    def _set_attributes(self, value: Mapping[str, str]) -> None:
+        self._assign("attributes", value)
+
+    def _get_publish_time(self) -> float | None:
+        if self._set is not None and "publish_time" in self._set:
+            return self._set["publish_time"]  # type: ignore[no-any-return]
+        return _time_of(self.raw)
+
+    def _set_publish_time(self, value: float | None) -> None:
+        self._assign("publish_time", value)
+
+    key = property(_get_key, _set_key, doc="The record key (UTF-8; undecodable bytes as surrogate escapes).")
+    attributes = property(_get_attributes, _set_attributes, doc="Headers as attributes.")
+    publish_time = property(_get_publish_time, _set_publish_time, doc="The record timestamp in seconds.")
+
+
 def to_record(message: Any, committer: Committer, now: float) -> Record:
     """One SDK message as a Record whose ``ack()`` goes to ``committer``."""
-    key = message.key()
-    ts_type, ts = message.timestamp()
-    headers = message.headers()
-    return Record(
-        message.topic(),
-        message.partition(),
-        message.offset(),
-        message.value(),
-        key.decode("utf-8", "surrogateescape") if key is not None else None,
-        decode_headers(headers) if headers else EMPTY_ATTRIBUTES,
-        ts / 1000.0 if ts_type else None,
-        now,
-        message,
-        committer,
+    return KafkaRecord(
+        message.topic(), message.partition(), message.offset(), message.value(), message, committer, now
     )
 
 
@@ -80,7 +148,8 @@ def to_records(
 ) -> list[Record]:
     """Many SDK messages as Records (the hot path of every consumer: one lookup per partition run).
 
-    A record's committer is its partition's entry in ``committers``, else ``default``.
+    A record's committer is its partition's entry in ``committers``, else ``default``. Key,
+    attributes and publish time are decoded when first read (see :class:`KafkaRecord`).
     """
     out: list[Record] = []
     append = out.append
@@ -93,21 +162,5 @@ def to_records(
         if partition != last_partition or topic != last_topic:
             last_topic, last_partition = topic, partition
             committer = committers.get((topic, partition), default)
-        key = message.key()
-        ts_type, ts = message.timestamp()
-        headers = message.headers()
-        append(
-            Record(
-                topic,
-                partition,
-                message.offset(),
-                message.value(),
-                key.decode("utf-8", "surrogateescape") if key is not None else None,
-                decode_headers(headers) if headers else EMPTY_ATTRIBUTES,
-                ts / 1000.0 if ts_type else None,
-                now,
-                message,
-                committer,
-            )
-        )
+        append(KafkaRecord(topic, partition, message.offset(), message.value(), message, committer, now))
     return out

@@ -131,7 +131,7 @@ class QueueTopicReader:
 
         if isinstance(self._log, KafkaLog):
             # Single records are a few bytes: the connection's fetch_min_bytes would hold each read
-            # for fetch_max_wait (5 s by default). A wanted offset that retention removed resets to
+            # for fetch_max_wait (0.5 s by default). A wanted offset that retention removed resets to
             # the earliest one left, so the reader passes it (and it counts as gone).
             return self._log.reader(start="earliest", fetch_min_bytes=1, fetch_max_wait=0.1)
         return self._log.reader()

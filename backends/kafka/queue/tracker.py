@@ -222,7 +222,7 @@ class RedeliveryTracker(AsyncResource):
         group, topics = self.config.tracker_group, [self.config.marker_topic]
         if isinstance(self._log, KafkaLog):
             # Markers are a few dozen bytes: with the connection's fetch settings the broker could
-            # hold the last ones for fetch_max_wait (5 s), and redeliveries would be that late. At
+            # hold the last ones for fetch_max_wait (0.5 s), and redeliveries would be that late. At
             # most 0.1 s late, and in chunks of a few KiB when markers flow fast (not one by one).
             # The session follows the redelivery timeout: a crashed tracker's partitions move on.
             options = group_options(self._log, self.config, fetch_min_bytes=4096)

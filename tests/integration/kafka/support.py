@@ -11,7 +11,7 @@ from backends.kafka.registration import factory
 from broker.devserver import ProcessServer
 
 #: Group joins on Tansu cost about session.timeout/2 (servers.md §1); short fetch waits keep
-#: single-record round trips fast (the seed's default fetch_max_wait is 5 s).
+#: single-record round trips fast (the default fetch_max_wait is 0.5 s).
 TEST_QUERY = "session_timeout=2&heartbeat_interval=0.3&fetch_max_wait=0.1"
 
 #: Tansu bug (servers.md §1, spark.md §4.1): its high watermark is the base offset of the last
