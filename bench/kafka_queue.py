@@ -9,7 +9,7 @@ and both put every value into a set to check that each arrived exactly once.
 
 plain
     ``batched_records(topic, group, batch_size=B).next_batch()``, then
-    ``broker.commit_highest_offsets(batch)`` (one synchronous commit per batch).
+    ``broker.commit_highest_offsets(batch)`` and ``commit()`` (one synchronous commit per batch).
 queue (per-message acknowledgement)
     ``batched_messages(topic, subscription, batch_size=B).next_batch()``, then ``broker.ack_all(batch)``;
     at the end ``flush()`` waits for the last END markers. With ``--markers batched`` (the default)
@@ -86,6 +86,7 @@ async def plain(backend: KafkaBackend, topic: str, count: int, batch: int) -> fl
                 seen.add(record.value)  # every value checked, as on the queue side
             received += len(records)
             await broker.commit_highest_offsets(records)
+            await batches.commit()  # one synchronous commit per batch: wait for the broker
         assert start is not None
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start

@@ -3,7 +3,8 @@
 * ``publisher()`` / ``transactional_publisher()``: ``publish`` returns when the broker acknowledged
   the record; ``batch_publish`` enqueues everything, then waits once.
 * ``records(topics, group)`` / ``batched_records(...)``: consumer-group members with manual
-  commits; ``Record.ack()`` commits ``offset + 1`` of its partition.
+  commits; ``Record.ack()`` commits ``offset + 1`` of its partition (queued at once, without
+  waiting for the broker; the iterator's ``commit()`` waits, revoke and close flush).
 * ``log()``: the ``broker.log`` port (partitions, watermarks, groups with rebalance listeners,
   readers) that the marker queue and the stream processor run on.
 * ``backends.kafka.client``: Kafka-specific helpers (producer with codecs, sync produce, consumer

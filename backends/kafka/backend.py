@@ -148,7 +148,7 @@ class KafkaBackend(BackendBase):
     def _core(self, topics: str | Sequence[str], group: str | None, options: ConsumerOptions) -> GroupCore:
         names = topics_tuple(topics)
         group = self._group(group)
-        return GroupCore(
+        core = GroupCore(
             consumer_config(self.settings, options, group),
             names,
             name=f"{group}-{next(_names)}",
@@ -156,12 +156,16 @@ class KafkaBackend(BackendBase):
             close_timeout=self.settings.close_timeout,
             cooperative=options.cooperative,
         )
+        core.ack_waits = False  # Record.ack() queues its commit; the iterator's commit() waits
+        return core
 
     def records(
         self, topics: str | Sequence[str], group: str | None = None, **options: Any
     ) -> KafkaRecordIterator:
         """Consume ``topics`` (a list or comma-separated) as a member of ``group``.
 
+        ``Record.ack()`` queues the commit of its offset and returns; ``await iterator.commit()``
+        waits until the broker has every commit acked so far (see ``backends.kafka.records``).
         ``options`` override the connection's consumer settings: ``start``, ``batch_size``,
         ``isolation_level``, ``session_timeout``, ``fetch_max_wait``, ... (see ``ConsumerOptions``).
         """

@@ -67,13 +67,16 @@ _READER: Final = _DroppingCommitter("readers outside a group never commit")
 class PartitionCommitter:
     """Commits for records of one partition during one assignment of it to this member."""
 
-    __slots__ = ("acked", "core", "revoked", "tp")
+    __slots__ = ("acked", "confirmed", "core", "revoked", "tp")
 
     def __init__(self, core: GroupCore, tp: TP) -> None:
         self.core = core
         self.tp = tp
         self.revoked = False
+        #: The highest next-offset acked (or committed explicitly) so far.
         self.acked = -1
+        #: The highest next-offset the broker confirmed.
+        self.confirmed = -1
 
     async def commit(self, record: Record) -> None:
         """Commit ``record.offset + 1`` unless a higher offset was acked or the partition is gone."""
@@ -87,6 +90,9 @@ class PartitionCommitter:
         if offset <= self.acked:
             return
         previous, self.acked = self.acked, offset
+        if not self.core.ack_waits:
+            self.core.commit_soon(self.tp, offset)
+            return
         try:
             await self.core.commit({self.tp: offset})
         except BaseException:
@@ -385,6 +391,10 @@ class GroupCore(_CoreBase):
         self._pending_commits: dict[TP, int] = {}
         self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
         self._commit_task: asyncio.Task[None] | None = None
+        #: False: ``Record.ack()`` queues its commit and returns (see :meth:`commit_soon`); the
+        #: broker has it within a commit round trip, ``flush()`` waits for it, revoke and close
+        #: flush. True: ``ack()`` returns once the broker confirmed the commit.
+        self.ack_waits = True
         #: True once the group assigned this member (possibly nothing): its first join is complete.
         self.joined = False
         #: True from an eager rebalance's revoke until the next assignment: a JoinGroup is in flight.
@@ -469,7 +479,10 @@ class GroupCore(_CoreBase):
         if self.listener is not None and tps:
             _LISTENER_OF.set(self)
             await self.listener.on_revoked(sorted(TopicPartition(*tp) for tp in tps))
-        await self._drain_commits()
+        if lost:
+            await self._drain_commits()
+        else:
+            await self._flush_quietly()  # the acks of this member go in while it still owns them
         self._retire(gone)
         log.debug("%s: %s %s", self.name, "lost" if lost else "revoked", tps)
 
@@ -518,6 +531,35 @@ class GroupCore(_CoreBase):
             self._commit_task = loop.create_task(self._commit_rounds())
         await future
 
+    def commit_soon(self, tp: TP, offset: int) -> None:
+        """Queue the commit of ``offset`` for ``tp`` and return: it goes out with the next round.
+
+        Rounds run back to back while commits are queued, so acks that arrive while one is in
+        flight are merged into the next. A refused commit is logged; a later ack of the partition
+        supersedes it, and :meth:`flush` (called by revoke and close) sends it again, waits for it
+        and raises a refusal.
+        """
+        if self.closed:
+            log.debug("%s: commit of %s at %d after close dropped", self.name, tp, offset)
+            return
+        self._pending_commits[tp] = offset
+        if self._commit_task is None:
+            self._commit_task = asyncio.get_running_loop().create_task(self._commit_rounds())
+
+    async def flush(self) -> None:
+        """Wait until the broker has the commit of every record acked so far (``AckError`` if refused)."""
+        unconfirmed = {tp: c.acked for tp, c in self.committers.items() if c.acked > c.confirmed}
+        if unconfirmed:
+            await self.commit(unconfirmed)
+        else:
+            await self._drain_commits()
+
+    async def _flush_quietly(self) -> None:
+        try:
+            await self.flush()
+        except Exception as exc:  # the next owner reads those records again (at-least-once)
+            log.warning("%s: the last commits failed: %r", self.name, exc)
+
     def _commit_sync(self, offsets: dict[TP, int]) -> list[Any]:
         result: list[Any] = self.consumer.commit(
             offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=False
@@ -546,6 +588,14 @@ class GroupCore(_CoreBase):
                         )
                         error.__cause__ = exc
                         failed = dict.fromkeys(live, error)
+                    for tp, offset in live.items():
+                        committer = self.committers.get(tp)
+                        if committer is not None and tp not in failed and offset > committer.confirmed:
+                            committer.confirmed = offset
+                    waited = {tp for _, tps in waiters for tp in tps}
+                    unwaited = sorted(tp for tp in failed if tp not in waited)
+                    if unwaited:  # queued by acks that did not wait: sent again by the next flush
+                        log.warning("%s: commit of %s failed: %r", self.name, unwaited, failed[unwaited[0]])
                 for future, tps in waiters:
                     if future.done():
                         continue
@@ -601,7 +651,7 @@ class GroupCore(_CoreBase):
             log.warning("%s: closing with the group join still in flight", self.name)
 
     async def _before_close(self) -> None:
-        await self._drain_commits()
+        await self._flush_quietly()
 
     def _after_close(self) -> None:
         self._retire(set(self.assigned))

@@ -1,8 +1,16 @@
 """``RecordIterator`` and ``BatchedIterator`` over a consumer-group member.
 
 ``Record.ack()`` commits ``offset + 1`` of its partition (acks of a partition this member lost
-in a rebalance are dropped). ``close()`` finishes pending commits, then leaves the group;
-records fetched but not handed out are read again by the partition's next owner.
+in a rebalance are dropped). It queues the commit and returns without waiting for the broker, as
+Kafka consumers commit by default: the commit goes out at once, merged with the acks that arrive
+while the previous commit is in flight, so the textbook loop (``async for record ...: handle;
+await record.ack()``) runs at fetch speed, not one commit round trip per record. ``commit()`` waits
+until the broker has every commit acked so far (and raises ``AckError`` if it refused one); a
+revoke and ``close()`` do the same before the partitions go. A crash before a commit reached the
+broker reads its records again (at-least-once, as with any Kafka consumer).
+
+``close()`` finishes pending commits, then leaves the group; records fetched but not handed out
+are read again by the partition's next owner.
 """
 
 from __future__ import annotations
@@ -65,6 +73,14 @@ class KafkaRecordIterator(RecordIteration):
         The window is ``timeout`` (default ``batch_timeout``) seconds; ``[]`` when it closes empty.
         """
         return await self._core.records(self.batch_size, self.batch_timeout if timeout is None else timeout)
+
+    async def commit(self) -> None:
+        """Wait until the broker has the commit of every record acked so far.
+
+        Raises ``AckError`` when the broker refuses one (the refused commit stays pending: a later
+        ``commit()``, revoke or close sends it again).
+        """
+        await self._core.flush()
 
     async def close(self) -> None:
         """Commit what is pending, leave the group. Idempotent."""

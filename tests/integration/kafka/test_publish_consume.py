@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -223,9 +224,70 @@ async def test_acks_of_a_partition_moved_to_another_member_are_dropped(backend: 
     (again,) = read_by_second
     assert (again.partition, again.value) == (moved.partition, moved.value)
     await again.ack()
+    await second.commit()
     assert await log.committed(group, [tp]) == {tp: 1}
     await first.close()
     await second.close()
+
+
+async def test_ack_queues_the_commit_and_commit_waits_for_the_broker(backend: KafkaBackend) -> None:
+    topic, group = unique("ackq"), unique("g")
+    await backend.admin.create_topic(topic, 1)
+    async with backend.publisher() as publisher:
+        await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(5)))
+    tp = TopicPartition(topic, 0)
+    async with backend.records(topic, group) as records:
+        taken = await collect(records, 5, ack=False)
+        release = threading.Event()
+        held = records.core.thread.submit(release.wait, PATIENCE)  # the SDK thread is busy
+        async with asyncio.timeout(PATIENCE / 3):
+            for record in taken[:3]:
+                await record.ack()  # returns with the SDK thread held: the commit is queued
+        waiting = asyncio.ensure_future(records.commit())
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "commit() returned before the broker had the acks"
+        release.set()
+        await held
+        await waiting
+        assert await backend.log().committed(group, [tp]) == {tp: 3}
+        await taken[4].ack()  # never read again: close commits it
+    assert await backend.log().committed(group, [tp]) == {tp: 5}
+
+
+async def test_a_refused_commit_is_sent_again_and_commit_raises_it(
+    backend: KafkaBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    topic, group = unique("refused"), unique("g")
+    await backend.admin.create_topic(topic, 1)
+    async with backend.publisher() as publisher:
+        await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(3)))
+    tp = TopicPartition(topic, 0)
+    async with backend.records(topic, group) as records:
+        taken = await collect(records, 3, ack=False)
+        core = records.core
+        real = core._commit_sync
+        refusals = [2]  # the broker refuses the next two commit requests
+
+        def refusing(offsets: dict[tuple[str, int], int]) -> list[object]:
+            if refusals[0]:
+                refusals[0] -= 1
+                raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "refused by the test"))
+            return real(offsets)
+
+        core._commit_sync = refusing  # type: ignore[method-assign]
+        await taken[0].ack()  # queued; its commit is refused in the background and logged
+        await until(
+            lambda: any("commit of" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+        )
+        with pytest.raises(broker.errors.AckError):
+            await records.commit()  # sends it again: refused again, raised
+        assert await backend.log().committed(group, [tp]) == {tp: None}
+        await records.commit()  # the third request goes through
+        assert await backend.log().committed(group, [tp]) == {tp: 1}
+        await taken[2].ack()
+    assert await backend.log().committed(group, [tp]) == {tp: 3}, "close sends the last ack"
 
 
 async def test_one_member_reads_several_topics(backend: KafkaBackend) -> None:
