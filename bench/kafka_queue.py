@@ -26,7 +26,7 @@ timed) and stops when every message is committed (plain) or acked with its END w
 Latency (queue side): from ``next_batch()`` returning a message to the broker confirming its END
 marker, p50 and p95 over every message.
 
-Each side runs ``--rounds`` times, alternating which goes first; a side's figure is its best round
+Each side runs ``--rounds`` (5) times, alternating which goes first; a side's figure is its best round
 (the machines are shared; the best round is the least disturbed one), and the median ratio is printed
 too. kmq, the JVM original, published about 0.82 of plain Kafka (research/peers.md §2.1); the target
 here is at least 0.85.
@@ -258,7 +258,7 @@ def main() -> None:
         default="batched",
         help="marker format of the queue side (per-message: kafka-mq-go's, one START and END per message)",
     )
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--queue-option",
         action="append",

@@ -548,11 +548,10 @@ class GroupCore(_CoreBase):
 
     async def flush(self) -> None:
         """Wait until the broker has the commit of every record acked so far (``AckError`` if refused)."""
+        await self._drain_commits()  # the rounds already queued or in flight (no second request)
         unconfirmed = {tp: c.acked for tp, c in self.committers.items() if c.acked > c.confirmed}
-        if unconfirmed:
+        if unconfirmed:  # refused before: send again, raise a refusal
             await self.commit(unconfirmed)
-        else:
-            await self._drain_commits()
 
     async def _flush_quietly(self) -> None:
         try:
