@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,9 @@ from broker.settings import redact_url
 __all__ = ["Connection"]
 
 log = logging.getLogger("backends.jetstream")
+
+#: The server's refusal of one action (nats-py passes it to the error callback, lower-cased).
+_DENIED = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')
 
 _CONNECT_PARAMETERS = frozenset(inspect.signature(Client.connect).parameters)
 
@@ -56,6 +60,7 @@ class Connection:
         self._closed = False
         self._refused: Exception | None = None  # the last refusal of the credentials (error callback)
         self._listeners: set[Callable[[], None]] = set()
+        self._denial_listeners: set[Callable[[str, str, str], None]] = set()
         self.js: JetStreamContext | None = None
         self.jsm: JetStreamManager | None = None
         self.api_prefix = f"$JS.{settings.domain}.API" if settings.domain else "$JS.API"
@@ -79,6 +84,16 @@ class Connection:
         """Call ``listener`` after every reconnection; returns a function that unregisters it."""
         self._listeners.add(listener)
         return lambda: self._listeners.discard(listener)
+
+    def on_permission_denied(self, listener: Callable[[str, str, str], None]) -> Callable[[], None]:
+        """Call ``listener(action, subject, detail)`` when the server refuses an action on a subject.
+
+        ``action`` is ``"publish"`` or ``"subscription"``; ``subject`` is lower-cased (nats-py
+        lower-cases the server's error line). The server answers a refused publish only with this
+        asynchronous error, never on the request's reply subject. Returns a function that unregisters.
+        """
+        self._denial_listeners.add(listener)
+        return lambda: self._denial_listeners.discard(listener)
 
     async def client(self) -> Client:
         """The connected client, connecting first if needed."""
@@ -160,9 +175,18 @@ class Connection:
         return client
 
     async def _on_error(self, exc: Exception) -> None:
+        denied = _DENIED.search(str(exc).lower())
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
             self._refused = exc
             log.debug("NATS refused the credentials: %r", exc)
+        elif denied is not None:
+            action, subject = denied.group(1), denied.group(2)
+            log.warning("NATS denied %s on %r to this user", action, subject)
+            for listener in list(self._denial_listeners):
+                try:
+                    listener(action, subject, str(exc))
+                except Exception:
+                    log.exception("a NATS permission listener failed")
         elif isinstance(exc, nats.errors.SlowConsumerError):
             log.warning("NATS slow consumer: messages were dropped for subject %s", exc.subject)
         elif isinstance(exc, OSError | nats.errors.StaleConnectionError | nats.errors.UnexpectedEOF):
@@ -206,6 +230,7 @@ class Connection:
             return
         self._closed = True
         self._listeners.clear()
+        self._denial_listeners.clear()
         client, self._client = self._client, None
         if client is None or client.is_closed:
             return

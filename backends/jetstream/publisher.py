@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -36,6 +37,7 @@ from broker.errors import (
     ClosedError,
     ConnectionFailed,
     MessageTooLarge,
+    PermissionDenied,
     PublishError,
     Timeout,
     UnknownTopic,
@@ -107,6 +109,9 @@ class JetStreamPublisher:
         self.settings = settings
         self._topics: dict[str, JetStreamTopic] = {}
         self._pending: dict[str, asyncio.Future[bytes]] = {}
+        #: Subject of each publish waiting for its PubAck (a refusal names only the subject).
+        self._subjects: dict[str, str] = {}
+        self._unlisten: Callable[[], None] | None = None
         self._prefix = ""
         self._prefix_len = 0
         self._sub: Subscription | None = None
@@ -149,6 +154,8 @@ class JetStreamPublisher:
                     self._prefix = inbox + "."
                     self._prefix_len = len(self._prefix)
                     self._client = client
+                    if self._unlisten is None:
+                        self._unlisten = self._connection.on_permission_denied(self._on_denied)
         if not topic._ready:
             await self._provisioner.stream_for(topic.name)
             topic._ready = True
@@ -157,8 +164,23 @@ class JetStreamPublisher:
         assert self._client is not None
         return self._client
 
+    def _on_denied(self, action: str, subject: str, detail: str) -> None:
+        """The server refused a publish to ``subject`` (lower-cased): fail the publishes waiting on it."""
+        if action != "publish":
+            return
+        for token, name in list(self._subjects.items()):
+            if name.lower() == subject:
+                del self._subjects[token]
+                future = self._pending.pop(token, None)
+                if future is not None and not future.done():
+                    future.set_exception(
+                        PermissionDenied(f"publishing to {name!r}: the server denies this user ({detail})")
+                    )
+
     async def _on_ack(self, msg: Msg) -> None:
-        future = self._pending.pop(msg.subject[self._prefix_len :], None)
+        token = msg.subject[self._prefix_len :]
+        self._subjects.pop(token, None)
+        future = self._pending.pop(token, None)
         if future is None or future.done():
             return
         data = msg.data
@@ -183,15 +205,18 @@ class JetStreamPublisher:
         token = str(self._counter)
         future: asyncio.Future[bytes] = loop.create_future()
         self._pending[token] = future
+        self._subjects[token] = subject
         try:
             await client.publish(subject, data, reply=self._prefix + token, headers=headers)
         except Exception as exc:
             self._pending.pop(token, None)
+            self._subjects.pop(token, None)
             raise translate(exc, f"publishing to {subject!r}") from exc
         return token, future
 
     def _abandon(self, token: str, future: asyncio.Future[bytes]) -> None:
         self._pending.pop(token, None)
+        self._subjects.pop(token, None)
         if not future.done():
             future.cancel()
         elif not future.cancelled():
@@ -300,6 +325,10 @@ class JetStreamPublisher:
         if self._closed:
             return
         self._closed = True
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        self._subjects.clear()
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():

@@ -6,6 +6,7 @@ after the connect timeout.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,18 +16,20 @@ import broker
 from backends.jetstream.devserver import nats_dev_server
 from broker import OutboundMessage
 from broker.devserver import ProcessServer
-from broker.errors import AuthenticationFailed
+from broker.errors import AuthenticationFailed, PermissionDenied
 
 
 @pytest.fixture(scope="module")
 def secured_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessServer]:
-    """nats-server with JetStream and one user, ``admin``, with the password ``s3cret``."""
+    """nats-server with JetStream, a user ``admin`` (password ``s3cret``) and a user ``reader`` who
+    may not publish to ``orders.>``."""
     config = Path(tmp_path_factory.mktemp("nats")) / "auth.conf"
     config.write_text(
         """
 authorization {
   users = [
     {user: admin, password: s3cret}
+    {user: reader, password: r3ad, permissions: {publish: {deny: ["orders.>"]}}}
   ]
 }
 """
@@ -43,3 +46,19 @@ async def test_wrong_password_is_authentication_failed(secured_nats: ProcessServ
         with pytest.raises(AuthenticationFailed) as caught:
             await backend.publisher().topic("orders.eu").publish(OutboundMessage(b"x"))
     assert caught.value.retryable is False
+
+
+async def test_a_denied_publish_is_permission_denied_at_once(secured_nats: ProcessServer) -> None:
+    # The server refuses the publish only with an asynchronous -ERR, never a PubAck: without
+    # reading that error the publish would wait for its whole publish_timeout and say Timeout.
+    url = secured_nats.url.replace("nats://", "nats://reader:r3ad@")
+    async with broker.connect(f"{url}?publish_timeout=60") as backend:
+        topic = backend.publisher().topic("orders.eu")
+        async with asyncio.timeout(20):
+            with pytest.raises(PermissionDenied, match=r"orders\.eu") as caught:
+                await topic.publish(OutboundMessage(b"x"))
+            assert caught.value.retryable is False
+            with pytest.raises(PermissionDenied):
+                await topic.batch_publish(*(OutboundMessage(b"%d" % i) for i in range(3)))
+        allowed = backend.publisher().topic("audit.eu")
+        await allowed.publish(OutboundMessage(b"still fine"))  # the connection is unharmed

@@ -230,12 +230,17 @@ async def test_acks_of_a_partition_moved_to_another_member_are_dropped(backend: 
     await second.close()
 
 
-async def test_ack_queues_the_commit_and_commit_waits_for_the_broker(backend: KafkaBackend) -> None:
-    topic, group = unique("ackq"), unique("g")
+async def numbered_topic(backend: KafkaBackend, prefix: str, count: int) -> tuple[str, str, TopicPartition]:
+    """A one-partition topic holding the values 0..count-1, a fresh group name, and the partition."""
+    topic = unique(prefix)
     await backend.admin.create_topic(topic, 1)
     async with backend.publisher() as publisher:
-        await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(5)))
-    tp = TopicPartition(topic, 0)
+        await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
+    return topic, unique("g"), TopicPartition(topic, 0)
+
+
+async def test_ack_queues_the_commit_and_commit_waits_for_the_broker(backend: KafkaBackend) -> None:
+    topic, group, tp = await numbered_topic(backend, "ackq", 5)
     async with backend.records(topic, group) as records:
         taken = await collect(records, 5, ack=False)
         release = threading.Event()
@@ -259,11 +264,7 @@ async def test_a_refused_commit_is_sent_again_and_commit_raises_it(
 ) -> None:
     from confluent_kafka import KafkaError, KafkaException
 
-    topic, group = unique("refused"), unique("g")
-    await backend.admin.create_topic(topic, 1)
-    async with backend.publisher() as publisher:
-        await publisher.topic(topic).batch_publish(*(OutboundMessage(str(i).encode()) for i in range(3)))
-    tp = TopicPartition(topic, 0)
+    topic, group, tp = await numbered_topic(backend, "refused", 3)
     async with backend.records(topic, group) as records:
         taken = await collect(records, 3, ack=False)
         core = records.core
