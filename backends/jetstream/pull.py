@@ -41,7 +41,7 @@ from nats.js import api
 
 from backends.jetstream.connection import Connection
 from backends.jetstream.errors import translate
-from broker.errors import ClosedError, ConfigError, ConnectionFailed, Timeout, UnknownTopic
+from broker.errors import ClosedError, ConfigError, ConnectionFailed, PermissionDenied, Timeout, UnknownTopic
 
 __all__ = ["PullEngine", "Target"]
 
@@ -105,6 +105,7 @@ class PullEngine:
         self._retiring: set[asyncio.Task[None]] = set()
         self._start_lock: asyncio.Lock | None = None
         self._unlisten: Callable[[], None] | None = None
+        self._unlisten_denied: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"<PullEngine {self.what} buffered={len(self._buffer)} open={self._open}>"
@@ -148,6 +149,8 @@ class PullEngine:
             self._bind(target)
             if self._unlisten is None:
                 self._unlisten = self.connection.on_reconnect(self._on_reconnect)
+            if self._unlisten_denied is None:
+                self._unlisten_denied = self.connection.on_permission_denied(self._on_denied)
 
     def _bind(self, target: Target) -> None:
         self.target = target
@@ -159,6 +162,17 @@ class PullEngine:
         self._open = False
         self._probe = True
         self._wake()
+
+    def _on_denied(self, action: str, subject: str, detail: str) -> None:
+        # The server refuses a pull request (or the inbox subscription) only with an
+        # asynchronous -ERR: without this the consumer would wait for messages forever.
+        mine = (("publish", self._next_subject.lower()), ("subscription", self._inbox.lower()))
+        if (action, subject) in mine:
+            self._failure = PermissionDenied(
+                f"pulling from {self.what}: the server denies this user ({detail})"
+            )
+            self._open = False
+            self._wake()
 
     def _wake(self) -> None:
         for waiter in self._waiters:
@@ -342,6 +356,9 @@ class PullEngine:
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
+        if self._unlisten_denied is not None:
+            self._unlisten_denied()
+            self._unlisten_denied = None
         if self._sub is not None and self.client is not None and not self.client.is_closed:
             self._retire()
         if self._retiring:

@@ -21,8 +21,8 @@ from broker.errors import AuthenticationFailed, PermissionDenied
 
 @pytest.fixture(scope="module")
 def secured_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessServer]:
-    """nats-server with JetStream, a user ``admin`` (password ``s3cret``) and a user ``reader`` who
-    may not publish to ``orders.>``."""
+    """nats-server with JetStream, a user ``admin`` (password ``s3cret``), a user ``reader`` who
+    may not publish to ``orders.>`` and a user ``puller`` who may not send pull requests."""
     config = Path(tmp_path_factory.mktemp("nats")) / "auth.conf"
     config.write_text(
         """
@@ -30,6 +30,7 @@ authorization {
   users = [
     {user: admin, password: s3cret}
     {user: reader, password: r3ad, permissions: {publish: {deny: ["orders.>"]}}}
+    {user: puller, password: pu11, permissions: {publish: {deny: ["$JS.API.CONSUMER.MSG.NEXT.>"]}}}
   ]
 }
 """
@@ -62,3 +63,14 @@ async def test_a_denied_publish_is_permission_denied_at_once(secured_nats: Proce
                 await topic.batch_publish(*(OutboundMessage(b"%d" % i) for i in range(3)))
         allowed = backend.publisher().topic("audit.eu")
         await allowed.publish(OutboundMessage(b"still fine"))  # the connection is unharmed
+
+
+async def test_a_denied_pull_is_permission_denied_not_an_endless_wait(secured_nats: ProcessServer) -> None:
+    # Stream and consumer are made (the JetStream API is allowed); the pull requests are refused,
+    # again only with an asynchronous -ERR: the consumer must say so instead of waiting for messages.
+    url = secured_nats.url.replace("nats://", "nats://puller:pu11@")
+    async with broker.connect(url) as backend:
+        async with backend.messages("jobs.eu", "workers") as consumer:
+            async with asyncio.timeout(20):
+                with pytest.raises(PermissionDenied, match=r"(?i)consumer\.msg\.next"):
+                    await consumer.next_message(timeout=60)
