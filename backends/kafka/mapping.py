@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from broker.attributes import validate_attributes
-from broker.errors import InvalidMessage
+from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Committer, OutboundMessage, Record
 
-__all__ = ["KafkaRecord", "check_outbound", "decode_headers", "to_record", "to_records"]
+__all__ = ["KafkaRecord", "check_outbound", "decode_headers", "escaped", "to_record", "to_records"]
 
 
 def _check_one(message: Any) -> None:
@@ -42,6 +42,36 @@ def check_outbound(messages: Sequence[Any]) -> None:
             or (message.key is not None and type(message.key) is not str)
         ):
             _check_one(message)
+
+
+def _bytes_of(text: str | bytes, what: str) -> bytes:
+    if isinstance(text, bytes):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise InvalidMessage(f"{what} {text!r} holds a lone surrogate that stands for no byte") from None
+
+
+def escaped(
+    key: str | bytes | None, headers: Mapping[str, str | bytes] | None
+) -> tuple[bytes | None, dict[str, bytes] | None]:
+    """Key and header values as bytes, with the bytes a read decoded as surrogate escapes restored.
+
+    A record read with a key or header value that is not UTF-8 carries it as surrogate escapes;
+    publishing it again sends the original bytes (byte-exact). Header names are text on the wire
+    of the SDK: one that cannot be UTF-8 is an ``InvalidAttributes``.
+    """
+    key_bytes = _bytes_of(key, "message key") if key is not None else None
+    if not headers:
+        return key_bytes, None
+    for name in headers:
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidAttributes(f"attribute name {name!r} is not valid UTF-8") from None
+    return key_bytes, {name: _bytes_of(value, f"attribute {name!r}") for name, value in headers.items()}
 
 
 def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mapping[str, str]:

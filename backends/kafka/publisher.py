@@ -17,7 +17,7 @@ from typing import Any, Protocol, Self
 
 from backends.kafka import sdk
 from backends.kafka.errors import error_of, wrap
-from backends.kafka.mapping import check_outbound
+from backends.kafka.mapping import check_outbound, escaped
 from backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
@@ -94,20 +94,24 @@ class KafkaPublisher:
         sent = 0
         try:
             for message in messages:
-                attributes = message.attributes
+                attributes: Any = message.attributes
+                key: Any = message.key
                 while True:
                     try:
                         if attributes:
                             produce(
                                 topic,
                                 message.data,
-                                message.key,
+                                key,
                                 on_delivery=on_delivery,
                                 headers=attributes if type(attributes) is dict else dict(attributes),
                             )
                         else:
-                            produce(topic, message.data, message.key, on_delivery=on_delivery)
+                            produce(topic, message.data, key, on_delivery=on_delivery)
                         break
+                    except UnicodeEncodeError:
+                        # Surrogate escapes (bytes a read could not decode): send the bytes back.
+                        key, attributes = escaped(key, attributes)
                     except BufferError:
                         owner.kick()
                         await owner.wait_for_room()

@@ -99,6 +99,45 @@ async def test_round_trip_of_data_key_attributes_and_times(backend: KafkaBackend
             assert record.partition == partition_for(message.key.encode(), 3)
 
 
+async def test_binary_keys_and_header_values_round_trip_byte_exact_with_the_raw_client(
+    backend: KafkaBackend,
+) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+    from confluent_kafka import TopicPartition as SdkPartition
+
+    source, copy = unique("bytes-in"), unique("bytes-out")
+    for name in (source, copy):
+        await backend.admin.create_topic(name, 1)
+    servers = backend.settings.servers
+    raw_key, raw_header = b"k\xff\x00\xc3", b"\x00\xfe\xff"
+    producer = Producer({"bootstrap.servers": servers})
+    producer.produce(source, b"v", raw_key, headers=[("bin", raw_header), ("text", b"plain")])
+    producer.flush(10)
+    async with backend.records(source, unique("g")) as records:
+        (record,) = await collect(records, 1)
+    assert record.key == raw_key.decode("utf-8", "surrogateescape")
+    # Published again as read: the same bytes reach a raw consumer.
+    async with backend.publisher() as publisher:
+        again = OutboundMessage(b"v", key=record.key, attributes=record.attributes)
+        await publisher.topic(copy).publish(again)
+        with pytest.raises(broker.errors.InvalidMessage):  # a surrogate that stands for no byte
+            await publisher.topic(copy).publish(OutboundMessage(b"v", key="\ud800"))
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": unique("raw")})
+    consumer.assign([SdkPartition(copy, 0, OFFSET_BEGINNING)])  # no group join: read it directly
+    try:
+        message = None
+        deadline = time.monotonic() + PATIENCE
+        while message is None and time.monotonic() < deadline:
+            message = await asyncio.to_thread(consumer.poll, 0.5)
+            if message is not None and message.error() is not None:
+                message = None
+        assert message is not None, "the copy never reached the raw consumer"
+        assert message.key() == raw_key
+        assert dict(message.headers() or []) == {"bin": raw_header, "text": b"plain"}
+    finally:
+        await asyncio.to_thread(consumer.close)
+
+
 async def test_batch_publish_delivers_every_record_once_in_key_order(backend: KafkaBackend) -> None:
     topic = unique("batch")
     await backend.admin.create_topic(topic, 4)
