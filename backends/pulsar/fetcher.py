@@ -122,6 +122,8 @@ class Fetcher:
 
     # -- the loop side --------------------------------------------------------------------
     def _deliver(self, chunk: list[Any]) -> None:
+        if self._closed:  # received before close, arrived after: never handed out (the broker keeps them)
+            return
         self._chunks.append(chunk)
         self._wake()
 
