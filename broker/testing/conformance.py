@@ -20,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 import broker
 from broker import adapt
 from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
+from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
@@ -28,7 +29,6 @@ __all__ = ["ConformanceSuite"]
 
 #: Deliveries before dead-lettering in the dead-letter test (Pub/Sub's smallest allowed value).
 _ATTEMPTS = 5
-
 
 
 async def _open(
@@ -257,27 +257,65 @@ class ConformanceSuite(LifecycleSuite):
     async def test_competing_consumers_split_the_work(self, harness: Harness) -> None:
         need(harness, "messages", "competing_consumers")
         topic, (sub,) = await _open(harness)
-        count = 100
+        handle = harness.backend.publisher().topic(topic)
+        wave = 100
+        published = 0
+        seen: dict[str, list[int]] = {"first": [], "second": []}
+        progress = asyncio.Event()
+
+        async def consume(name: str, consumer: MessageIterator) -> None:
+            try:
+                while True:
+                    try:
+                        message = await consumer.next_message(timeout=0.5)
+                    except TimeoutError:
+                        continue
+                    await message.ack()
+                    seen[name].append(int(message.data))
+                    progress.set()
+            finally:
+                progress.set()  # a consumer that failed wakes the test, which raises its error
+
         async with harness.messages(topic, sub) as first, harness.messages(topic, sub) as second:
-            await (
-                harness.backend.publisher()
-                .topic(topic)
-                .batch_publish(*(OutboundMessage(str(i).encode()) for i in range(count)))
-            )
-            seen: dict[str, list[int]] = {"first": [], "second": []}
-            async with asyncio.timeout(harness.patience * 2):
-                while len(seen["first"]) + len(seen["second"]) < count:
-                    for name, consumer in (("first", first), ("second", second)):
-                        try:
-                            message = await consumer.next_message(timeout=0.2)
-                        except TimeoutError:
-                            continue
-                        await message.ack()
-                        seen[name].append(int(message.data))
+            workers = [
+                asyncio.ensure_future(consume("first", first)),
+                asyncio.ensure_future(consume("second", second)),
+            ]
+            try:
+                async with asyncio.timeout(harness.patience * 3):
+                    # Work comes in waves until both consumers have had some of it. A wave may
+                    # rightly go to one consumer: on Kafka a burst of keyless records lands in one
+                    # partition (sticky partitioning), and a member gets partitions only once the
+                    # group has formed.
+                    while True:
+                        progress.clear()
+                        if len(seen["first"]) + len(seen["second"]) >= published:
+                            if seen["first"] and seen["second"]:
+                                break
+                            await handle.batch_publish(
+                                *(
+                                    OutboundMessage(str(i).encode())
+                                    for i in range(published, published + wave)
+                                )
+                            )
+                            published += wave
+                        for worker in workers:
+                            if worker.done():
+                                worker.result()  # a consumer failed: raise its error
+                        await progress.wait()
+            except TimeoutError:
+                counts = {name: len(values) for name, values in seen.items()}
+                raise AssertionError(
+                    f"after {published} messages in waves of {wave}: received {counts}; "
+                    "lost messages, or one consumer got all the work"
+                ) from None
+            finally:
+                for worker in workers:
+                    worker.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
         everything = seen["first"] + seen["second"]
-        assert sorted(set(everything)) == list(range(count)), "messages were lost"
-        assert len(everything) == count, "messages were delivered twice"
-        assert seen["first"] and seen["second"], "one consumer got all the work"
+        assert sorted(set(everything)) == list(range(published)), "messages were lost"
+        assert len(everything) == published, "messages were delivered twice"
 
     async def test_no_loss_across_consumer_restart(self, harness: Harness) -> None:
         need(harness, "messages", "ack_deadline")
