@@ -9,7 +9,7 @@ does not say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol
 
@@ -24,6 +24,7 @@ __all__ = [
     "OutboundMessage",
     "Record",
     "claim_ack",
+    "claim_acks",
     "release_claim",
 ]
 
@@ -207,6 +208,25 @@ def claim_ack(message: Message) -> bool:
         message._state = _ACKED
         return True
     return False
+
+
+def claim_acks(messages: Iterable[Message], acker: object) -> tuple[list[Message], list[Message]]:
+    """For a bulk acker: :func:`claim_ack` every message of ``acker`` among ``messages`` at once.
+
+    Returns ``(claimed, others)``: the messages of ``acker`` that were pending (now marked acked;
+    the acker must settle them with the broker) and the messages of other ackers, in order.
+    Messages of ``acker`` that were already settled are in neither list.
+    """
+    claimed: list[Message] = []
+    others: list[Message] = []
+    for message in messages:
+        if message.acker is acker:
+            if message._state == _PENDING:
+                message._state = _ACKED
+                claimed.append(message)
+        else:
+            others.append(message)
+    return claimed, others
 
 
 def release_claim(message: Message) -> None:

@@ -18,7 +18,7 @@ from typing import Self
 from backends.inmem.settings import ConsumerOptions
 from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
-from broker.message import Message, OutboundMessage, claim_ack
+from broker.message import Message, OutboundMessage, claim_acks
 from broker.partitioning import Partitioner
 from broker.resources import AsyncResource, BatchedMessageIteration
 
@@ -251,15 +251,17 @@ class Subscription:
 
     async def ack_many(self, messages: list[Message]) -> list[Message]:
         """Ack this subscription's pending messages among ``messages``; returns the others."""
-        others: list[Message] = []
-        for message in messages:
-            if message.acker is self:
-                if claim_ack(message):
-                    lease = message.raw
-                    if not lease.expired:
-                        lease.pending -= 1
-            else:
-                others.append(message)
+        claimed, others = claim_acks(messages, self)
+        lease: Lease | None = None
+        count = 0
+        for message in claimed:  # a batch shares one lease: settle it once per run of messages
+            if message.raw is not lease:
+                if lease is not None and not lease.expired:
+                    lease.pending -= count
+                lease, count = message.raw, 0
+            count += 1
+        if lease is not None and not lease.expired:
+            lease.pending -= count
         return others
 
     async def nack(self, message: Message, delay: float | None) -> None:
@@ -326,6 +328,10 @@ class InmemMessageIterator(_Consumer):
 
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message (``Timeout`` if none within ``timeout`` seconds)."""
+        if not self._closed:  # fast path: a message is ready, no waiting to set up
+            ready = self._subscription.take(1)
+            if ready:
+                return ready[0]
         return (await self._take(1, timeout))[0]
 
     def __aiter__(self) -> Self:
@@ -333,6 +339,11 @@ class InmemMessageIterator(_Consumer):
 
     async def __anext__(self) -> Message:
         """The next message; the iteration ends when the iterator is closed."""
+        if self._closed:
+            raise StopAsyncIteration
+        ready = self._subscription.take(1)
+        if ready:
+            return ready[0]
         try:
             return (await self._take(1, None))[0]
         except ClosedError:

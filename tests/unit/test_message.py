@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from broker.errors import AckError, NotSupported
-from broker.message import LazyMessage, Message, OutboundMessage, Record
+from broker.message import LazyMessage, Message, OutboundMessage, Record, claim_acks
 from tests.unit.scripted import RecordingAcker
 
 
@@ -110,3 +110,19 @@ async def test_lazy_messages_decode_each_field_once_on_first_read() -> None:
         message.no_such_field  # noqa: B018
     await message.ack()
     assert message.state == "acked"
+
+
+async def test_claim_acks_marks_the_pending_messages_of_one_acker_and_returns_the_rest() -> None:
+    mine, theirs = RecordingAcker(), RecordingAcker()
+    pending = [Message(str(i), b"x", acker=mine) for i in range(3)]
+    settled = Message("s", b"x", acker=mine)
+    await settled.ack()
+    nacked = Message("n", b"x", acker=mine)
+    await nacked.nack()
+    other = Message("o", b"x", acker=theirs)
+    claimed, others = claim_acks([pending[0], other, settled, pending[1], nacked, pending[2]], mine)
+    assert claimed == [pending[0], pending[1], pending[2]]
+    assert all(m.state == "acked" for m in claimed)
+    assert others == [other] and other.state == "pending"
+    assert nacked.state == "nacked"  # a settled message is neither claimed nor handed back
+    assert mine.acked == ["s"]  # claiming sends nothing: the bulk acker does
