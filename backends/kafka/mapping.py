@@ -83,14 +83,13 @@ def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mappin
     }
 
 
-def _key_of(message: Any) -> str | None:
-    key = message.key()
-    return key.decode("utf-8", "surrogateescape") if key is not None else None
-
-
 def _time_of(message: Any) -> float | None:
     ts_type, ts = message.timestamp()
     return ts / 1000.0 if ts_type else None
+
+
+#: A lazily decoded field not read yet.
+_UNREAD: Any = object()
 
 
 class KafkaRecord(Record):
@@ -98,12 +97,14 @@ class KafkaRecord(Record):
     from the SDK message when first read (the consumer's hot path builds one per record).
 
     Values are exactly those of an eagerly built ``Record``; the fields stay assignable, and the
-    attributes mapping read once is the one read every time (changes to it stick).
+    value read once is the one read every time (changes to the attributes mapping stick).
     """
 
-    __slots__ = ("_set",)
+    __slots__ = ("_attributes", "_key", "_publish_time")
 
-    _set: dict[str, Any] | None
+    _key: Any
+    _attributes: Any
+    _publish_time: Any
 
     def __init__(
         self,
@@ -122,41 +123,44 @@ class KafkaRecord(Record):
         self.raw = raw
         self.committer = committer
         self.ingestion_time = now
-        self._set = None
+        self._key = self._attributes = self._publish_time = _UNREAD
 
-    def _assign(self, name: str, value: Any) -> None:
-        if self._set is None:
-            self._set = {}
-        self._set[name] = value
-
+    # The getters are the consumer's per-record cost once a handler reads the fields: each is
+    # one Python call, with the decoding inlined.
     def _get_key(self) -> str | None:
-        if self._set is not None and "key" in self._set:
-            return self._set["key"]  # type: ignore[no-any-return]
-        return _key_of(self.raw)
+        key = self._key
+        if key is _UNREAD:
+            data = self.raw.key()
+            key = self._key = data.decode("utf-8", "surrogateescape") if data is not None else None
+        return key  # type: ignore[no-any-return]
 
     def _set_key(self, value: str | None) -> None:
-        self._assign("key", value)
+        self._key = value
 
     def _get_attributes(self) -> Mapping[str, str]:
-        if self._set is not None and "attributes" in self._set:
-            return self._set["attributes"]  # type: ignore[no-any-return]
-        headers = self.raw.headers()
-        if not headers:
-            return EMPTY_ATTRIBUTES
-        attributes = decode_headers(headers)
-        self._assign("attributes", attributes)  # one mapping per record: changes to it stick
-        return attributes
+        attributes = self._attributes
+        if attributes is _UNREAD:
+            headers = self.raw.headers()
+            if headers:
+                attributes = {}
+                for name, data in headers:  # a repeated header keeps its last value; None reads as ''
+                    attributes[name] = data.decode("utf-8", "surrogateescape") if data is not None else ""
+            else:
+                attributes = EMPTY_ATTRIBUTES
+            self._attributes = attributes
+        return attributes  # type: ignore[no-any-return]
 
     def _set_attributes(self, value: Mapping[str, str]) -> None:
-        self._assign("attributes", value)
+        self._attributes = value
 
     def _get_publish_time(self) -> float | None:
-        if self._set is not None and "publish_time" in self._set:
-            return self._set["publish_time"]  # type: ignore[no-any-return]
-        return _time_of(self.raw)
+        publish_time = self._publish_time
+        if publish_time is _UNREAD:
+            publish_time = self._publish_time = _time_of(self.raw)
+        return publish_time  # type: ignore[no-any-return]
 
     def _set_publish_time(self, value: float | None) -> None:
-        self._assign("publish_time", value)
+        self._publish_time = value
 
     key = property(_get_key, _set_key, doc="The record key (UTF-8; undecodable bytes as surrogate escapes).")
     attributes = property(_get_attributes, _set_attributes, doc="Headers as attributes.")
