@@ -17,6 +17,12 @@ def validate_attributes(attributes: Any) -> None:
     """
     if attributes is None:
         return
+    if type(attributes) is dict:  # the common case, checked with exact types; anything odd goes on
+        for name, value in attributes.items():
+            if type(name) is not str or not name or type(value) is not str:
+                break
+        else:
+            return
     if not isinstance(attributes, Mapping):
         raise InvalidAttributes(
             f"attributes must be a mapping of str to str, got {type(attributes).__name__}"

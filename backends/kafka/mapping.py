@@ -11,37 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from broker.attributes import validate_attributes
 from broker.errors import InvalidAttributes, InvalidMessage
-from broker.message import EMPTY_ATTRIBUTES, Committer, OutboundMessage, Record
+from broker.message import EMPTY_ATTRIBUTES, Committer, Record
+from broker.outbound import check_batch
 
 __all__ = ["KafkaRecord", "check_outbound", "decode_headers", "escaped", "to_record", "to_records"]
 
 
-def _check_one(message: Any) -> None:
-    if not isinstance(message, OutboundMessage):
-        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
-    if not isinstance(message.data, bytes | bytearray | memoryview):
-        raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
-    if message.key is not None and not isinstance(message.key, str):
-        raise InvalidMessage(f"message key must be str or None, got {type(message.key).__name__}")
-    if message.attributes:
-        validate_attributes(message.attributes)
-
-
 def check_outbound(messages: Sequence[Any]) -> None:
-    """Raise ``TypeError`` (``InvalidAttributes`` for attributes) before anything is enqueued.
+    """Raise ``InvalidMessage`` (``InvalidAttributes`` for attributes) before anything is enqueued.
 
-    Well-formed messages with no attributes take a fast path of three type checks.
+    The portable :func:`broker.outbound.check_batch`: a few type checks per well-formed message,
+    attributes validated once per mapping object.
     """
-    for message in messages:
-        if (
-            type(message) is not OutboundMessage
-            or type(message.data) is not bytes
-            or message.attributes
-            or (message.key is not None and type(message.key) is not str)
-        ):
-            _check_one(message)
+    check_batch(messages)
 
 
 def _bytes_of(text: str | bytes, what: str) -> bytes:
