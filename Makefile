@@ -34,8 +34,8 @@ java:
 test: lint typecheck java
 	$(PY) -m pytest
 
-bench: $(STAMP)
-	$(PY) bench/inmem.py
+bench: $(STAMP) java
+	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
