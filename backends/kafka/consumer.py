@@ -208,9 +208,22 @@ class _CoreBase(abc.ABC):
         if pos >= len(self._buffer):
             self._buffer = []
             pos = 0
+            self._read_ahead(count)
         self._pos = pos
         self._took(out)
         return out
+
+    def _read_ahead(self, count: int) -> None:
+        """The buffer ran dry: take what the SDK has queued already, while the caller handles its batch.
+
+        The job never waits (``consume(n, 0)``), so a commit or seek posted after it is not held up;
+        the next :meth:`fetch` finds its result ready instead of paying a thread round trip. What it
+        took is filtered like any fetch (by epoch: revokes, seeks and pauses since) and, like the
+        rest of the buffer, is read again by the partition's next owner if never handed out.
+        """
+        if self._inflight is None and not self.closing and self._loop is not None:
+            self._inflight = self.thread.submit(self._consume, max(self.prefetch, count), 0.0)
+            self._inflight_epoch = self._epoch
 
     def _accept(self, messages: list[Any], epoch: int) -> None:
         keep = [m for m in messages if m.error() is None]
@@ -230,12 +243,17 @@ class _CoreBase(abc.ABC):
         self._pos = 0
 
     def _filter(self, messages: list[Any], epoch: int) -> list[Any]:
-        """Drop messages of partitions revoked, seeked or paused since their fetch was queued."""
+        """Drop messages of partitions revoked, seeked or paused since their fetch was queued.
+
+        ``epoch`` is the epoch when the fetch was queued: a seek at a later epoch makes the fetch's
+        messages of that partition stale; one at the same epoch came before it, so they are the
+        seek's own (dropping them would skip records nobody was handed).
+        """
         out = []
         rewind: dict[TP, int] = {}
         for message in messages:
             tp = (message.topic(), message.partition())
-            if not self.owns(tp) or self._seeked.get(tp, -1) >= epoch:
+            if not self.owns(tp) or self._seeked.get(tp, -1) > epoch:
                 continue
             if tp in self.paused:
                 offset = message.offset()
@@ -689,7 +707,9 @@ class ReaderCore(_CoreBase):
                 self.positions[tp] = offset
                 continue
             self.positions[tp] = offset
-            self._seeked.pop(tp, None)
+            # Records of an earlier assignment of tp, fetched before now, must not be handed out.
+            self._epoch += 1
+            self._seeked[tp] = self._epoch
             add.append(self._sdk_tp(tp, offset))
         if add:
             self.thread.post(self.consumer.incremental_assign, add)
