@@ -8,14 +8,17 @@ Consume: the same 100,000 messages, fetched in batches and each one acked.
   ours  ``backend.batched_messages(...).next_batch()`` + ``broker.ack_all(batch)``
         (and, for information, ``await message.ack()`` per message).
 
-For information, a third side shows the floor of our layer's overhead: "core", the same
-technique written directly on nats-py's core protocol calls (``nc.publish`` with a reply inbox and
-a window of 1,000; pull requests to ``$JS.API.CONSUMER.MSG.NEXT`` with a callback subscription
-and ``+ACK`` publishes) - what our path does, minus everything the library adds.
+A third side is the fastest competent use of nats-py we know, and the baseline the targets are
+judged against: "fast raw", the same technique written directly on nats-py's core protocol calls
+(``nc.publish`` with a reply inbox and a window of 1,000; pull requests to
+``$JS.API.CONSUMER.MSG.NEXT`` with a callback subscription and ``+ACK`` publishes) - what our path
+does, minus everything the library adds. nats-py's high-level JetStream calls above are far slower
+than that, so ratios against them flatter us: they are printed for information only.
 
 Each side gets its own stream (file storage) on the same server, started through the backend's
-factory. Rounds alternate raw and ours; the best round of each is compared (the machine is shared,
-so the best round is the least disturbed one). Targets: ours/raw >= 0.90 for publish and consume.
+factory. The sides run in a different order each round; each side's best and median are printed
+(the machine is shared, so the best round is the least disturbed one). Targets: ours / fast raw
+>= 0.90 for publish and for fetch+ack.
 
 Usage: python bench/jetstream.py [--messages N] [--batch N] [--rounds N]
 """
@@ -24,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 import uuid
+from typing import Any
 
 import nats
 from nats.aio.msg import Msg
@@ -207,9 +212,22 @@ async def main() -> None:
         print(f"nats-server at {server.url}; {args.messages:,} messages of {len(PAYLOAD)} bytes", end="")
         print(f", batch {args.batch}")
         for round_ in range(1, args.rounds + 1):
-            rp, rc = await raw_round(server.url, args.messages, args.batch)
-            op, oc, oe = await ours_round(server.url, args.messages, args.batch, per_message=round_ == 1)
-            cp, cc = await core_round(server.url, args.messages, args.batch)
+            results: dict[str, Any] = {}
+            order = ["raw", "ours", "core"]
+            shift = (round_ - 1) % len(order)
+            for side in order[shift:] + order[:shift]:  # no side always goes first
+                if side == "raw":
+                    results[side] = await raw_round(server.url, args.messages, args.batch)
+                elif side == "ours":
+                    per_message = round_ == 1
+                    results[side] = await ours_round(
+                        server.url, args.messages, args.batch, per_message=per_message
+                    )
+                else:
+                    results[side] = await core_round(server.url, args.messages, args.batch)
+            rp, rc = results["raw"]
+            op, oc, oe = results["ours"]
+            cp, cc = results["core"]
             core_pub.append(cp)
             core_con.append(cc)
             raw_pub.append(rp)
@@ -222,23 +240,35 @@ async def main() -> None:
                 f"round {round_}: publish raw {rp:9,.0f}/s ours {op:9,.0f}/s | "
                 f"fetch+ack raw {rc:9,.0f}/s ours {oc:9,.0f}/s | core {cp:9,.0f}/s {cc:9,.0f}/s"
             )
-    publish_ratio = max(our_pub) / max(raw_pub)
-    consume_ratio = max(our_con) / max(raw_con)
+
+    def cell(rates: list[float]) -> str:
+        return f"{max(rates):>10,.0f} ({statistics.median(rates):>8,.0f})"
+
     print()
-    print(f"{'':24}{'raw nats-py':>14}{'ours':>14}{'ours/raw':>10}")
-    print(f"{'publish (msgs/s)':24}{max(raw_pub):14,.0f}{max(our_pub):14,.0f}{publish_ratio:10.2f}")
-    print(f"{'fetch+ack (msgs/s)':24}{max(raw_con):14,.0f}{max(our_con):14,.0f}{consume_ratio:10.2f}")
+    print(
+        f"{'msgs/s, best (median)':24}{'fast raw':>21}{'ours':>21}{'ours/fast':>10}"
+        f"{'raw nats-py':>21}{'ours/raw':>9}"
+    )
+    rows = [("publish", core_pub, our_pub, raw_pub), ("fetch+ack", core_con, our_con, raw_con)]
+    ratios = []
+    for name, fast, ours, slow in rows:
+        ratio = max(ours) / max(fast)
+        ratios.append(ratio)
+        print(
+            f"{name:24}{cell(fast):>21}{cell(ours):>21}{ratio:10.2f}{cell(slow):>21}"
+            f"{max(ours) / max(slow):9.2f}"
+        )
     if our_each:
         print(
-            f"{'  ours, ack per message':24}{'':14}{max(our_each):14,.0f}{max(our_each) / max(raw_con):10.2f}"
+            f"{'  ours, ack per message':24}{'':21}{cell(our_each):>21}{max(our_each) / max(core_con):10.2f}"
         )
-    core_p, core_c = max(core_pub), max(core_con)
     print(
-        f"{'core calls (floor)':24}publish {core_p:,.0f}/s (ours/core {max(our_pub) / core_p:.2f}), "
-        f"fetch+ack {core_c:,.0f}/s (ours/core {max(our_con) / core_c:.2f})"
+        "median ratios ours/fast raw: "
+        f"publish {statistics.median(our_pub) / statistics.median(core_pub):.2f}, "
+        f"fetch+ack {statistics.median(our_con) / statistics.median(core_con):.2f}"
     )
-    ok = publish_ratio >= 0.9 and consume_ratio >= 0.9
-    print("targets (>= 0.90):", "met" if ok else "NOT met")
+    ok = all(ratio >= 0.9 for ratio in ratios)
+    print("targets (ours / fast raw >= 0.90):", "met" if ok else "NOT met")
 
 
 if __name__ == "__main__":

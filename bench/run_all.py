@@ -37,7 +37,8 @@ SCRIPTS = (
     "spark",
 )
 QUIX_PYTHON = ROOT / ".venv" / "quix" / "bin" / "python"
-SUMMARY = re.compile(r"ratio|target|p50|p99|median|best|/s", re.IGNORECASE)
+#: A summary line names a ratio, target or percentile, or is a table row holding a ratio (``1.05``).
+SUMMARY = re.compile(r"ratio|target|p50|p99|median|best|/s|\d\.\d\d\b", re.IGNORECASE)
 
 
 def machine() -> str:
@@ -69,7 +70,7 @@ def summary(output: str) -> list[str]:
     """The lines worth a table: ratios, targets and figures, not the per-round progress."""
     lines = [line.rstrip() for line in output.splitlines()]
     return [
-        line for line in lines if line and SUMMARY.search(line) and not line.lstrip().startswith("round ")
+        line for line in lines if line and SUMMARY.search(line) and not line.lstrip().startswith("round")
     ]
 
 
