@@ -197,7 +197,7 @@ def main() -> None:
     )
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     results: dict[str, list[tuple[float, float]]] = {
         "publish raw": [],

@@ -158,7 +158,7 @@ async def run_ours(url: str, count: int, batched: bool) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--url", help="a running Pulsar (default: start pulsar-lite)")
     args = parser.parse_args()
     server = None if args.url else factory.dev_server().start()
