@@ -5,38 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from backends.inmem.store import InmemBroker, TopicState
-from broker.attributes import validate_attributes
-from broker.errors import ClosedError, InvalidMessage, PublishError, TransactionError
+from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage
+from broker.outbound import check_batch, check_outbound, is_plain
 from broker.partitioning import Partitioner
 from broker.resources import AsyncResource
 
 __all__ = ["InmemPublisher", "InmemTopic", "InmemTransactionalPublisher"]
-
-
-def _check(message: OutboundMessage) -> None:
-    if type(message) is not OutboundMessage and not isinstance(message, OutboundMessage):
-        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
-    data = message.data
-    if type(data) is not bytes:
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise InvalidMessage(f"message data must be bytes, got {type(data).__name__}")
-    if message.attributes:
-        validate_attributes(message.attributes)
-    key = message.key
-    if key is not None and type(key) is not str:
-        raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
-
-
-def _suspicious(message: OutboundMessage) -> bool:
-    """Cheap test that lets well-formed messages skip the full check."""
-    return (
-        type(message) is not OutboundMessage
-        or type(message.data) is not bytes
-        or bool(message.attributes)
-        or (message.key is not None and type(message.key) is not str)
-    )
 
 
 class InmemTopic:
@@ -62,8 +38,8 @@ class InmemTopic:
 
     async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
         """Append one message."""
-        if _suspicious(message):
-            _check(message)
+        if not is_plain(message):
+            check_outbound(message)
         publisher = self._publisher
         if publisher._closed or type(publisher) is not InmemPublisher:
             publisher._write(self, (message,))  # raises when closed; transactions buffer
@@ -72,15 +48,7 @@ class InmemTopic:
 
     async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
         """Append all messages, in order, in one step."""
-        outbound = OutboundMessage
-        for message in messages:  # _suspicious, inlined: this loop is the batch's per-message cost
-            if (
-                type(message) is not outbound
-                or type(message.data) is not bytes
-                or message.attributes
-                or (message.key is not None and type(message.key) is not str)
-            ):
-                _check(message)
+        check_batch(messages)
         if messages:
             self._publisher._write(self, messages)
 

@@ -13,18 +13,8 @@ from typing import Any
 
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Committer, Record
-from broker.outbound import check_batch
 
-__all__ = ["KafkaRecord", "check_outbound", "decode_headers", "escaped", "to_record", "to_records"]
-
-
-def check_outbound(messages: Sequence[Any]) -> None:
-    """Raise ``InvalidMessage`` (``InvalidAttributes`` for attributes) before anything is enqueued.
-
-    The portable :func:`broker.outbound.check_batch`: a few type checks per well-formed message,
-    attributes validated once per mapping object.
-    """
-    check_batch(messages)
+__all__ = ["KafkaRecord", "decode_headers", "escaped", "to_record", "to_records"]
 
 
 def _bytes_of(text: str | bytes, what: str) -> bytes:
@@ -123,14 +113,7 @@ class KafkaRecord(Record):
     def _get_attributes(self) -> Mapping[str, str]:
         attributes = self._attributes
         if attributes is _UNREAD:
-            headers = self.raw.headers()
-            if headers:
-                attributes = {}
-                for name, data in headers:  # a repeated header keeps its last value; None reads as ''
-                    attributes[name] = data.decode("utf-8", "surrogateescape") if data is not None else ""
-            else:
-                attributes = EMPTY_ATTRIBUTES
-            self._attributes = attributes
+            attributes = self._attributes = decode_headers(self.raw.headers())
         return attributes  # type: ignore[no-any-return]
 
     def _set_attributes(self, value: Mapping[str, str]) -> None:

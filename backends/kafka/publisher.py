@@ -17,11 +17,12 @@ from typing import Any, Protocol, Self
 
 from backends.kafka import sdk
 from backends.kafka.errors import error_of, wrap
-from backends.kafka.mapping import check_outbound, escaped
+from backends.kafka.mapping import escaped
 from backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage, Record
+from broker.outbound import check_batch
 
 __all__ = ["GroupMetadataSource", "KafkaPublisher", "KafkaTopic", "KafkaTransactionalPublisher"]
 
@@ -84,7 +85,7 @@ class KafkaPublisher:
         owner = self._producer
         if owner.closed:
             raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
-        check_outbound(messages)
+        check_batch(messages)
         self._before_publish()
         loop = asyncio.get_running_loop()
         batch = DeliveryBatch(loop, len(messages))
