@@ -9,6 +9,9 @@ the absolute figures say little about the service; the ratio ours/raw says what 
     ``next_batch()`` + ``ack()`` versus raw ``receive_messages(100)`` + ``complete_message()``
     (both clocks include opening the receiver); and ours with ``broker.ack_all``, for information.
 
+Queues are made by the fake on first use, as the raw side expects, so ours connects with
+``create_missing=false`` (no management request inside the clock; the raw SDK makes none either).
+
 Each path runs on a fresh queue, ``--rounds`` times (5; raw and ours taking turns to go first); the
 best run counts, and the ratio of the medians is printed beside.
 
@@ -116,7 +119,7 @@ async def raw_receive(connection: str, queue: str, count: int) -> float:
 
 # -- polybroker ----------------------------------------------------------------------------------
 async def ours_publish(connection: str, queue: str, count: int) -> float:
-    async with broker.connect(connection) as backend:
+    async with broker.connect({"url": connection, "create_missing": False}) as backend:
         topic = backend.publisher().topic(queue)
         chunks = [
             [OutboundMessage(PAYLOAD) for _ in range(min(CHUNK, count - o))] for o in range(0, count, CHUNK)
@@ -130,7 +133,7 @@ async def ours_publish(connection: str, queue: str, count: int) -> float:
 
 
 async def _ours_receive(connection: str, queue: str, count: int, bulk: bool) -> float:
-    async with broker.connect(connection) as backend:
+    async with broker.connect({"url": connection, "create_missing": False}) as backend:
         start = time.perf_counter()  # both sides' clocks include opening the receiver
         batches = backend.batched_messages(queue, "", batch_size=RECEIVE_BATCH, batch_timeout=5)
         received = 0
@@ -157,7 +160,7 @@ async def ours_receive_bulk(connection: str, queue: str, count: int) -> float:
 
 async def fill(connection: str, queue: str, count: int) -> None:
     """Put ``count`` messages on ``queue`` (untimed) for a receive run."""
-    async with broker.connect(connection) as backend:
+    async with broker.connect({"url": connection, "create_missing": False}) as backend:
         topic = backend.publisher().topic(queue)
         for offset in range(0, count, CHUNK):
             await topic.batch_publish(*(OutboundMessage(PAYLOAD) for _ in range(min(CHUNK, count - offset))))

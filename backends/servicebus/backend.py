@@ -3,8 +3,11 @@
 Names: ``publisher().topic(name)`` sends to the queue or topic ``name``.
 ``messages(topic, subscription)`` reads the queue ``topic`` when ``subscription`` is empty or
 equal to ``topic``, and otherwise the subscription ``subscription`` of the topic ``topic``.
-Queues, topics and subscriptions must exist (Service Bus creates nothing on first use), and their
-lock duration and max delivery count are entity properties set where the entity is defined.
+Service Bus creates nothing on first use; with ``create_missing`` (the default) the backend does,
+through the management API (:mod:`backends.servicebus.admin`): entering a consumer creates its
+queue, or its topic and subscription (with a lock duration of ``ack_deadline``), and a publish to a
+missing name creates a topic. Lock duration and max delivery count of existing entities are
+entity properties, set where the entity is defined.
 
 Portable consumer options (:mod:`broker.options`): ``ack_deadline`` - the consumer renews the lock
 of each message it handed out until the deadline and abandons it then; an entity whose lock
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from backends.servicebus.admin import EntityAdmin
 from backends.servicebus.connection import Shutdowns
 from backends.servicebus.consumer import Entity, ServiceBusBatchedMessageIterator, ServiceBusMessageIterator
 from backends.servicebus.publisher import ServiceBusPublisher
@@ -73,6 +77,7 @@ class ServiceBusBackend(BackendBase):
         super().__init__()
         self.settings = settings
         self._shutdowns = Shutdowns()
+        self.admin = EntityAdmin(settings)
         if settings.key_to == "session_id" and settings.sessions:
             self.capabilities = dataclasses.replace(CAPABILITIES, per_key_order=True)
 
@@ -96,7 +101,7 @@ class ServiceBusBackend(BackendBase):
 
     def publisher(self) -> ServiceBusPublisher:
         """A publisher; ``topic(name)`` sends to the queue or topic ``name``."""
-        return self._track(ServiceBusPublisher(self.settings, self._shutdowns))  # type: ignore[no-any-return]
+        return self._track(ServiceBusPublisher(self.settings, self._shutdowns, self.admin))  # type: ignore[no-any-return]
 
     def messages(self, topic: str, subscription: str, **options: Any) -> ServiceBusMessageIterator:
         """Receive from queue ``topic`` (``subscription`` empty or ``== topic``) or from a subscription.
@@ -106,7 +111,9 @@ class ServiceBusBackend(BackendBase):
         ``ack_deadline``, ``max_attempts``, ``dead_letter_topic`` (see the module docstring).
         """
         entity = self._entity(topic, subscription)
-        iterator = ServiceBusMessageIterator(self.settings, entity, self._options(options), self._shutdowns)
+        iterator = ServiceBusMessageIterator(
+            self.settings, entity, self._options(options), self._shutdowns, self.admin
+        )
         return self._track(iterator)  # type: ignore[no-any-return]
 
     def batched_messages(
@@ -122,10 +129,17 @@ class ServiceBusBackend(BackendBase):
         entity = self._entity(topic, subscription)
         opts = self._options(options)
         iterator = ServiceBusBatchedMessageIterator(
-            self.settings, entity, opts, self._shutdowns, batch_size or opts.batch_size, batch_timeout
+            self.settings,
+            entity,
+            opts,
+            self._shutdowns,
+            batch_size or opts.batch_size,
+            batch_timeout,
+            self.admin,
         )
         return self._track(iterator)  # type: ignore[no-any-return]
 
     async def _close_connection(self) -> None:
         """Wait (bounded) for the SDK receivers, senders and connections to finish closing."""
         await self._shutdowns.wait()
+        await self.admin.close()

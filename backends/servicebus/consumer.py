@@ -32,7 +32,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
@@ -41,8 +41,14 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
-from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError, SessionLockLostError
+from azure.servicebus.exceptions import (
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    ServiceBusError,
+    SessionLockLostError,
+)
 
+from backends.servicebus.admin import EntityAdmin
 from backends.servicebus.connection import Shutdowns, close_quietly, make_client
 from backends.servicebus.errors import translate
 from backends.servicebus.mapping import dead_letter_copy, redelivery_copy, to_message
@@ -156,6 +162,7 @@ class _Settler:
         if self._consumer.receive_and_delete:
             return
         await self.renew(message)
+        self._consumer.extend_deadline(message)
 
     async def renew(self, message: Message) -> None:
         """Renew the lock that protects ``message``."""
@@ -209,11 +216,14 @@ class _Receiving(AsyncResource):
         entity: Entity,
         options: ConsumerOptions,
         shutdowns: Shutdowns,
+        admin: EntityAdmin | None = None,
     ) -> None:
         self._settings = settings
         self.entity = entity
         self.options = options
         self._shutdowns = shutdowns
+        self._admin = admin
+        self._entity_ready: asyncio.Task[None] | None = None
         self._key_to = settings.key_to
         self.receive_and_delete = options.receive_mode == "receive_and_delete"
         self.copies_on_delay = entity.subscription is None and not options.sub_queue
@@ -278,7 +288,43 @@ class _Receiving(AsyncResource):
             return client.get_queue_receiver(entity.topic, **kwargs)
         return client.get_subscription_receiver(entity.topic, entity.subscription, **kwargs)
 
+    async def _ensure_entity(self) -> None:
+        """Create the queue or subscription this consumer reads, when missing (``create_missing``)."""
+        admin = self._admin
+        if admin is None or not admin.enabled or self.options.sub_queue:
+            return
+        task = self._entity_ready
+        if task is None:
+            entity = self.entity
+            task = self._entity_ready = asyncio.get_running_loop().create_task(
+                admin.ensure_consumer_entity(entity.topic, entity.subscription, self.options)
+            )
+            task.add_done_callback(_retrieve)
+        try:
+            await asyncio.shield(task)
+        except BaseException:
+            if task.done():
+                self._entity_ready = None  # failed: the next open tries again
+            raise
+
+    async def __aenter__(self) -> Self:
+        """Entering creates what the consumer reads (if missing): what is published afterwards reaches it.
+
+        Without ``create_missing`` (or the Manage right), a queue or subscription that does not exist
+        raises ``UnknownTopic`` here. Other failures to open surface at the first receive.
+        """
+        await self._ensure_entity()
+        if not self.options.uses_sessions:  # a session receiver opens when a session is free
+            try:
+                await self._ready()
+            except MessagingEntityNotFoundError as exc:
+                raise translate(exc, ReceiveError, f"cannot receive from {self.entity}") from exc
+            except Exception as exc:  # reported by the first receive, which opens again
+                log.debug("opening the receiver of %s failed: %r", self.entity, exc)
+        return self
+
     async def _open(self) -> ServiceBusReceiver:
+        await self._ensure_entity()
         if self._client is None:
             self._client = make_client(self._settings)
         receiver = self._make_receiver(self._client)
@@ -479,6 +525,14 @@ class _Receiving(AsyncResource):
             self._renewing = loop.create_task(self._renew_loop())
             self._renewing.add_done_callback(_retrieve)
 
+    def extend_deadline(self, message: Message) -> None:
+        """``message`` is in progress: its ``ack_deadline`` starts again from now (as on every backend)."""
+        deadline = self.options.ack_deadline
+        entry = self._renewals.get(id(message))
+        if deadline is None or entry is None or id(message) not in self._abandon_at_stop:
+            return
+        self._renewals[id(message)] = (message, asyncio.get_running_loop().time() + deadline, entry[2])
+
     def stop_renewing(self, message: Message) -> None:
         """``message`` was settled: its lock needs no more renewals."""
         if self._renewals:
@@ -670,11 +724,12 @@ class ServiceBusBatchedMessageIterator(_Receiving, BatchedMessageIteration):
         shutdowns: Shutdowns,
         batch_size: int,
         batch_timeout: float,
+        admin: EntityAdmin | None = None,
     ) -> None:
         check_batch_size(batch_size)
         if batch_timeout <= 0:
             raise ValueError(f"batch_timeout must be > 0 seconds, got {batch_timeout}")
-        super().__init__(settings, entity, options, shutdowns)
+        super().__init__(settings, entity, options, shutdowns, admin)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
 

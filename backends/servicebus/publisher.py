@@ -16,8 +16,13 @@ from typing import Self
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
-from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
+from azure.servicebus.exceptions import (
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+    ServiceBusError,
+)
 
+from backends.servicebus.admin import EntityAdmin
 from backends.servicebus.connection import Shutdowns, close_quietly, make_client
 from backends.servicebus.errors import translate
 from backends.servicebus.mapping import to_sdk
@@ -62,19 +67,40 @@ class ServiceBusTopic:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._sender is None:
-                self._publisher._check_open(self.name)
-                sender = self._publisher._client().get_queue_sender(self.name)
+                deadline = None if timeout is None else time.monotonic() + timeout
                 try:
-                    async with asyncio.timeout(timeout):
-                        await sender.__aenter__()
-                except BaseException as exc:
-                    await close_quietly(sender, f"sender for {self.name!r}")
-                    if isinstance(exc, ServiceBusError | TimeoutError):
+                    sender = await self._open_sender(deadline)
+                except MessagingEntityNotFoundError as exc:
+                    admin = self._publisher._admin
+                    if admin is None or not admin.enabled:
                         raise translate(exc, PublishError, f"cannot open a sender for {self.name!r}") from exc
-                    raise
+                    # Nothing of that name: create it as a topic (consumers subscribe to it), retry once.
+                    async with asyncio.timeout(_remaining(deadline)):
+                        await admin.ensure_topic(self.name)
+                    try:
+                        sender = await self._open_sender(deadline)
+                    except MessagingEntityNotFoundError as again:
+                        what = f"cannot open a sender for {self.name!r}"
+                        raise translate(again, PublishError, what) from again
                 self._sender = sender
                 self._publisher._senders.append(sender)
             return self._sender
+
+    async def _open_sender(self, deadline: float | None) -> ServiceBusSender:
+        """A new, opened SDK sender; ``MessagingEntityNotFoundError`` passes through untranslated."""
+        self._publisher._check_open(self.name)
+        sender = self._publisher._client().get_queue_sender(self.name)
+        try:
+            async with asyncio.timeout(_remaining(deadline)):
+                await sender.__aenter__()
+        except BaseException as exc:
+            await close_quietly(sender, f"sender for {self.name!r}")
+            if isinstance(exc, MessagingEntityNotFoundError):
+                raise
+            if isinstance(exc, ServiceBusError | TimeoutError):
+                raise translate(exc, PublishError, f"cannot open a sender for {self.name!r}") from exc
+            raise
+        return sender
 
     async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
         """Send one message; returns once Service Bus has accepted it."""
@@ -151,8 +177,11 @@ class ServiceBusTopic:
 class ServiceBusPublisher:
     """A Publisher: topic handles sharing one SDK client."""
 
-    def __init__(self, settings: ServiceBusSettings, shutdowns: Shutdowns) -> None:
+    def __init__(
+        self, settings: ServiceBusSettings, shutdowns: Shutdowns, admin: EntityAdmin | None = None
+    ) -> None:
         self._settings = settings
+        self._admin = admin
         self._key_to = settings.key_to
         self._id_attribute = settings.message_id_attribute
         self._shutdowns = shutdowns

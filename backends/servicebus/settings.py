@@ -182,6 +182,13 @@ class ServiceBusSettings:
     message_id_attribute: str = "MessageId"
     #: Retries of the SDK for a failed operation.
     retry_total: int = 3
+    #: Create missing queues, topics and subscriptions through the management API: a consumer
+    #: creates what it reads when it is entered, a publisher creates a missing topic at its first
+    #: send. Needs the Manage right; without it (or with False) a missing entity is ``UnknownTopic``.
+    create_missing: bool = True
+    #: Where the management API is (``https://NAMESPACE`` by default; ``http://HOST:5300`` for a
+    #: connection string with ``UseDevelopmentEmulator=true``, the port of Microsoft's emulator).
+    management_endpoint: str | None = None
     receive_mode: ReceiveMode = "peek_lock"
     prefetch: int = 0
     max_wait: float = 5.0
@@ -214,6 +221,14 @@ class ServiceBusSettings:
                 )
         if isinstance(self.credential, str | bytes):
             raise ConfigError("credential must be a token credential object; give a SAS string as sas_token")
+        if self.management_endpoint is not None:
+            scheme, sep, rest = self.management_endpoint.partition("://")
+            if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+                raise ConfigError(
+                    "management_endpoint must be an http:// or https:// URL, "
+                    f"got {self.management_endpoint!r}"
+                )
+            parse_url(f"{scheme.lower()}://{rest.rstrip('/')}")  # ConfigError for a bad host or port
         if self.retry_total < 0:
             raise ConfigError(f"retry_total must be >= 0, got {self.retry_total}")
         ConsumerOptions(**self.consumer_defaults())

@@ -7,9 +7,11 @@ exchange (every token is accepted), sends (single and batched), peek-lock and re
 receiving, complete / abandon / release / defer / dead-letter outcomes, lock expiry and renewal,
 max-delivery-count dead-lettering into ``$DeadLetterQueue``, scheduled and cancelled messages,
 deferred messages, sessions (session filter, session lock and state), topics with subscriptions,
-and the ``$management`` operations behind those. The polybroker Service Bus backend is therefore
-verified against the SDK's real wire protocol, not against the Azure service: rules and filters,
-TTL expiry, duplicate detection, transactions, quotas and the HTTP management API are not modelled.
+and the ``$management`` operations behind those; and, on a second port, the HTTP management
+API's entity requests (create, get, delete of queues, topics and subscriptions: ``admin_http``).
+The polybroker Service Bus backend is therefore verified against the SDK's real wire protocol, not
+against the Azure service: rules and filters, TTL expiry, duplicate detection, transactions,
+quotas and entity updates are not modelled.
 
 Use :class:`FakeServiceBus` (a context manager) in tests, or run ``python -m tests.servicebus_fake
 --port N`` as a separate process.

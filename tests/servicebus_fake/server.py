@@ -47,6 +47,7 @@ from proton import (
 )
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
+from tests.servicebus_fake.admin_http import ManagementServer
 from tests.servicebus_fake.entities import (
     EntityError,
     EntityOptions,
@@ -648,6 +649,7 @@ class FakeServiceBus:
         self._thread: threading.Thread | None = None
         self._container: Container | None = None
         self._error: BaseException | None = None
+        self._management = ManagementServer(self.namespace, self.call, host)
 
     def __repr__(self) -> str:
         return f"<FakeServiceBus {self.host}:{self.port} {'running' if self.running else 'stopped'}>"
@@ -664,6 +666,16 @@ class FakeServiceBus:
             f"Endpoint=sb://{self.host}:{self.port};SharedAccessKeyName=fake;"
             "SharedAccessKey=ZmFrZS1rZXk=;UseDevelopmentEmulator=true"
         )
+
+    @property
+    def management_endpoint(self) -> str:
+        """``http://HOST:PORT`` of the entity management API (the backend's ``management_endpoint``)."""
+        return self._management.endpoint
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """What ``broker.connect`` takes to reach this fake, management included."""
+        return {"url": self.connection_string, "management_endpoint": self.management_endpoint}
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Self:
@@ -689,6 +701,7 @@ class FakeServiceBus:
 
         self._thread = threading.Thread(target=run, name=f"fake-servicebus-{self.port}", daemon=True)
         self._thread.start()
+        self._management.start()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.5):
@@ -702,6 +715,7 @@ class FakeServiceBus:
         if thread is None:
             return
         self._thread = None
+        self._management.stop()
         if thread.is_alive():
             self._injector.trigger(ApplicationEvent("fake_stop"))
             thread.join(timeout)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,7 +30,7 @@ def _name(prefix: str) -> str:
 
 @pytest.fixture
 async def backend(fake_servicebus: FakeServiceBus) -> AsyncIterator[broker.Backend]:
-    async with broker.connect(fake_servicebus.connection_string) as connected:
+    async with broker.connect(fake_servicebus.settings) as connected:
         yield connected
 
 
@@ -230,12 +231,55 @@ async def test_oversized_messages_raise_message_too_large(
     assert fake_servicebus.count(queue) == 1
 
 
-async def test_missing_entities_raise_unknown_topic(backend: broker.Backend) -> None:
-    with pytest.raises(UnknownTopic):
-        await backend.publisher().topic(_name("missing")).publish(OutboundMessage(b"x"))
-    async with backend.messages(_name("missing"), "") as consumer:
+async def test_without_create_missing_missing_entities_raise_unknown_topic(
+    fake_servicebus: FakeServiceBus,
+) -> None:
+    async with broker.connect({**fake_servicebus.settings, "create_missing": False}) as backend:
         with pytest.raises(UnknownTopic):
-            await consumer.next_message(timeout=10)
+            await backend.publisher().topic(_name("missing")).publish(OutboundMessage(b"x"))
+        with pytest.raises(UnknownTopic):  # entering, not at the first receive
+            async with backend.messages(_name("missing"), ""):
+                pytest.fail("entered a consumer of a queue that does not exist")
+        with pytest.raises(UnknownTopic):
+            async with backend.messages(_name("missing"), "sub"):
+                pytest.fail("entered a consumer of a subscription that does not exist")
+
+
+async def test_entering_a_consumer_creates_its_queue_or_subscription(
+    fake_servicebus: FakeServiceBus, backend: broker.Backend
+) -> None:
+    queue, topic, sub = _name("made-q"), _name("made-t"), _name("sub")
+    async with backend.messages(queue, "", ack_deadline=2.0), backend.messages(topic, sub):
+        await backend.publisher().topic(queue).publish(OutboundMessage(b"q"))
+        await backend.publisher().topic(topic).publish(OutboundMessage(b"t"))
+        assert fake_servicebus.count(queue) == 1
+        assert fake_servicebus.count(f"{topic}/Subscriptions/{sub}") == 1
+    lock = fake_servicebus.call(lambda: fake_servicebus.namespace.queue(queue).options.lock_duration)
+    assert lock == 2.0, "the queue's lock duration is the consumer's ack_deadline"
+
+
+async def test_a_publish_to_a_missing_name_creates_a_topic(
+    fake_servicebus: FakeServiceBus, backend: broker.Backend
+) -> None:
+    name = _name("early")
+    await backend.publisher().topic(name).publish(OutboundMessage(b"nobody listens yet"))
+    assert fake_servicebus.call(lambda: name.lower() in fake_servicebus.namespace.topics)
+
+
+async def test_an_unreachable_management_endpoint_turns_creation_off_once(
+    fake_servicebus: FakeServiceBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    url = {**fake_servicebus.settings, "management_endpoint": closed, "retry_total": 0}
+    async with broker.connect(url) as backend:
+        for _ in range(2):
+            with pytest.raises(UnknownTopic):
+                async with backend.messages(_name("missing"), ""):
+                    pass
+    warnings = [r for r in caplog.records if "not created" in r.getMessage()]
+    assert len(warnings) == 1, "one warning, then creation stays off"
 
 
 async def test_lock_renewal_keeps_slow_messages(

@@ -31,7 +31,7 @@ def _name(prefix: str) -> str:
 
 @pytest.fixture
 async def backend(fake_servicebus: FakeServiceBus) -> AsyncIterator[broker.Backend]:
-    async with broker.connect(fake_servicebus.connection_string) as connected:
+    async with broker.connect(fake_servicebus.settings) as connected:
         yield connected
 
 

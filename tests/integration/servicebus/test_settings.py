@@ -94,3 +94,38 @@ async def test_namespace_and_key_reach_the_fake(
             (message,) = await collect(consumer, 1, 10)
     assert message.data == b"hello"
     assert key not in caplog.text
+
+
+def test_the_management_endpoint_is_checked_and_defaults_per_connection() -> None:
+    from backends.servicebus.admin import management_endpoint
+
+    with pytest.raises(ConfigError, match="management_endpoint"):
+        ServiceBusSettings(connection_string=CONNECTION, management_endpoint="ftp://host")
+    with pytest.raises(ConfigError):
+        ServiceBusSettings(connection_string=CONNECTION, management_endpoint="http://host:99999")
+    assert management_endpoint(ServiceBusSettings(connection_string=CONNECTION)) is None  # the SDK's https
+    emulator = (
+        "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
+    )
+    assert management_endpoint(ServiceBusSettings(connection_string=emulator)) == "http://127.0.0.1:5300"
+    plain = ServiceBusSettings(namespace="127.0.0.1:5672", sas_token="sig", use_tls=False)
+    assert management_endpoint(plain) == "http://127.0.0.1:5300"
+    given = ServiceBusSettings(connection_string=emulator, management_endpoint="http://127.0.0.1:8080/")
+    assert management_endpoint(given) == "http://127.0.0.1:8080"
+    off = build_settings(
+        ServiceBusSettings, {"connection_string": CONNECTION, "create_missing": "false"}, backend="servicebus"
+    )
+    assert off.create_missing is False
+
+
+def test_entities_made_for_a_consumer_follow_its_options() -> None:
+    from backends.servicebus.admin import entity_properties
+    from backends.servicebus.settings import ConsumerOptions
+
+    assert entity_properties(ConsumerOptions()) == {}
+    made = entity_properties(ConsumerOptions(ack_deadline=20, max_attempts=12, sessions=True))
+    assert made["lock_duration"].total_seconds() == 20
+    assert made["max_delivery_count"] == 13  # above max_attempts: the consumer dead-letters first
+    assert made["requires_session"] is True
+    assert entity_properties(ConsumerOptions(ack_deadline=900))["lock_duration"].total_seconds() == 300
+    assert "max_delivery_count" not in entity_properties(ConsumerOptions(max_attempts=3))
