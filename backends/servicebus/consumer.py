@@ -223,7 +223,6 @@ class _Receiving(AsyncResource):
         self.options = options
         self._shutdowns = shutdowns
         self._admin = admin
-        self._entity_ready: asyncio.Task[None] | None = None
         self._key_to = settings.key_to
         self.receive_and_delete = options.receive_mode == "receive_and_delete"
         self.copies_on_delay = entity.subscription is None and not options.sub_queue
@@ -289,23 +288,14 @@ class _Receiving(AsyncResource):
         return client.get_subscription_receiver(entity.topic, entity.subscription, **kwargs)
 
     async def _ensure_entity(self) -> None:
-        """Create the queue or subscription this consumer reads, when missing (``create_missing``)."""
+        """Create the queue or subscription this consumer reads, when missing (``create_missing``).
+
+        The admin remembers what it made or found, one request at a time: calling this from both
+        ``__aenter__`` and the first open sends one request.
+        """
         admin = self._admin
-        if admin is None or not admin.enabled or self.options.sub_queue:
-            return
-        task = self._entity_ready
-        if task is None:
-            entity = self.entity
-            task = self._entity_ready = asyncio.get_running_loop().create_task(
-                admin.ensure_consumer_entity(entity.topic, entity.subscription, self.options)
-            )
-            task.add_done_callback(_retrieve)
-        try:
-            await asyncio.shield(task)
-        except BaseException:
-            if task.done():
-                self._entity_ready = None  # failed: the next open tries again
-            raise
+        if admin is not None and admin.enabled and not self.options.sub_queue:
+            await admin.ensure_consumer_entity(self.entity.topic, self.entity.subscription, self.options)
 
     async def __aenter__(self) -> Self:
         """Entering creates what the consumer reads (if missing): what is published afterwards reaches it.
