@@ -207,12 +207,13 @@ class KafkaBackend(BackendBase):
         ``max_attempts`` + ``dead_letter_topic``, ``marker_format`` (``"batched"``, or kafka-mq-go's
         ``"per-message"``), and the rest of :class:`~backends.kafka.queue.QueueConfig`.
 
-        Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out. If
-        it crashes, the tracker redelivers every message it had STARTed and not settled, and counts
-        each as a delivery attempt, also those no handler saw: at most ``receive_buffer_capacity
-        + batches_in_flight * max_messages_per_poll`` messages (5,000 by default) move one step
-        closer to ``max_attempts`` per crash. Lower those three where that matters more than
-        throughput (100, 2 and 100 bound it at 300 and cost most of the speed on a local broker).
+        Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out, and
+        marks messages handed out (a KEEPALIVE, written ahead for up to ``handout_window`` = 500
+        buffered messages at once) before the application sees them. If it crashes, the tracker
+        redelivers every message it had STARTed and not settled; only marked ones count a delivery
+        attempt (at most ``handout_window`` plus one batch were marked and never seen), so
+        ``max_attempts`` still stops a message that crashes its handler, never one no handler
+        saw. ``handout_window=0`` (or ``marker_format="per-message"``) counts every STARTed message.
         """
         return self._queue_iterator(topic, subscription, None, 1.0, options)
 

@@ -15,6 +15,7 @@ from backends.kafka.queue.config import QueueConfig
 from backends.kafka.queue.consumer import Consumer
 from backends.kafka.queue.markers import (
     BatchMarker,
+    Handout,
     Marker,
     MarkerType,
     MessageId,
@@ -39,6 +40,7 @@ __all__ = [
     "AssignedPartition",
     "BatchMarker",
     "Consumer",
+    "Handout",
     "Marker",
     "MarkerProducer",
     "MarkerType",

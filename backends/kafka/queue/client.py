@@ -16,7 +16,15 @@ from collections.abc import Awaitable, Iterable
 from typing import Any, Literal
 
 from backends.kafka.queue.config import HEADER_ATTEMPT, QueueConfig
-from backends.kafka.queue.markers import Marker, MarkerType, MessageId, OffsetRange, encode_start, ranges_of
+from backends.kafka.queue.markers import (
+    Handout,
+    Marker,
+    MarkerType,
+    MessageId,
+    OffsetRange,
+    encode_start,
+    ranges_of,
+)
 from backends.kafka.queue.producer import MarkerProducer
 from backends.kafka.queue.source import QueueSource, source_for
 from broker.errors import BrokerError, ClosedError, ReceiveError
@@ -130,15 +138,23 @@ class MqClient:
             self.needs_reconnect = True
             raise ReceiveError(f"polling the queue topic failed: {exc}") from exc
 
-    async def start(self, items: list[Any]) -> None:
-        """Write the START markers of ``items`` (one batched START, or one per message) and wait."""
+    async def start(self, items: list[Any], *, prefetched: bool = False) -> None:
+        """Write the START markers of ``items`` (one batched START, or one per message) and wait.
+
+        ``prefetched`` (batched markers only): hand-out marks follow, see ``Consumer``.
+        """
         if not items:
             return
         source = self.source
         assert source is not None
         try:
             if self.config.marker_format == "batched":
-                await self.markers.start_batch(self.queue_id, source.polled_ranges(items), self._timeout_ms)
+                await self.markers.start_batch(
+                    self.queue_id,
+                    source.polled_ranges(items),
+                    self._timeout_ms,
+                    prefetched=prefetched and self.config.marks_handout,
+                )
             else:  # per-message markers always read through the port: the items are Records
                 await self.markers.start(self.queue_id, [self.encoded_start(r) for r in items])
         except Exception as exc:
@@ -230,6 +246,17 @@ class MqClient:
             return [self.markers.keepalive_batch(self.queue_id, ranges, after)]
         ids = [MessageId(p, o) for p, first, last in ranges for o in range(first, last + 1)]
         return self.markers.keepalive(self.queue_id, ids, after)
+
+    def handout_ranges(
+        self, ranges: list[OffsetRange], *, returned: bool = False, redeliver_after: float | None = None
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Mark every message of ``ranges`` handed out to the application (or ``returned`` unseen).
+
+        A KEEPALIVE (so the deadline restarts at hand-out); only with ``config.marks_handout``.
+        """
+        after = self._timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
+        handout = Handout.RETURNED if returned else Handout.HANDED
+        return self.markers.handout_batch(self.queue_id, ranges, after, handout)
 
     def processed(self, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """END for ``ids`` (pipelined)."""

@@ -72,6 +72,12 @@ class QueueConfig:
     #: Fetched batches whose START is being written or whose position is being committed at once
     #: (their order is kept: a batch is committed and handed out only after the one before).
     batches_in_flight: int = 4
+    #: Hand-out marks (``"batched"`` markers only): before a message reaches the application, a
+    #: KEEPALIVE marks it handed out, written ahead (as they arrive) for up to this many buffered
+    #: messages;
+    #: after a crash, only marked messages count a delivery attempt when redelivered (at most this
+    #: many plus one batch were marked and not seen). 0: no marks; every STARTed message counts.
+    handout_window: int = 1000
 
     def __post_init__(self) -> None:
         if not self.message_topic or not self.marker_topic:
@@ -90,12 +96,19 @@ class QueueConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.handout_window < 0:
+            raise ConfigError(f"handout_window must be >= 0, got {self.handout_window}")
         if self.next_message_timeout <= 0:
             raise ConfigError(f"next_message_timeout must be > 0, got {self.next_message_timeout}")
         if self.use_now_if_no_marker_seen < 0:
             raise ConfigError("use_now_if_no_marker_seen must be >= 0")
         if self.max_deliveries is not None and self.max_deliveries < 1:
             raise ConfigError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
+
+    @property
+    def marks_handout(self) -> bool:
+        """True when consumers write hand-out marks (batched markers and a ``handout_window``)."""
+        return self.marker_format == "batched" and self.handout_window > 0
 
     @property
     def redelivery_timeout_ms(self) -> int:

@@ -14,6 +14,13 @@ from START until it is settled or :meth:`Consumer.interrupt` ed; with ``False`` 
 ``messages()``) only while it waits in the buffer, so a received message that is neither settled
 nor kept alive with ``in_progress()`` is redelivered after the timeout, as on every other broker.
 
+Hand-out marks (``QueueConfig.marks_handout``): batches are STARTed as prefetched, and a message
+reaches the application only once a KEEPALIVE marking it handed out is written. Marks are written
+ahead, one marker for up to ``handout_window`` buffered messages, so receiving rarely waits for
+one. After a crash the tracker counts a delivery attempt only for marked messages: a message the
+dead consumer had only prefetched comes back with its attempt unchanged, while one that crashed
+its handler still moves towards ``max_deliveries``.
+
 Settlement: ``ack`` writes END; ``nack(delay)`` writes a KEEPALIVE whose timeout is the delay, so
 the tracker redelivers it then (kafka-mq-go's Nack was an Ack); ``in_progress`` writes a
 KEEPALIVE; ``dead_letter`` publishes to the dead-letter topic and writes END. ENDs are pipelined
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -50,6 +58,9 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
 
+
+#: The fewest messages hand-out marks are written ahead of receiving.
+_MIN_LEAD = 16
 
 #: Handed-out batches kept (for keep-alives) before the settled messages among them are dropped.
 _COMPACT_AFTER = 32
@@ -77,6 +88,19 @@ class Consumer(AsyncResource):
         self.metrics = metrics or QueueMetrics()
         self._capacity = self.config.receive_buffer_capacity
         self._buffer: deque[Message] = deque()
+        self._marking = self.config.marks_handout
+        self._window = self.config.handout_window
+        #: Hand-out marks of the buffer's first messages, in order: ``[count, write]`` segments.
+        self._marks: deque[list[Any]] = deque()
+        self._marked_ahead = 0
+        #: Messages marked ahead of receiving (adapts: about four mark round trips of messages).
+        self._lead = _MIN_LEAD
+        self._taken = 0
+        self._rate = 0.0  # messages the application takes per second (smoothed)
+        self._rtt = 0.003  # seconds a marker write takes (smoothed)
+        self._sampled_at = 0.0
+        self._sampled_taken = 0
+        self._written_already: asyncio.Future[Any] | None = None
         self._ready = asyncio.Event()  # set when the buffer may have messages (or on close)
         self._space = asyncio.Event()  # set when the buffer may have room (or on close)
         self._space.set()
@@ -103,6 +127,8 @@ class Consumer(AsyncResource):
             raise ClosedError("the queue consumer is closed")
         if self._loop_task is None:
             loop = asyncio.get_running_loop()
+            self._written_already = loop.create_future()
+            self._written_already.set_result(None)
             self._loop_task = loop.create_task(self._run(), name=f"queue-consumer-{self.client.queue_id}")
             self._keepalive_task = loop.create_task(self._keepalive(), name="queue-keepalive")
 
@@ -162,10 +188,14 @@ class Consumer(AsyncResource):
         """
         waiting: list[Any] = []
         handed = False
+        loop = asyncio.get_running_loop()
+        counted = self._counted_at_start(loop.time())
         try:
             started = True
             try:
-                await self.client.start(mine)  # overlaps the earlier batches' commits
+                began = loop.time()
+                await self.client.start(mine, prefetched=not counted)  # overlaps earlier batches' commits
+                self._rtt = 0.7 * self._rtt + 0.3 * (loop.time() - began)
             except Exception as exc:
                 log.warning("queue %r: %s", self.client.queue_id, exc)
                 started = False
@@ -205,7 +235,7 @@ class Consumer(AsyncResource):
                 log.debug("queue %r: records of revoked partitions dropped", self.client.queue_id)
             if waiting:
                 # Messages are made only now: short-lived objects are cheap for the collector.
-                await self._hand_out(source.messages(waiting, self, time.time()))
+                await self._hand_out(source.messages(waiting, self, time.time()), counted)
             handed = True
             return True
         finally:
@@ -224,7 +254,7 @@ class Consumer(AsyncResource):
         if pipeline is not None:
             await asyncio.wait([pipeline.task])
 
-    async def _hand_out(self, messages: list[Message]) -> None:
+    async def _hand_out(self, messages: list[Message], counted: bool = True) -> None:
         count = len(messages)
         self.metrics.count("received", count)
         self._in_flight += count
@@ -241,9 +271,87 @@ class Consumer(AsyncResource):
                 await self._space.wait()
                 continue
             end = count if self._closed else min(count, start + room)
+            if self._marking and counted:
+                # STARTed as delivered: nothing to mark. Those before it are marked first (the
+                # marked messages stay a prefix of the buffer).
+                self._mark_ahead(len(buffer))
+                self._marks.append([end - start, self._written_already])
+                self._marked_ahead += end - start
             buffer.extend(messages[start:end] if start or end < count else messages)
             start = end
+            if self._marking:
+                self._mark_ahead(0)
             self._ready.set()
+
+    # -- hand-out marks ---------------------------------------------------------------------
+    def _mark_ahead(self, take: int) -> asyncio.Future[Any] | None:
+        """Mark the first ``take`` buffered messages (and a window after them) handed out.
+
+        Returns a mark write they still wait for, or None once every one of them is written.
+        """
+        buffer = self._buffer
+        take = min(take, len(buffer))
+        ahead = self._marked_ahead
+        end = min(len(buffer), take + self._lead)
+        # Marked in chunks as messages arrive, so a mark is mostly written before receiving gets there.
+        if ahead < take or end - ahead >= max(1, self._lead // 4):
+            source = self.client.source
+            assert source is not None
+            raws = [m.raw for m in itertools.islice(buffer, ahead, end)]
+            write = asyncio.ensure_future(self.client.handout_ranges(source.ranges(raws)))
+            self._writes.add(write)
+            write.add_done_callback(self._written)
+            self._marks.append([end - ahead, write])
+            self._marked_ahead = end
+        covered = 0
+        for count, write in self._marks:
+            if covered >= take:
+                break
+            if not write.done():
+                return write  # type: ignore[no-any-return]
+            covered += count
+        return None
+
+    def _counted_at_start(self, now: float) -> bool:
+        """Whether the next batch's START counts as its delivery (no hand-out marks for it).
+
+        Marks pay off while they can be written ahead of receiving: the lead they need is about
+        four mark round trips of messages at the rate the application takes them. Where that is
+        more than ``handout_window`` (an application that takes messages faster than marks can be
+        written ahead of it), a batch is counted at START, as without marks.
+        """
+        if not self._marking:
+            return True
+        elapsed = now - self._sampled_at
+        if elapsed >= 0.05:
+            rate = (self._taken - self._sampled_taken) / elapsed
+            self._rate = rate if self._sampled_at == 0.0 else 0.7 * self._rate + 0.3 * rate
+            self._sampled_at, self._sampled_taken = now, self._taken
+        need = 4 * self._rate * self._rtt
+        self._lead = min(self._window, max(_MIN_LEAD, int(need) + 1))
+        return need > self._window
+
+    def _marked_ready(self, limit: int) -> int:
+        """How many of the first ``limit`` buffered messages have their hand-out mark written."""
+        ready = 0
+        for count, write in self._marks:
+            if ready >= limit or not write.done():
+                break
+            ready += count
+        return min(ready, limit)
+
+    def _unmark(self, taken: int) -> None:
+        """``taken`` marked messages left the buffer's head."""
+        self._marked_ahead -= taken
+        marks = self._marks
+        while taken:
+            head = marks[0]
+            if head[0] <= taken:
+                taken -= head[0]
+                marks.popleft()
+            else:
+                head[0] -= taken
+                taken = 0
 
     def _prune(self) -> None:
         """Forget handed-out batches whose messages are all settled or interrupted."""
@@ -344,12 +452,17 @@ class Consumer(AsyncResource):
                 await self.client.settled()
         unreceived = list(self._buffer)
         self._buffer.clear()
+        self._marks.clear()
+        self._marked_ahead = 0
         self._ready.set()  # wake every receive() waiting on the empty buffer
         source = self.client.source
         if unreceived and source is not None:
             self._settled(len(unreceived))
             ranges = source.ranges([m.raw for m in unreceived])
-            self._track(self.client.keepalive_ranges(ranges, redeliver_after=0))
+            if self._marking:  # also those marked ahead: no application saw them
+                self._track([self.client.handout_ranges(ranges, returned=True, redeliver_after=0)])
+            else:
+                self._track(self.client.keepalive_ranges(ranges, redeliver_after=0))
         await self.flush()
         await self.client.close()
 
@@ -360,27 +473,43 @@ class Consumer(AsyncResource):
             raise ClosedError("the queue consumer is closed")
         self.start()
         buffer = self._buffer
-        if not buffer:
+        if not buffer or (self._marking and self._mark_ahead(1) is not None):
             try:
                 async with asyncio.timeout(timeout):
-                    while not buffer:
+                    while True:
                         if self._closed:
                             raise ClosedError("the queue consumer is closed")
-                        self._ready.clear()
-                        await self._ready.wait()
+                        if not buffer:
+                            self._ready.clear()
+                            await self._ready.wait()
+                            continue
+                        pending = self._mark_ahead(1) if self._marking else None
+                        if pending is None:
+                            break
+                        await asyncio.wait([pending])  # never cancels the shared write
             except TimeoutError:
                 if self._closed:
                     raise ClosedError("the queue consumer is closed") from None
                 raise Timeout(f"no message on queue {self.client.queue_id!r} within {timeout}s") from None
         message = buffer.popleft()
+        self._taken += 1
+        if self._marking:
+            self._unmark(1)
         self._space.set()
         return message
 
     def receive_ready(self, limit: int) -> list[Message]:
-        """Up to ``limit`` messages already buffered, without waiting."""
+        """Up to ``limit`` messages already buffered (and marked handed out), without waiting."""
         buffer = self._buffer
         if not buffer or limit <= 0:
             return []
+        if self._marking:
+            self._mark_ahead(limit)
+            limit = self._marked_ready(limit)
+            if not limit:
+                return []
+            self._unmark(limit)
+        self._taken += limit
         if limit >= len(buffer):
             out = list(buffer)
             buffer.clear()

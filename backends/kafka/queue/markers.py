@@ -1,6 +1,6 @@
 """Markers: the wire format of the marker-topic queue.
 
-Byte-compatible with kafka-mq-go's ``Marker`` v1 protobuf (proto3)::
+Wire-compatible with kafka-mq-go's ``Marker`` v1 protobuf (proto3)::
 
     MessageID { int32 partition = 1; int64 offset = 2; }
     Marker    { Version version = 1; Type type = 2; MessageID message_id = 3;
@@ -16,10 +16,18 @@ Batched markers (``version = 1``, ours; kafka-mq-go knows only ``V1 = 0``) say t
 messages at once: one START for a fetched batch, one END for the messages acked together::
 
     IdRange { int32 partition = 1; int64 first = 2; int64 last = 3; }   // inclusive
-    Marker  { ...; repeated IdRange ranges = 9; }   // version = 1: no message_id, key or value
+    Marker  { ...; repeated IdRange ranges = 9;                       // version = 1: no message_id,
+              bool prefetched = 10; Handout handout = 11; }           //   key or value
+    Handout { NONE = 0; HANDED = 1; RETURNED = 2; }
 
 A batched START carries no payload: a redelivering tracker reads the message back from the queue
 topic at its offset. A kafka-mq-go tracker cannot read batched markers (see ``QueueConfig``).
+
+Hand-out marks (batched only): a consumer that writes them STARTs a fetched batch with
+``prefetched`` set, and writes a KEEPALIVE with ``handout = HANDED`` for messages before its
+application sees them (``RETURNED`` gives back ones marked and never seen). A tracker redelivers a
+message that was never marked handed without counting a delivery attempt. A START without
+``prefetched`` (older writers) counts, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from broker.errors import DecodeError
 
 __all__ = [
     "BatchMarker",
+    "Handout",
     "Marker",
     "MarkerType",
     "MessageId",
@@ -53,6 +62,16 @@ class MarkerType(enum.IntEnum):
     START = 0
     END = 1
     KEEPALIVE = 2
+
+
+class Handout(enum.IntEnum):
+    """What a batched KEEPALIVE says about the hand-out of its messages to the application."""
+
+    NONE = 0
+    #: The messages are (about to be) seen by the application: a redelivery counts an attempt.
+    HANDED = 1
+    #: The messages were marked handed and given back unseen: a redelivery does not count.
+    RETURNED = 2
 
 
 class MessageId(NamedTuple):
@@ -81,11 +100,17 @@ OffsetRange = tuple[int, int, int]
 
 @dataclass(frozen=True, slots=True)
 class BatchMarker:
-    """A batched marker: one START, KEEPALIVE or END for every message in ``ranges``."""
+    """A batched marker: one START, KEEPALIVE or END for every message in ``ranges``.
+
+    ``prefetched`` (START): hand-out marks follow, so a redelivery counts an attempt only for
+    messages marked handed. ``handout`` (KEEPALIVE): the messages were handed out, or returned.
+    """
 
     type: MarkerType
     ranges: tuple[OffsetRange, ...]
     redeliver_after_ms: int = 0
+    prefetched: bool = False
+    handout: Handout = Handout.NONE
 
     def ids(self) -> list[MessageId]:
         """Every message id the marker names, in order."""
@@ -178,7 +203,12 @@ def encode_start(
 
 
 def encode_batch_marker(
-    kind: MarkerType, ranges: Iterable[OffsetRange], redeliver_after_ms: int = 0
+    kind: MarkerType,
+    ranges: Iterable[OffsetRange],
+    redeliver_after_ms: int = 0,
+    *,
+    prefetched: bool = False,
+    handout: Handout = Handout.NONE,
 ) -> bytes:
     """A batched marker (``version = 1``) naming every message of ``ranges``."""
     parts = [b"\x08\x01"]
@@ -186,6 +216,10 @@ def encode_batch_marker(
         parts += (b"\x10", _BYTES[kind])
     if redeliver_after_ms:
         parts += (b"\x20", _uvarint(redeliver_after_ms))
+    if prefetched:
+        parts.append(b"\x50\x01")
+    if handout:
+        parts += (b"\x58", _BYTES[handout])
     for partition, first, last in ranges:
         body = b"\x08" + _uvarint(partition) if partition else b""
         if first:
@@ -333,7 +367,8 @@ def _decode_common(data: bytes) -> Marker | None:
 
 
 def _decode_batch(data: bytes) -> BatchMarker:
-    kind = redeliver = 0
+    kind = redeliver = handout = 0
+    prefetched = False
     ranges: list[OffsetRange] = []
     try:
         for number, raw in _fields(data):
@@ -341,6 +376,10 @@ def _decode_batch(data: bytes) -> BatchMarker:
                 kind = raw
             elif number == 4 and isinstance(raw, int):
                 redeliver = raw
+            elif number == 10 and isinstance(raw, int):
+                prefetched = bool(raw)
+            elif number == 11 and isinstance(raw, int):
+                handout = raw if raw <= Handout.RETURNED else Handout.NONE  # unknown: as without
             elif number == 9 and isinstance(raw, bytes):
                 partition = first = last = 0
                 for sub, value in _fields(raw):
@@ -354,7 +393,7 @@ def _decode_batch(data: bytes) -> BatchMarker:
                 if last < first:
                     raise DecodeError(f"an id range ends before it starts: {first}..{last}")
                 ranges.append((partition, first, last))
-        return BatchMarker(MarkerType(kind), tuple(ranges), redeliver)
+        return BatchMarker(MarkerType(kind), tuple(ranges), redeliver, prefetched, Handout(handout))
     except ValueError as exc:
         if isinstance(exc, DecodeError):
             raise

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import repeat
 
-from backends.kafka.queue.markers import BatchMarker, Marker, MarkerType, MessageId, OffsetRange
+from backends.kafka.queue.markers import BatchMarker, Handout, Marker, MarkerType, MessageId, OffsetRange
 
 __all__ = ["MarkersQueue", "Started", "spans"]
 
@@ -19,10 +19,12 @@ class Started:
     """Messages one START marker began (or a part of them whose deadline moved on its own).
 
     ``marker`` is the per-message START (it carries the payload); ``None`` for a batched START,
-    whose messages are read back from the queue topic when they are redelivered.
+    whose messages are read back from the queue topic when they are redelivered. ``handed`` is
+    False while the messages were only prefetched (a START with ``prefetched``, no hand-out mark
+    yet): their redelivery does not count a delivery attempt.
     """
 
-    __slots__ = ("deadline", "left", "marker", "marker_offset", "partition", "queue_id", "ranges")
+    __slots__ = ("deadline", "handed", "left", "marker", "marker_offset", "partition", "queue_id", "ranges")
 
     def __init__(
         self,
@@ -32,8 +34,10 @@ class Started:
         deadline: float,
         marker_offset: int,
         marker: Marker | None,
+        handed: bool = True,
     ) -> None:
         self.queue_id = queue_id
+        self.handed = handed
         self.partition = partition
         #: ``(first, last)`` offset ranges of the queue-topic partition, both ends included.
         self.ranges = ranges
@@ -46,6 +50,7 @@ class Started:
     def __repr__(self) -> str:
         return (
             f"<Started {self.queue_id!r} p{self.partition} {self.ranges} left={self.left} "
+            f"handed={self.handed} "
             f"deadline={self.deadline} at={self.marker_offset}>"
         )
 
@@ -79,11 +84,13 @@ class MarkersQueue:
     def add(self, marker: Marker | BatchMarker, queue_id: str, marker_offset: int, timestamp: float) -> None:
         """Apply one marker of ``queue_id`` read at ``marker_offset`` with record time ``timestamp``."""
         deadline = timestamp + marker.redeliver_after_ms / 1000
+        handed, handout = True, Handout.NONE
         if isinstance(marker, Marker):
             mid = marker.message_id
             ranges: Iterable[OffsetRange] = ((mid.partition, mid.offset, mid.offset),)
         else:
             ranges = marker.ranges
+            handed, handout = not marker.prefetched, marker.handout
         if marker.type is MarkerType.START:
             for partition, first, last in ranges:
                 entry = Started(
@@ -93,6 +100,7 @@ class MarkersQueue:
                     deadline,
                     marker_offset,
                     marker if isinstance(marker, Marker) else None,
+                    handed,
                 )
                 self._own(entry, range(first, last + 1))
                 if entry.left:
@@ -108,7 +116,7 @@ class MarkersQueue:
                             ended.left -= count
         else:  # KEEPALIVE; a straggler after END never resurrects a message
             for partition, first, last in ranges:
-                self._keepalive(queue_id, partition, first, last, deadline)
+                self._keepalive(queue_id, partition, first, last, deadline, handout)
 
     def _own(self, entry: Started, offsets: range | list[int]) -> None:
         owners = self._owners.setdefault((entry.queue_id, entry.partition), {})
@@ -130,7 +138,9 @@ class MarkersQueue:
         heapq.heappush(self._deadlines, (entry.deadline, seq, entry))
         heapq.heappush(self._offsets, (entry.marker_offset, seq, entry))
 
-    def _keepalive(self, queue_id: str, partition: int, first: int, last: int, deadline: float) -> None:
+    def _keepalive(
+        self, queue_id: str, partition: int, first: int, last: int, deadline: float, handout: Handout
+    ) -> None:
         owners = self._owners.get((queue_id, partition))
         if not owners:
             return
@@ -145,8 +155,10 @@ class MarkersQueue:
                 else:
                     group.append(offset)
         for entry, offsets in groups.items():
+            handed = entry.handed if handout is Handout.NONE else handout is Handout.HANDED
             if len(offsets) == entry.left:
                 entry.deadline = deadline
+                entry.handed = handed
                 heapq.heappush(self._deadlines, (deadline, next(self._seq), entry))
             else:
                 part = Started(
@@ -156,6 +168,7 @@ class MarkersQueue:
                     deadline,
                     entry.marker_offset,
                     entry.marker,
+                    handed,
                 )
                 self._own(part, offsets)
                 self._push(part)

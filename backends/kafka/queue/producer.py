@@ -10,6 +10,7 @@ from typing import cast
 
 from backends.kafka.queue.config import HEADER_KEY, QueueConfig
 from backends.kafka.queue.markers import (
+    Handout,
     Marker,
     MarkerType,
     MessageId,
@@ -55,10 +56,19 @@ class MarkerProducer:
         return [send(queue_id, encode_id_marker(keepalive, p, o, redeliver_after_ms)) for p, o in ids]
 
     async def start_batch(
-        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int
+        self,
+        queue_id: str,
+        ranges: Sequence[OffsetRange],
+        redeliver_after_ms: int,
+        *,
+        prefetched: bool = False,
     ) -> None:
-        """Write one batched START for every message of ``ranges`` and wait until it is written."""
-        sent = self._send(queue_id, encode_batch_marker(MarkerType.START, ranges, redeliver_after_ms))
+        """Write one batched START for every message of ``ranges`` and wait until it is written.
+
+        ``prefetched``: hand-out marks follow (a redelivery counts only marked messages).
+        """
+        marker = encode_batch_marker(MarkerType.START, ranges, redeliver_after_ms, prefetched=prefetched)
+        sent = self._send(queue_id, marker)
         if isinstance(sent, asyncio.Future) and sent.done():
             sent.result()  # already written (an in-memory log): no yield
             return
@@ -69,6 +79,13 @@ class MarkerProducer:
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Queue one batched KEEPALIVE: the messages of ``ranges`` may go ``redeliver_after_ms`` more."""
         return self._send(queue_id, encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms))
+
+    def handout_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int, handout: Handout
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one batched KEEPALIVE that marks the messages of ``ranges`` handed out (or returned)."""
+        marker = encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms, handout=handout)
+        return self._send(queue_id, marker)
 
     def end_batch(
         self, queue_id: str, ranges: Sequence[OffsetRange]

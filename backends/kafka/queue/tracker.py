@@ -11,6 +11,9 @@ saw at assignment (no spurious redeliveries while replaying).
 A redelivery writes the payload back to the queue topic (with the next delivery attempt, the
 first copy's id, and the queue it is for), then END for the old copy — each message with its own
 exponential backoff. After ``max_deliveries`` the message goes to the dead-letter topic instead.
+A message its consumer only prefetched (STARTed with ``prefetched`` and never marked handed, see
+``markers``) is written back with its attempt unchanged and never dead-lettered for it: no
+application saw it (counted as ``released``).
 
 A tracker started with :meth:`RedeliveryTracker.start` is supervised: when its loop fails, the
 error is logged at ERROR, counted (``tracker_failures`` in :class:`QueueMetrics`), kept in
@@ -316,6 +319,7 @@ class RedeliveryTracker(AsyncResource):
     async def _redeliver(self, entry: Started, offsets: list[int]) -> None:
         """Re-send (or dead-letter) the messages ``entry`` still owns, then END them."""
         queue_id, partition, marker = entry.queue_id, entry.partition, entry.marker
+        handed = entry.handed  # read now: a hand-out mark may arrive while this runs
         copies = await self._copies(entry, offsets)
         sent: set[int] = set()
 
@@ -324,7 +328,10 @@ class RedeliveryTracker(AsyncResource):
             for offset, key, value, headers, attempt in copies:
                 if offset not in sent:
                     writes.append(
-                        (offset, self._resend(queue_id, partition, offset, key, value, headers, attempt))
+                        (
+                            offset,
+                            self._resend(queue_id, partition, offset, key, value, headers, attempt, handed),
+                        )
                     )
             results = await asyncio.gather(*(w for _, (_, w) in writes), return_exceptions=True)
             failure: BaseException | None = None
@@ -354,12 +361,19 @@ class RedeliveryTracker(AsyncResource):
         value: bytes,
         headers: dict[str, str],
         attempt: int,
+        handed: bool = True,
     ) -> tuple[str, Awaitable[object]]:
         """Write one message back to the queue topic (or to the dead-letter topic past the limit).
 
+        ``handed=False``: no application saw this copy; the same attempt is written back.
         Returns the metric to count once the write succeeded, and the write.
         """
         headers.setdefault(HEADER_ORIGINAL_ID, f"{partition}:{offset}")
+        if not handed:
+            if attempt > 1:
+                headers[HEADER_ATTEMPT] = str(attempt)
+            headers[HEADER_REDELIVERY_FOR] = queue_id
+            return "released", self._sender.send(self.config.message_topic, value, key=key, headers=headers)
         limit = self.config.max_deliveries
         if limit is not None and attempt + 1 > limit:
             target = self.config.dead_letter_topic

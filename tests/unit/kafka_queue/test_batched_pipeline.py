@@ -13,6 +13,7 @@ import pytest
 import broker
 from backends.inmem import InmemBackend, InmemLog
 from backends.kafka.queue import MarkerType, QueueConfig, QueueService, decode
+from backends.kafka.queue.markers import BatchMarker, Handout
 from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.testing import wait_until
@@ -100,8 +101,14 @@ async def test_acks_of_one_pass_share_one_end_marker(log: InmemLog) -> None:
         for message in got:  # one by one, as a handler would
             await message.ack()
         await consumer.flush()
-    kinds = [m.type for m in await markers(log)]
-    assert kinds == [MarkerType.START, MarkerType.END]
+    written = await markers(log)
+    # START (prefetched), hand-out marks written ahead of receiving, one END for the pass
+    start, *marks, end = written
+    assert isinstance(start, BatchMarker) and start.type is MarkerType.START and start.prefetched
+    assert isinstance(end, BatchMarker) and end.type is MarkerType.END and end.ranges == start.ranges
+    assert marks and all(isinstance(m, BatchMarker) and m.handout is Handout.HANDED for m in marks)
+    marked = sorted(o for m in marks for p, first, last in m.ranges for o in range(first, last + 1))
+    assert marked == sorted(o for p, first, last in start.ranges for o in range(first, last + 1))
     assert service.metrics.counts["acked"] == 100
 
 

@@ -14,6 +14,7 @@ from backends.inmem import InmemBackend, InmemLog
 from backends.kafka.queue import (
     AssignedPartition,
     BatchMarker,
+    Handout,
     Marker,
     MarkersQueue,
     MarkerType,
@@ -139,6 +140,25 @@ def test_batched_markers_round_trip_and_stay_apart_from_go_markers() -> None:
     with pytest.raises(DecodeError):
         decode(encode_batch_marker(MarkerType.END, [(0, 5, 4)]))
     assert ranges_of([(1, 7), (0, 3), (0, 1), (0, 2), (1, 9), (0, 2)]) == [(0, 1, 3), (1, 7, 7), (1, 9, 9)]
+
+
+def test_hand_out_flags_round_trip_and_move_with_keepalives() -> None:
+    start = encode_batch_marker(MarkerType.START, [(0, 0, 9)], 1000, prefetched=True)
+    mark = encode_batch_marker(MarkerType.KEEPALIVE, [(0, 0, 2)], 1000, handout=Handout.HANDED)
+    back = encode_batch_marker(MarkerType.KEEPALIVE, [(0, 2, 2)], 0, handout=Handout.RETURNED)
+    assert decode(start) == BatchMarker(MarkerType.START, ((0, 0, 9),), 1000, prefetched=True)
+    assert decode(mark) == BatchMarker(MarkerType.KEEPALIVE, ((0, 0, 2),), 1000, handout=Handout.HANDED)
+    assert go_marker_class().FromString(start).version == 1  # still nothing a Go tracker takes as its own
+    queue = MarkersQueue()
+    queue.add(decode(start), "q", 0, 100.0)
+    queue.add(decode(mark), "q", 1, 100.5)
+    queue.add(decode(back), "q", 2, 100.6)
+    queue.add(batch(MarkerType.KEEPALIVE, (0, 0, 9), after_ms=1000), "q", 3, 100.7)  # plain: keeps the state
+    handed = sorted(o for entry, owned in queue.to_redeliver(200.0) if entry.handed for o in owned)
+    assert handed == [0, 1]
+    old = MarkersQueue()  # a START without the flag (older writers): every message counts
+    old.add(batch(MarkerType.START, (0, 0, 3), after_ms=1000), "q", 0, 100.0)
+    assert all(entry.handed for entry, _ in old.to_redeliver(200.0))
 
 
 def test_markers_queue_batched_starts_split_on_partial_keepalives() -> None:

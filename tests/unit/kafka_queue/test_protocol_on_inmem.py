@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -208,3 +210,91 @@ async def test_portable_iterator_with_embedded_tracker(log: InmemLog) -> None:
         await broker.ack_all([*a[1:], redelivered])
         with pytest.raises(Timeout):
             await billing.next_message(timeout=0.6)  # audit's redelivery is not billing's
+
+
+async def crash(consumer: Any) -> None:
+    """Stop ``consumer`` as a killed process would: no close, no marker flushed, group left."""
+    for task in (consumer._loop_task, consumer._keepalive_task):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    consumer._closed = True
+    await consumer.client.close()  # as the session timing out: its partitions move on
+
+
+async def receive_all(consumer: Any, count: int, timeout: float = 5.0) -> dict[int, int]:
+    """``value -> delivery attempt`` of distinct messages (each acked): ``count``, or what came
+    before ``timeout`` seconds passed without a message."""
+    attempts: dict[int, int] = {}
+    with contextlib.suppress(Timeout):
+        while len(attempts) < count:
+            message = await consumer.receive(timeout=timeout)
+            attempts[int(message.data)] = message.delivery_attempt or 1
+            await message.ack()
+    return attempts
+
+
+async def test_a_crash_counts_an_attempt_only_for_messages_handed_out(
+    log: InmemLog, marker_format: str
+) -> None:
+    """Finding 12: the crashed consumer prefetched all 40 and handed out 3; only those 3 (and at
+    most the hand-out window marked ahead of them) come back with a raised attempt."""
+    if marker_format != "batched":
+        pytest.skip("hand-out marks are written with batched markers only")
+    window = 4
+    service = await make_service(log, handout_window=window)
+    producer = service.producer("c")
+    for i in range(40):
+        producer.send_async(str(i).encode())
+    await producer.flush()
+    async with service.tracker():
+        first = service.consumer("c")
+        taken = [int((await first.receive(timeout=2)).data) for _ in range(3)]
+        await crash(first)
+        async with service.consumer("c") as second:
+            attempts = await receive_all(second, 40)
+    assert set(attempts) == set(range(40)), "messages were lost"
+    assert all(attempts[v] == 2 for v in taken), "a message a handler had counts an attempt"
+    raised = {v for v, a in attempts.items() if a > 1} - set(taken)
+    assert len(raised) <= window, f"{len(raised)} never handed out counted an attempt"
+
+
+async def test_prefetched_messages_are_not_dead_lettered_after_a_crash(
+    log: InmemLog, marker_format: str
+) -> None:
+    if marker_format != "batched":
+        pytest.skip("hand-out marks are written with batched markers only")
+    service = await make_service(log, handout_window=2, max_deliveries=1, dead_letter_topic="q-dead")
+    producer = service.producer("p")
+    for i in range(30):
+        producer.send_async(str(i).encode())
+    await producer.flush()
+    async with service.tracker():
+        first = service.consumer("p")
+        poison = int((await first.receive(timeout=2)).data)  # its handler "crashed the process"
+        await crash(first)
+        async with service.consumer("p") as second:
+            attempts = await receive_all(second, 30, timeout=1.5)
+    assert poison not in attempts, "the message that crashed its handler must reach its limit"
+    assert len(attempts) >= 30 - 1 - 2, "prefetched messages were dead-lettered"
+    assert all(a == 1 for a in attempts.values())
+
+
+async def test_close_returns_messages_marked_ahead_without_an_attempt(
+    log: InmemLog, marker_format: str
+) -> None:
+    if marker_format != "batched":
+        pytest.skip("hand-out marks are written with batched markers only")
+    service = await make_service(log, handout_window=50)
+    producer = service.producer("r")
+    for i in range(30):
+        producer.send_async(str(i).encode())
+    await producer.flush()
+    async with service.tracker():
+        async with service.consumer("r") as first:
+            acked = await receive_all(first, 5)
+        async with service.consumer("r") as second:
+            attempts = await receive_all(second, 25)
+    assert set(acked) | set(attempts) == set(range(30))
+    assert all(a == 1 for a in attempts.values()), "a closed consumer's unseen messages counted"
