@@ -208,12 +208,16 @@ class KafkaBackend(BackendBase):
         ``"per-message"``), and the rest of :class:`~backends.kafka.queue.QueueConfig`.
 
         Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out, and
-        marks messages handed out (a KEEPALIVE, written ahead for up to ``handout_window`` = 500
-        buffered messages at once) before the application sees them. If it crashes, the tracker
-        redelivers every message it had STARTed and not settled; only marked ones count a delivery
-        attempt (at most ``handout_window`` plus one batch were marked and never seen), so
-        ``max_attempts`` still stops a message that crashes its handler, never one no handler
-        saw. ``handout_window=0`` (or ``marker_format="per-message"``) counts every STARTed message.
+        marks messages handed out (a KEEPALIVE written a little ahead of the application: about four
+        marker round trips of messages, at most ``handout_window`` = 1,000) before the application
+        sees them. If it crashes, the tracker redelivers every message it had STARTed and not
+        settled; only marked ones count a delivery attempt, so ``max_attempts`` still stops a
+        message that crashes its handler, never one no handler saw. An application that takes
+        messages faster than marks can be written ahead of it (``handout_window`` messages per four
+        marker round trips; a handler doing no I/O on a local broker) gets its batches counted at
+        START instead, as with ``handout_window=0`` or ``marker_format="per-message"``: then at most
+        ``receive_buffer_capacity + batches_in_flight * max_messages_per_poll`` (5,000) messages
+        no handler saw move one step closer to ``max_attempts`` per crash.
         """
         return self._queue_iterator(topic, subscription, None, 1.0, options)
 

@@ -345,6 +345,10 @@ class _CoreBase(abc.ABC):
     async def _before_close(self) -> None:
         """Hook: the last commits."""
 
+    def _leave_bound(self) -> float:
+        """The longest :meth:`_before_leave` may take, in seconds."""
+        return self.close_timeout
+
     def _after_close(self) -> None:
         """Hook: forget the assignment."""
 
@@ -359,7 +363,14 @@ class _CoreBase(abc.ABC):
         self._loop = asyncio.get_running_loop()
         await asyncio.sleep(0)  # let acks already scheduled reach the commit queue
         try:
-            await self._before_leave()
+            # Bounded here too: a call stuck in the SDK thread must not hang close() (the thread
+            # is a daemon and is abandoned below).
+            async with asyncio.timeout(self._leave_bound()):
+                await self._before_leave()
+        except TimeoutError:
+            log.warning(
+                "%s: the group join did not settle within %ss; leaving", self.name, self._leave_bound()
+            )
         except Exception as exc:
             log.warning("%s: waiting for the group join before leaving failed: %r", self.name, exc)
         try:
@@ -666,6 +677,10 @@ class GroupCore(_CoreBase):
             await self.thread.submit(self._serve_join)
         if not self.joined or self.rejoining:
             log.warning("%s: closing with the group join still in flight", self.name)
+
+    def _leave_bound(self) -> float:
+        # the join served up to the session timeout, plus the metadata request before it
+        return max(self.close_timeout, self.session_timeout) + 5.0
 
     async def _before_close(self) -> None:
         await self._flush_quietly()

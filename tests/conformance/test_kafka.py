@@ -46,11 +46,3 @@ class TestKafkaConformance(ConformanceSuite):
     @pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=False)
     async def test_transactions_commit_and_abort(self, harness: Harness) -> None:
         await super().test_transactions_commit_and_abort(harness)
-
-    async def test_backend_close_while_consumers_are_busy(self, harness: Harness) -> None:
-        pytest.skip(
-            "open (issue 14): on Tansu a member that leaves with its JoinGroup in flight stays in the "
-            "group as its leader, and every later join then fails at SyncGroup; members now finish a "
-            "rejoin before leaving (16/16 alone, was 1/4), but under CI load a new tracker's join "
-            "still stalls now and then, so it stays out until the remaining path is found"
-        )

@@ -73,10 +73,10 @@ class QueueConfig:
     #: (their order is kept: a batch is committed and handed out only after the one before).
     batches_in_flight: int = 4
     #: Hand-out marks (``"batched"`` markers only): before a message reaches the application, a
-    #: KEEPALIVE marks it handed out, written ahead (as they arrive) for up to this many buffered
-    #: messages;
-    #: after a crash, only marked messages count a delivery attempt when redelivered (at most this
-    #: many plus one batch were marked and not seen). 0: no marks; every STARTed message counts.
+    #: KEEPALIVE marks it handed out; after a crash only marked messages count a delivery attempt
+    #: when redelivered. Marks are written ahead of receiving, about four marker round trips of
+    #: messages and at most this many; a consumer that would need more (it takes messages faster)
+    #: has its batches counted at START instead. 0: no marks, every STARTed message counts.
     handout_window: int = 1000
 
     def __post_init__(self) -> None:

@@ -298,17 +298,22 @@ class Consumer(AsyncResource):
             source = self.client.source
             assert source is not None
             raws = [m.raw for m in itertools.islice(buffer, ahead, end)]
-            write = asyncio.ensure_future(self.client.handout_ranges(source.ranges(raws)))
+            write: asyncio.Future[Any]
+            try:
+                write = asyncio.ensure_future(self.client.handout_ranges(source.ranges(raws)))
+            except Exception as exc:  # the log closed: hand them out unmarked (logged, counted)
+                write = asyncio.get_running_loop().create_future()
+                write.set_exception(exc)
             self._writes.add(write)
             write.add_done_callback(self._written)
             self._marks.append([end - ahead, write])
             self._marked_ahead = end
         covered = 0
-        for count, write in self._marks:
+        for count, pending in self._marks:
             if covered >= take:
                 break
-            if not write.done():
-                return write  # type: ignore[no-any-return]
+            if not pending.done():
+                return pending  # type: ignore[no-any-return]
             covered += count
         return None
 
