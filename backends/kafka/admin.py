@@ -8,13 +8,14 @@ completes; they are awaited here through ``asyncio.wrap_future``. Watermarks com
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backends.kafka import sdk
 from backends.kafka.errors import error_of, wrap
-from broker.errors import BrokerError, ConfigError, UnknownTopic
+from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import TopicPartition
 
 __all__ = ["KafkaAdmin"]
@@ -28,10 +29,15 @@ class KafkaAdmin:
         self.timeout = timeout
         self.replication_factor = replication_factor
         self._client: Any = None
+        self._closed = False
+        #: Requests sent and not answered: the client is released only after them (or a timeout).
+        self._pending: set[concurrent.futures.Future[Any]] = set()
 
     @property
     def client(self) -> Any:
-        """The confluent-kafka ``AdminClient`` (created on first use)."""
+        """The confluent-kafka ``AdminClient`` (created on first use; ``ClosedError`` once closed)."""
+        if self._closed:
+            raise ClosedError("the Kafka admin client is closed")
         if self._client is None:
             admin = sdk.admin_module()
             try:
@@ -39,6 +45,14 @@ class KafkaAdmin:
             except sdk.confluent().KafkaException as exc:
                 raise wrap(exc, "cannot create a Kafka admin client") from exc
         return self._client
+
+    def _sent(self, futures: dict[Any, Any]) -> dict[Any, Any]:
+        """Remember the requests in ``futures`` until they are answered (see :meth:`close`)."""
+        pending = self._pending
+        for future in futures.values():
+            pending.add(future)
+            future.add_done_callback(pending.discard)
+        return futures
 
     async def _result(self, future: Any, what: str, default: type[BrokerError] = BrokerError) -> Any:
         try:
@@ -61,8 +75,8 @@ class KafkaAdmin:
         topic = admin.NewTopic(
             name, partitions, self.replication_factor, config={k: str(v) for k, v in (config or {}).items()}
         )
-        futures = self.client.create_topics(
-            [topic], operation_timeout=self.timeout, request_timeout=self.timeout
+        futures = self._sent(
+            self.client.create_topics([topic], operation_timeout=self.timeout, request_timeout=self.timeout)
         )
         try:
             await asyncio.wrap_future(futures[name])
@@ -79,7 +93,9 @@ class KafkaAdmin:
     async def partitions(self, topic: str) -> int:
         """The partition count of ``topic`` (``UnknownTopic`` when it does not exist)."""
         ck = sdk.confluent()
-        futures = self.client.describe_topics(ck.TopicCollection([topic]), request_timeout=self.timeout)
+        futures = self._sent(
+            self.client.describe_topics(ck.TopicCollection([topic]), request_timeout=self.timeout)
+        )
         description = await self._result(futures[topic], f"cannot describe topic {topic!r}", UnknownTopic)
         return len(description.partitions)
 
@@ -92,15 +108,20 @@ class KafkaAdmin:
         ck = sdk.confluent()
         admin = sdk.admin_module()
         uncommitted = ck.IsolationLevel.READ_UNCOMMITTED
-        low = self.client.list_offsets(
-            {ck.TopicPartition(tp[0], tp[1]): admin.OffsetSpec.earliest() for tp in partitions},
-            isolation_level=uncommitted,
-            request_timeout=self.timeout,
+        client = self.client
+        low = self._sent(
+            client.list_offsets(
+                {ck.TopicPartition(tp[0], tp[1]): admin.OffsetSpec.earliest() for tp in partitions},
+                isolation_level=uncommitted,
+                request_timeout=self.timeout,
+            )
         )
-        high = self.client.list_offsets(
-            {ck.TopicPartition(tp[0], tp[1]): admin.OffsetSpec.latest() for tp in partitions},
-            isolation_level=uncommitted,
-            request_timeout=self.timeout,
+        high = self._sent(
+            client.list_offsets(
+                {ck.TopicPartition(tp[0], tp[1]): admin.OffsetSpec.latest() for tp in partitions},
+                isolation_level=uncommitted,
+                request_timeout=self.timeout,
+            )
         )
         out: dict[TopicPartition, tuple[int, int]] = {}
         for sdk_tp, low_future in low.items():
@@ -126,7 +147,7 @@ class KafkaAdmin:
         request = ck.ConsumerGroupTopicPartitions(
             group, [ck.TopicPartition(tp[0], tp[1]) for tp in partitions]
         )
-        futures = self.client.list_consumer_group_offsets([request], request_timeout=self.timeout)
+        futures = self._sent(self.client.list_consumer_group_offsets([request], request_timeout=self.timeout))
         answer = await self._result(futures[group], f"cannot read the offsets of group {group!r}")
         found = {
             (p.topic, p.partition): (p.offset if p.offset >= 0 else None) for p in answer.topic_partitions
@@ -134,7 +155,20 @@ class KafkaAdmin:
         return {TopicPartition(tp[0], tp[1]): found.get((tp[0], tp[1])) for tp in partitions}
 
     async def close(self) -> None:
-        """Release the admin client (its connections close in a background thread). Idempotent."""
+        """Release the admin client (its connections close in a background thread). Idempotent.
+
+        Requests still unanswered are waited for first (at most the request timeout): the SDK's
+        client is never destroyed under a request of its own. Later calls raise ``ClosedError``.
+        """
+        self._closed = True
+        pending = [asyncio.wrap_future(f) for f in list(self._pending)]
+        if pending:
+            await asyncio.wait(pending, timeout=self.timeout + 1)
+            for future in pending:  # their callers saw the outcome; nothing is left unretrieved
+                if future.done() and not future.cancelled():
+                    future.exception()
+                else:
+                    future.cancel()
         client, self._client = self._client, None
         if client is not None:
             threading.Thread(target=_release, args=(client,), daemon=True).start()
