@@ -373,6 +373,7 @@ class _CoreBase(abc.ABC):
             )
         except Exception as exc:
             log.warning("%s: waiting for the group join before leaving failed: %r", self.name, exc)
+        stuck = False
         try:
             async with asyncio.timeout(self.close_timeout):
                 job = self._inflight
@@ -382,12 +383,16 @@ class _CoreBase(abc.ABC):
                 await self._before_close()
                 await self.thread.submit(self.consumer.close)
         except TimeoutError:
+            stuck = True
             log.warning("%s: the SDK consumer did not close within %ss", self.name, self.close_timeout)
         except Exception as exc:  # closing must not fail the caller's cleanup
             log.warning("%s: closing failed: %r", self.name, exc)
         finally:
             self.closed = True
-            self.thread.stop()
+            if stuck:  # calls queued behind the stuck one would never run: fail them now
+                self.thread.abandon(ClosedError(f"the Kafka consumer {self.name} is closed"))
+            else:
+                self.thread.stop()
             self._buffer, self._pos = [], 0
             self._after_close()
 

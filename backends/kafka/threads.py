@@ -65,22 +65,26 @@ class SdkThread:
 
     def _start(self) -> None:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on the worker; the returned future (of the running loop) gets its result.
 
         Cancelling the future does not stop the call: the SDK call runs to its end.
         """
-        if self._stopped:
-            raise RuntimeError(f"{self.name} is stopped")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        if self._thread is None:
-            self._start()
-        self._queue.put((fn, args, future, loop))
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError(f"{self.name} is stopped")
+            if self._thread is None:
+                self._start_locked()
+            self._queue.put((fn, args, future, loop))
         return future
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -109,6 +113,32 @@ class SdkThread:
             self._stopped = True
             if self._thread is not None:
                 self._queue.put(_STOP)
+
+    def abandon(self, error: BaseException) -> None:
+        """Stop, and fail every call still queued with ``error`` (never blocks).
+
+        For a worker stuck in an SDK call that will not return: the calls queued behind it would
+        never run, and whoever awaits them would wait forever.
+        """
+        with self._lock:
+            self._stopped = True
+            dropped = []
+            while True:
+                try:
+                    dropped.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if self._thread is not None:
+                self._queue.put(_STOP)
+        for item in dropped:
+            if item is _STOP or item is _WAKE:
+                continue
+            _, _, future, loop = item
+            if future is not None:
+                try:
+                    loop.call_soon_threadsafe(_set_exception, future, error)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    pass
 
     def _run(self) -> None:
         while True:

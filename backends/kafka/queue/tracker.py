@@ -423,7 +423,11 @@ class RedeliveryTracker(AsyncResource):
                 task.cancel()
             await asyncio.gather(*stuck, return_exceptions=True)
         if self._consumer is not None:
-            await self.commit(list(self.partitions))
+            try:  # bounded: a consumer stuck in its SDK must not hang close (markers are re-read)
+                async with asyncio.timeout(self.shutdown_grace):
+                    await self.commit(list(self.partitions))
+            except TimeoutError:
+                log.warning("the tracker's last commit did not finish within %ss", self.shutdown_grace)
             with contextlib.suppress(Exception):
                 await self._consumer.close()
         with contextlib.suppress(Exception):
