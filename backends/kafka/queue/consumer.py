@@ -100,6 +100,8 @@ class Consumer(AsyncResource):
         self._rtt = 0.003  # seconds a marker write takes (smoothed)
         self._sampled_at = 0.0
         self._sampled_taken = 0
+        self._mark_wait = 0.0  # seconds receiving waited for marks, in all
+        self._sampled_wait = 0.0
         self._written_already: asyncio.Future[Any] | None = None
         self._ready = asyncio.Event()  # set when the buffer may have messages (or on close)
         self._space = asyncio.Event()  # set when the buffer may have room (or on close)
@@ -321,17 +323,19 @@ class Consumer(AsyncResource):
         """Whether the next batch's START counts as its delivery (no hand-out marks for it).
 
         Marks pay off while they can be written ahead of receiving: the lead they need is about
-        four mark round trips of messages at the rate the application takes them. Where that is
-        more than ``handout_window`` (an application that takes messages faster than marks can be
+        four marker round trips of messages at the rate the application takes them (measured
+        leaving out the time it waited for marks, so waiting cannot make it look slow). Where that
+        is more than ``handout_window`` (an application taking messages faster than marks can be
         written ahead of it), a batch is counted at START, as without marks.
         """
         if not self._marking:
             return True
         elapsed = now - self._sampled_at
         if elapsed >= 0.05:
-            rate = (self._taken - self._sampled_taken) / elapsed
+            busy = max(elapsed - (self._mark_wait - self._sampled_wait), 0.001)
+            rate = (self._taken - self._sampled_taken) / busy
             self._rate = rate if self._sampled_at == 0.0 else 0.7 * self._rate + 0.3 * rate
-            self._sampled_at, self._sampled_taken = now, self._taken
+            self._sampled_at, self._sampled_taken, self._sampled_wait = now, self._taken, self._mark_wait
         need = 4 * self._rate * self._rtt
         self._lead = min(self._window, max(_MIN_LEAD, int(need) + 1))
         return need > self._window
@@ -491,7 +495,9 @@ class Consumer(AsyncResource):
                         pending = self._mark_ahead(1) if self._marking else None
                         if pending is None:
                             break
+                        began = time.monotonic()
                         await asyncio.wait([pending])  # never cancels the shared write
+                        self._mark_wait += time.monotonic() - began
             except TimeoutError:
                 if self._closed:
                     raise ClosedError("the queue consumer is closed") from None
