@@ -119,6 +119,8 @@ class _CoreBase(abc.ABC):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: asyncio.Future[list[Any]] | None = None
         self._inflight_epoch = 0
+        #: A read-ahead waiting to be sent (GroupCore sends it behind a commit about to go out).
+        self._ahead_wanted = 0
         self._buffer: list[Any] = []
         self._pos = 0
         #: Bumped by every change that can make fetched messages stale (revoke, seek, pause).
@@ -179,6 +181,7 @@ class _CoreBase(abc.ABC):
                     self._consume, max(self.prefetch, max_records), wait
                 )
                 self._inflight_epoch = self._epoch
+                self._ahead_wanted = 0
             try:
                 # Shielded: a cancelled caller leaves the job in _inflight for the next caller.
                 messages = await asyncio.shield(job)
@@ -223,6 +226,13 @@ class _CoreBase(abc.ABC):
         """
         if self._inflight is None and not self.closing and self._loop is not None:
             self._inflight = self.thread.submit(self._consume, max(self.prefetch, count), 0.0)
+            self._inflight_epoch = self._epoch
+
+    def _send_read_ahead(self) -> None:
+        """Send the wanted read-ahead now (if nothing else fetches)."""
+        count, self._ahead_wanted = self._ahead_wanted, 0
+        if count and self._inflight is None and not self.closing:
+            self._inflight = self.thread.submit(self._consume, count, 0.0)
             self._inflight_epoch = self._epoch
 
     def _accept(self, messages: list[Any], epoch: int) -> None:
@@ -446,6 +456,22 @@ class GroupCore(_CoreBase):
         """True while ``tp`` is assigned to this member."""
         return tp in self.assigned
 
+    def _read_ahead(self, count: int) -> None:
+        """Like the base, but sent when the caller first yields, and behind its commit if it commits.
+
+        Sent at once, the read-ahead would run while the caller handles its batch (both need the
+        GIL, so the fetch mostly waits for the caller's next await) and then delay the commit the
+        caller sends next: on the SDK's single thread a commit queued behind it waits for it.
+        """
+        if self._inflight is None and not self.closing and self._loop is not None:
+            self._ahead_wanted = max(self.prefetch, count)
+            self._loop.call_soon(self._read_ahead_soon)
+
+    def _read_ahead_soon(self) -> None:
+        if self._pending_commits or self._commit_task is not None:
+            return  # the commit round sends it right after its commit
+        self._send_read_ahead()
+
     async def records(self, max_records: int, timeout: float | None) -> list[Record]:
         """Up to ``max_records`` records (see :meth:`fetch`), each committing through its partition."""
         messages = await self.fetch(max_records, timeout)
@@ -608,7 +634,9 @@ class GroupCore(_CoreBase):
                 live = {tp: offset for tp, offset in offsets.items() if tp in self.assigned}
                 if live:
                     try:
-                        for result in await self.thread.submit(self._commit_sync, live):
+                        job = self.thread.submit(self._commit_sync, live)
+                        self._send_read_ahead()  # queued behind the commit, never before it
+                        for result in await job:
                             if result.error is not None:
                                 failed[(result.topic, result.partition)] = wrap(
                                     result.error, "commit failed", AckError
@@ -640,6 +668,8 @@ class GroupCore(_CoreBase):
                         future.set_result(None)
         finally:
             self._commit_task = None
+            if self._ahead_wanted:
+                self._send_read_ahead()
 
     async def _drain_commits(self) -> None:
         task = self._commit_task

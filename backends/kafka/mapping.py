@@ -64,6 +64,19 @@ def _time_of(message: Any) -> float | None:
 #: A lazily decoded field not read yet.
 _UNREAD: Any = object()
 
+#: Headers seen lately -> their attributes (most streams repeat a few header sets; a copy is
+#: handed out, so records never share a mapping). Cleared when full.
+_decoded_headers: dict[tuple[tuple[str, bytes | None], ...], dict[str, str]] = {}
+_DECODED_HEADERS_MAX = 1024
+
+
+def _decode_and_remember(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
+    decoded = decode_headers(headers)
+    if len(_decoded_headers) >= _DECODED_HEADERS_MAX:
+        _decoded_headers.clear()  # header sets that never repeat (trace ids) keep it from growing
+    _decoded_headers[tuple(headers)] = dict(decoded)
+    return decoded  # type: ignore[return-value]
+
 
 class KafkaRecord(Record):
     """A :class:`~broker.Record` read from Kafka whose key, attributes and publish time are decoded
@@ -113,7 +126,13 @@ class KafkaRecord(Record):
     def _get_attributes(self) -> Mapping[str, str]:
         attributes = self._attributes
         if attributes is _UNREAD:
-            attributes = self._attributes = decode_headers(self.raw.headers())
+            headers = self.raw.headers()
+            if not headers:
+                attributes = EMPTY_ATTRIBUTES
+            else:
+                decoded = _decoded_headers.get(tuple(headers))
+                attributes = decoded.copy() if decoded is not None else _decode_and_remember(headers)
+            self._attributes = attributes
         return attributes  # type: ignore[no-any-return]
 
     def _set_attributes(self, value: Mapping[str, str]) -> None:

@@ -449,3 +449,41 @@ async def test_a_default_group_comes_from_the_url(kafka_url: str) -> None:
         assert isinstance(backend, KafkaBackend)
         with pytest.raises(broker.errors.ConfigError, match="group"):
             backend.records("t")
+
+
+async def test_a_commit_is_never_queued_behind_the_read_ahead(backend: KafkaBackend) -> None:
+    """The SDK runs one call at a time: the read-ahead of the next batch runs after the commit of
+    the batch handed out, so ``commit()`` waits for the broker only, not for a fetch as well."""
+    topic = unique("order")
+    await backend.admin.create_topic(topic, 1)
+    async with backend.publisher() as publisher:
+        await publisher.topic(topic).batch_publish(*(OutboundMessage(b"%d" % i) for i in range(300)))
+    async with backend.batched_records(topic, unique("g"), batch_size=100) as batches:
+        core = batches.core
+        events: list[str] = []
+        consume, commit_sync, took = core._consume, core._commit_sync, core._took
+
+        def consuming(count: int, wait: float) -> list[object]:
+            events.append("consume")
+            return consume(count, wait)
+
+        def committing(offsets: dict[tuple[str, int], int]) -> list[object]:
+            events.append("commit")
+            return commit_sync(offsets)
+
+        def taking(messages: list[object]) -> None:
+            events.append("took")
+            took(messages)
+
+        core._consume, core._commit_sync, core._took = consuming, committing, taking  # type: ignore[method-assign]
+        seen = 0
+        while seen < 300:
+            batch = await batches.next_batch()
+            seen += len(batch)
+            await broker.commit_highest_offsets(batch)
+            await batches.commit()
+    handed = [i for i, event in enumerate(events) if event == "took"]
+    assert len(handed) >= 3, events
+    for i in handed:
+        following = [e for e in events[i + 1 :] if e != "took"]
+        assert following[:1] in (["commit"], []), f"a fetch ran before the commit: {events}"
