@@ -465,6 +465,11 @@ class GroupCore(_CoreBase):
         """
         if self._inflight is None and not self.closing and self._loop is not None:
             self._ahead_wanted = max(self.prefetch, count)
+            self._loop.call_soon(self._read_ahead_next_pass)
+
+    def _read_ahead_next_pass(self) -> None:
+        # One more loop pass: acks the caller handed to tasks (``gather``) run in this one.
+        if self._loop is not None:
             self._loop.call_soon(self._read_ahead_soon)
 
     def _read_ahead_soon(self) -> None:
