@@ -235,19 +235,27 @@ async def receive_all(consumer: Any, count: int, timeout: float = 5.0) -> dict[i
     return attempts
 
 
+async def numbered_queue(
+    log: InmemLog, marker_format: str, queue: str, count: int, **overrides: object
+) -> QueueService:
+    """A service whose queue ``queue`` holds ``count`` messages ``b"0"``... (hand-out mark tests)."""
+    if marker_format != "batched":
+        pytest.skip("hand-out marks are written with batched markers only")
+    service = await make_service(log, **overrides)
+    producer = service.producer(queue)
+    for i in range(count):
+        producer.send_async(str(i).encode())
+    await producer.flush()
+    return service
+
+
 async def test_a_crash_counts_an_attempt_only_for_messages_handed_out(
     log: InmemLog, marker_format: str
 ) -> None:
     """Finding 12: the crashed consumer prefetched all 40 and handed out 3; only those 3 (and at
     most the hand-out window marked ahead of them) come back with a raised attempt."""
-    if marker_format != "batched":
-        pytest.skip("hand-out marks are written with batched markers only")
     window = 4
-    service = await make_service(log, handout_window=window)
-    producer = service.producer("c")
-    for i in range(40):
-        producer.send_async(str(i).encode())
-    await producer.flush()
+    service = await numbered_queue(log, marker_format, "c", 40, handout_window=window)
     async with service.tracker():
         first = service.consumer("c")
         taken = [int((await first.receive(timeout=2)).data) for _ in range(3)]
@@ -263,13 +271,9 @@ async def test_a_crash_counts_an_attempt_only_for_messages_handed_out(
 async def test_prefetched_messages_are_not_dead_lettered_after_a_crash(
     log: InmemLog, marker_format: str
 ) -> None:
-    if marker_format != "batched":
-        pytest.skip("hand-out marks are written with batched markers only")
-    service = await make_service(log, handout_window=2, max_deliveries=1, dead_letter_topic="q-dead")
-    producer = service.producer("p")
-    for i in range(30):
-        producer.send_async(str(i).encode())
-    await producer.flush()
+    service = await numbered_queue(
+        log, marker_format, "p", 30, handout_window=2, max_deliveries=1, dead_letter_topic="q-dead"
+    )
     async with service.tracker():
         first = service.consumer("p")
         poison = int((await first.receive(timeout=2)).data)  # its handler "crashed the process"
@@ -284,13 +288,7 @@ async def test_prefetched_messages_are_not_dead_lettered_after_a_crash(
 async def test_close_returns_messages_marked_ahead_without_an_attempt(
     log: InmemLog, marker_format: str
 ) -> None:
-    if marker_format != "batched":
-        pytest.skip("hand-out marks are written with batched markers only")
-    service = await make_service(log, handout_window=50)
-    producer = service.producer("r")
-    for i in range(30):
-        producer.send_async(str(i).encode())
-    await producer.flush()
+    service = await numbered_queue(log, marker_format, "r", 30, handout_window=50)
     async with service.tracker():
         async with service.consumer("r") as first:
             acked = await receive_all(first, 5)
