@@ -331,7 +331,7 @@ class Consumer(AsyncResource):
         if not self._marking:
             return True
         elapsed = now - self._sampled_at
-        if elapsed >= 0.05:
+        if elapsed >= 0.01:
             busy = max(elapsed - (self._mark_wait - self._sampled_wait), 0.001)
             rate = (self._taken - self._sampled_taken) / busy
             self._rate = rate if self._sampled_at == 0.0 else 0.7 * self._rate + 0.3 * rate
