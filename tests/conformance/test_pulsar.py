@@ -28,8 +28,9 @@ class PulsarHarness(Harness):
 
 
 #: Rounds of the competing-consumers test on a pulsar-lite Key_Shared subscription: its duplicate
-#: delivery shows in about a third of the rounds, so 20 rounds fail all but ~1 time in 1000 (strict).
-_KEY_SHARED_ROUNDS = 20
+#: delivery shows in about a third of the rounds (fewer on a loaded machine: 20 rounds once all
+#: passed, a strict XPASS that failed the run), so up to 60 rounds; they stop at the first duplicate.
+_KEY_SHARED_ROUNDS = 60
 
 #: Tests whose Pulsar path is the same for every subscription type (and that wait for ack timeouts).
 _SAME_AS_SHARED = frozenset({"test_acked_message_is_not_redelivered", "test_ack_deadline_redelivers"})
