@@ -304,6 +304,7 @@ async def _graceful_shutdown(backend: PubsubBackend) -> None:
     count = 300
     await backend.publisher().topic(topic).batch_publish(*(OutboundMessage(b"%d" % i) for i in range(count)))
     started: set[int] = set()
+    acking: set[int] = set()
     acked: list[int] = []
     halfway = asyncio.Event()
 
@@ -311,6 +312,7 @@ async def _graceful_shutdown(backend: PubsubBackend) -> None:
         value = int(message.data)
         started.add(value)
         await asyncio.sleep(0.02)  # in flight: cancellation lands here
+        acking.add(value)
         await message.ack()
         acked.append(value)
         if len(acked) >= count // 3:
@@ -324,14 +326,16 @@ async def _graceful_shutdown(backend: PubsubBackend) -> None:
     assert interrupted, "no handler was in flight when the receiver stopped"
     assert len(acked) == len(set(acked)) < count
 
+    # An ack the stop cut short may or may not have reached the emulator: either outcome is right.
+    uncertain = acking - set(acked)
     async with backend.messages(topic, sub, pull_max_messages=100) as consumer:
         # leases of the closed stream can take a few 10 s stream deadlines to lapse on the emulator
-        rest = await collect(consumer, count - len(acked), PATIENCE + 60)
-        rest += await drain(consumer, 1.0)
+        rest = await collect(consumer, count - len(acked) - len(uncertain), PATIENCE + 60)
+        rest += await drain(consumer, 3.0)
     again = Counter(int(m.data) for m in rest)
     assert set(again).isdisjoint(acked), "a handled and acked message was delivered again"
-    assert set(again) | set(acked) == set(range(count)), "messages were lost"
-    assert interrupted <= set(again), "a message whose handler was interrupted was not nacked"
+    assert set(again) | set(acked) | uncertain == set(range(count)), "messages were lost"
+    assert interrupted - uncertain <= set(again), "a message whose handler was interrupted was not nacked"
     assert max(again.values()) == 1
 
 
