@@ -29,12 +29,13 @@ from nats.aio.msg import Msg
 from backends.jetstream.settings import MSG_ID_HEADER
 from broker.attributes import validate_attributes
 from broker.errors import InvalidAttributes, InvalidMessage, ReceiveError
-from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, Message, OutboundMessage, Record
+from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage, Message, OutboundMessage, Record
 
 __all__ = [
     "ENCODED_HEADER",
     "KEY_HEADER",
     "Delivery",
+    "JetStreamMessage",
     "check_outbound",
     "decode_headers",
     "encode_headers",
@@ -167,6 +168,26 @@ def parse_reply(reply: str) -> Delivery:
     raise ReceiveError(f"not a JetStream delivery (reply subject {reply!r})")
 
 
+def _reply_token(reply: str, short: int, long: int) -> str:
+    """Token ``short`` of a 9-token ``$JS.ACK`` subject, or ``long`` of the 11+-token (domain) form."""
+    tokens = reply.split(".")
+    return tokens[short] if len(tokens) == 9 else tokens[long]
+
+
+class JetStreamMessage(LazyMessage):
+    """A ``Message`` whose id, delivery attempt and publish time are parsed from the ``$JS.ACK``
+    reply subject when first read (many consumers read only ``data``; the values are the same).
+    """
+
+    __slots__ = ()
+
+    decoders = {
+        "id": lambda raw: _reply_token(raw.reply, 5, 7),
+        "delivery_attempt": lambda raw: int(_reply_token(raw.reply, 4, 6)),
+        "publish_time": lambda raw: int(_reply_token(raw.reply, 7, 9)) / 1e9,
+    }
+
+
 def to_messages(
     msgs: list[Msg], acker: Acker, now: float, msg_id_attribute: str = MSG_ID_HEADER
 ) -> list[Message]:
@@ -174,19 +195,18 @@ def to_messages(
     out: list[Message] = []
     append = out.append
     for msg in msgs:
-        tokens = msg.reply.split(".")
-        if len(tokens) == 9:
-            delivered, seq, stamp = tokens[4], tokens[5], tokens[7]
-        elif len(tokens) >= 11 and tokens[1] == "ACK":
-            delivered, seq, stamp = tokens[6], tokens[7], tokens[9]
-        else:
-            raise ReceiveError(f"not a JetStream delivery (reply subject {msg.reply!r})")
+        reply = msg.reply
+        dots = reply.count(".")  # checked up front: the fields parsed later cannot fail
+        if not ((dots == 8 or dots >= 10) and reply.startswith("$JS.ACK.")):
+            raise ReceiveError(f"not a JetStream delivery (reply subject {reply!r})")
+        message = JetStreamMessage(msg.data, msg, acker, now)
         headers = msg.headers
         if headers:
-            key, attributes = decode_headers(headers, msg_id_attribute)
+            message.key, message.attributes = decode_headers(headers, msg_id_attribute)
         else:
-            key, attributes = None, EMPTY_ATTRIBUTES
-        append(Message(seq, msg.data, key, attributes, int(stamp) / 1e9, now, int(delivered), msg, acker))
+            message.key = None
+            message.attributes = EMPTY_ATTRIBUTES
+        append(message)
     return out
 
 
