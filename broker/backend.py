@@ -9,7 +9,7 @@ import no SDK: :meth:`BackendFactory.open` imports it and raises
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -231,8 +231,3 @@ def topics_tuple(topics: str | Sequence[str]) -> tuple[str, ...]:
     if not names:
         raise ValueError("at least one topic is needed")
     return names
-
-
-def options_mapping(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain dict copy of keyword options."""
-    return dict(options)

@@ -9,13 +9,12 @@ from broker.errors import (
     ConfigError,
     ConnectionFailed,
     MessageTooLarge,
-    PublishError,
     ReceiveError,
     Timeout,
     UnknownTopic,
 )
 
-__all__ = ["error_of", "kafka_error_class", "publish_error", "receive_error", "wrap"]
+__all__ = ["error_of", "kafka_error_class", "receive_error", "wrap"]
 
 _TOO_LARGE = {"MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE"}
 _UNKNOWN = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID"}
@@ -62,11 +61,6 @@ def wrap(exc: BaseException | Any, what: str, default: type[BrokerError] = Broke
     wrapped = cls(f"{what}: {detail}")
     wrapped.kafka_error = error  # type: ignore[attr-defined]
     return wrapped
-
-
-def publish_error(error: Any, topic: str) -> BrokerError:
-    """The error a failed delivery report becomes."""
-    return wrap(error, f"publishing to {topic!r} failed", PublishError)
 
 
 def receive_error(error: Any) -> BrokerError:

@@ -14,7 +14,7 @@ from typing import Any
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Committer, Record
 
-__all__ = ["KafkaRecord", "decode_headers", "escaped", "to_record", "to_records"]
+__all__ = ["KafkaRecord", "decode_headers", "escaped", "to_records"]
 
 
 def _bytes_of(text: str | bytes, what: str) -> bytes:
@@ -150,13 +150,6 @@ class KafkaRecord(Record):
     key = property(_get_key, _set_key, doc="The record key (UTF-8; undecodable bytes as surrogate escapes).")
     attributes = property(_get_attributes, _set_attributes, doc="Headers as attributes.")
     publish_time = property(_get_publish_time, _set_publish_time, doc="The record timestamp in seconds.")
-
-
-def to_record(message: Any, committer: Committer, now: float) -> Record:
-    """One SDK message as a Record whose ``ack()`` goes to ``committer``."""
-    return KafkaRecord(
-        message.topic(), message.partition(), message.offset(), message.value(), message, committer, now
-    )
 
 
 def to_records(

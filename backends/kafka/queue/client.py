@@ -2,7 +2,7 @@
 
 ``poll`` reads records of the queue, ``start`` writes their START markers (one batched marker, or
 one per message, waiting for them), and only then ``commit`` commits the read position
-(``next_batch`` does the three in a row): a crash between the two duplicates a message (the
+(the queue consumer does the three in a row): a crash between the two duplicates a message (the
 tracker redelivers it) and never loses one. A failure on either
 step sets ``needs_reset``; a failing poll sets ``needs_reconnect``; the caller repairs them
 with ``reset()`` / ``reconnect()`` before the next batch, as kafka-mq-go does.
@@ -10,20 +10,16 @@ with ``reset()`` / ``reconnect()`` before the next batch, as kafka-mq-go does.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 from backends.kafka.queue.config import HEADER_ATTEMPT, QueueConfig
 from backends.kafka.queue.markers import (
     Handout,
-    Marker,
-    MarkerType,
     MessageId,
     OffsetRange,
     encode_start,
-    ranges_of,
 )
 from backends.kafka.queue.producer import MarkerProducer
 from backends.kafka.queue.source import QueueSource, source_for
@@ -93,7 +89,6 @@ class MqClient:
         self.needs_reset = False
         self.needs_reconnect = False
         self._closed = False
-        self._settling: asyncio.Future[None] | None = None
         self._timeout_ms = config.redelivery_timeout_ms
 
     def _ensure_consumer(self) -> LogConsumer:
@@ -172,47 +167,8 @@ class MqClient:
             self.needs_reset = True
             raise BrokerError(f"committing the queue position failed: {exc}") from exc
 
-    async def next_batch(self, max_messages: int, timeout: float) -> list[Any]:
-        """The queue's next records, each with a START marker written, read position committed.
-
-        The records are Records, or confluent-kafka messages with batched markers on Kafka.
-        """
-        mine, positions = await self.poll(max_messages, timeout)
-        if not positions:
-            return []
-        settled = self._settling = asyncio.get_running_loop().create_future()
-        try:
-            await self.start(mine)
-            await self.commit(positions)
-            return mine
-        finally:
-            settled.set_result(None)
-
-    async def settled(self) -> None:
-        """Wait until the batch being started and committed by ``next_batch`` (if any) is done.
-
-        Close after this, never between the two steps: cut there, a batch would be both
-        redelivered (it has START markers) and read again (its position was not committed).
-        """
-        if self._settling is not None and not self._settling.done():
-            await asyncio.shield(self._settling)
-
-    def start_marker(self, record: Record) -> Marker:
-        """The START marker of ``record``: its key, payload, attributes and delivery attempt."""
-        attributes = dict(record.attributes) if record.attributes else {}
-        attempt = int(attributes.get(HEADER_ATTEMPT, "1") or 1)
-        return Marker(
-            MarkerType.START,
-            MessageId(record.partition, record.offset),
-            redeliver_after_ms=self.config.redelivery_timeout_ms,
-            key=(record.key or "").encode(),
-            value=record.value or b"",
-            delivery_attempt=attempt,
-            headers=attributes,
-        )
-
     def encoded_start(self, record: Record) -> bytes:
-        """``encode_marker(self.start_marker(record))``, without building the Marker."""
+        """The encoded START marker of ``record``: its key, payload, attributes and delivery attempt."""
         attributes = record.attributes
         attempt = int(attributes.get(HEADER_ATTEMPT, "1") or 1) if attributes else 1
         return encode_start(
@@ -224,16 +180,6 @@ class MqClient:
             attempt,
             attributes,
         )
-
-    def processing_in_progress(
-        self, ids: Iterable[MessageId], redeliver_after: float | None = None
-    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
-        """KEEPALIVE for ``ids`` (pipelined); ``redeliver_after`` seconds overrides the timeout."""
-        after = self._timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
-        if self.config.marker_format == "batched":
-            ranges = ranges_of(ids)
-            return [self.markers.keepalive_batch(self.queue_id, ranges, after)] if ranges else []
-        return self.markers.keepalive(self.queue_id, ids, after)
 
     def keepalive_ranges(
         self, ranges: list[OffsetRange], redeliver_after: float | None = None
@@ -257,12 +203,6 @@ class MqClient:
         after = self._timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
         handout = Handout.RETURNED if returned else Handout.HANDED
         return self.markers.handout_batch(self.queue_id, ranges, after, handout)
-
-    def processed(self, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
-        """END for ``ids`` (pipelined)."""
-        if self.config.marker_format == "batched":
-            return self.processed_ranges(ranges_of(ids))
-        return self.markers.end(self.queue_id, ids)
 
     def processed_ranges(self, ranges: list[OffsetRange]) -> list[Awaitable[tuple[TopicPartition, int]]]:
         """END for every message of ``ranges`` (pipelined)."""

@@ -456,9 +456,6 @@ class Consumer(AsyncResource):
             done, _ = await asyncio.wait([pipeline.task], timeout=self.config.redelivery_timeout)
             if not done:
                 pipeline.task.cancel()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.config.redelivery_timeout):
-                await self.client.settled()
         unreceived = list(self._buffer)
         self._buffer.clear()
         self._marks.clear()
