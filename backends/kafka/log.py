@@ -21,6 +21,7 @@ from backends.kafka import sdk
 from backends.kafka.admin import KafkaAdmin
 from backends.kafka.consumer import GroupCore, ReaderCore
 from backends.kafka.errors import wrap
+from backends.kafka.mapping import produce
 from backends.kafka.producer import AsyncProducer
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
 from backends.kafka.settings import KafkaSettings
@@ -260,15 +261,12 @@ class KafkaLog:
         owner.check_open("produce")
         loop = asyncio.get_running_loop()
         delivery = _RecordDelivery(loop, topic)
-        headers = dict(attributes) if attributes else None
         target = -1 if partition is None else partition
         ck = sdk.confluent()
         try:
-            owner.producer.produce(
-                topic, value, key, target, on_delivery=delivery.on_delivery, headers=headers
-            )
+            produce(owner.producer, topic, value, key, attributes, delivery.on_delivery, target)
         except BufferError:
-            task = loop.create_task(self._send_later(delivery, topic, value, key, target, headers))
+            task = loop.create_task(self._send_later(delivery, topic, value, key, target, attributes))
             self._later.add(task)
             task.add_done_callback(self._later.discard)
             return delivery.future
@@ -278,15 +276,13 @@ class KafkaLog:
         return delivery.future
 
     async def _send_later(
-        self, delivery: _RecordDelivery, topic: str, value: Any, key: Any, partition: int, headers: Any
+        self, delivery: _RecordDelivery, topic: str, value: Any, key: Any, partition: int, attributes: Any
     ) -> None:
         owner = self.producer
         while not owner.closed:
             await owner.wait_for_room()
             try:
-                owner.producer.produce(
-                    topic, value, key, partition, on_delivery=delivery.on_delivery, headers=headers
-                )
+                produce(owner.producer, topic, value, key, attributes, delivery.on_delivery, partition)
             except BufferError:
                 continue
             except Exception as exc:

@@ -1,9 +1,12 @@
-"""SDK objects <-> portable objects, in one place.
+"""SDK objects <-> portable objects, in one place (the publisher, the log port and the queue use it).
 
-Outbound: an :class:`~broker.OutboundMessage` becomes ``produce(topic, data, key, headers=...)``
-(key as UTF-8, attributes as headers). Inbound: a confluent-kafka ``Message`` becomes a
-:class:`~broker.Record` (key and header values decoded as UTF-8, undecodable bytes kept as
-surrogate escapes so nothing is lost; ``publish_time`` is the record timestamp in seconds).
+Outbound: :func:`produce` hands a record to confluent-kafka's ``Producer.produce`` (key as
+UTF-8, attributes as headers, surrogate escapes sent back as the bytes they stand for).
+Inbound: a confluent-kafka ``Message`` becomes a :class:`~broker.Record` (:func:`to_records`) or
+a queue message; :func:`key_of`, :func:`attributes_of` and :func:`publish_time_of` read its fields
+(key and header values decoded as UTF-8, undecodable bytes kept as surrogate escapes so nothing
+is lost; a header without a value reads as ``""``; ``publish_time`` is the record timestamp in
+seconds).
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ from typing import Any
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Committer, Record
 
-__all__ = ["KafkaRecord", "decode_headers", "escaped", "to_records"]
+__all__ = [
+    "KafkaRecord",
+    "attributes_of",
+    "decode_headers",
+    "escaped",
+    "key_of",
+    "produce",
+    "publish_time_of",
+    "to_records",
+]
 
 
 def _bytes_of(text: str | bytes, what: str) -> bytes:
@@ -47,6 +59,28 @@ def escaped(
     return key_bytes, {name: _bytes_of(value, f"attribute {name!r}") for name, value in headers.items()}
 
 
+def produce(
+    producer: Any,
+    topic: str,
+    value: bytes | None,
+    key: str | bytes | None,
+    attributes: Mapping[str, str] | None,
+    on_delivery: Any,
+    partition: int = -1,
+) -> None:
+    """``producer.produce`` of one record: the outbound mapping (``BufferError`` when full).
+
+    The SDK encodes a str key and header values as UTF-8 itself; one holding surrogate escapes (a
+    record read back whose bytes were not UTF-8) is sent as the original bytes instead.
+    """
+    headers = (attributes if type(attributes) is dict else dict(attributes)) if attributes else None
+    try:
+        producer.produce(topic, value, key, partition, on_delivery=on_delivery, headers=headers)
+    except UnicodeEncodeError:
+        key_bytes, header_bytes = escaped(key, headers)
+        producer.produce(topic, value, key_bytes, partition, on_delivery=on_delivery, headers=header_bytes)
+
+
 def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mapping[str, str]:
     """Kafka headers as attributes (a repeated header keeps its last value; None reads as '')."""
     if not headers:
@@ -56,9 +90,16 @@ def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mappin
     }
 
 
-def _time_of(message: Any) -> float | None:
+def publish_time_of(message: Any) -> float | None:
+    """The record timestamp of an SDK message, in seconds (None when it has none)."""
     ts_type, ts = message.timestamp()
     return ts / 1000.0 if ts_type else None
+
+
+def key_of(message: Any) -> str | None:
+    """The key of an SDK message as text (undecodable bytes as surrogate escapes)."""
+    data = message.key()
+    return data.decode("utf-8", "surrogateescape") if data is not None else None
 
 
 #: A lazily decoded field not read yet.
@@ -70,12 +111,19 @@ _decoded_headers: dict[tuple[tuple[str, bytes | None], ...], dict[str, str]] = {
 _DECODED_HEADERS_MAX = 1024
 
 
-def _decode_and_remember(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
-    decoded = decode_headers(headers)
+def attributes_of(message: Any) -> Mapping[str, str]:
+    """The headers of an SDK message as attributes (a mapping of its own, never shared)."""
+    headers = message.headers()
+    if not headers:
+        return EMPTY_ATTRIBUTES
+    decoded = _decoded_headers.get(tuple(headers))
+    if decoded is not None:
+        return decoded.copy()
+    attributes = decode_headers(headers)
     if len(_decoded_headers) >= _DECODED_HEADERS_MAX:
         _decoded_headers.clear()  # header sets that never repeat (trace ids) keep it from growing
-    _decoded_headers[tuple(headers)] = dict(decoded)
-    return decoded  # type: ignore[return-value]
+    _decoded_headers[tuple(headers)] = dict(attributes)
+    return attributes
 
 
 class KafkaRecord(Record):
@@ -116,8 +164,7 @@ class KafkaRecord(Record):
     def _get_key(self) -> str | None:
         key = self._key
         if key is _UNREAD:
-            data = self.raw.key()
-            key = self._key = data.decode("utf-8", "surrogateescape") if data is not None else None
+            key = self._key = key_of(self.raw)
         return key  # type: ignore[no-any-return]
 
     def _set_key(self, value: str | None) -> None:
@@ -126,13 +173,7 @@ class KafkaRecord(Record):
     def _get_attributes(self) -> Mapping[str, str]:
         attributes = self._attributes
         if attributes is _UNREAD:
-            headers = self.raw.headers()
-            if not headers:
-                attributes = EMPTY_ATTRIBUTES
-            else:
-                decoded = _decoded_headers.get(tuple(headers))
-                attributes = decoded.copy() if decoded is not None else _decode_and_remember(headers)
-            self._attributes = attributes
+            attributes = self._attributes = attributes_of(self.raw)
         return attributes  # type: ignore[no-any-return]
 
     def _set_attributes(self, value: Mapping[str, str]) -> None:
@@ -141,7 +182,7 @@ class KafkaRecord(Record):
     def _get_publish_time(self) -> float | None:
         publish_time = self._publish_time
         if publish_time is _UNREAD:
-            publish_time = self._publish_time = _time_of(self.raw)
+            publish_time = self._publish_time = publish_time_of(self.raw)
         return publish_time  # type: ignore[no-any-return]
 
     def _set_publish_time(self, value: float | None) -> None:

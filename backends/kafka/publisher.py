@@ -17,7 +17,7 @@ from typing import Any, Protocol, Self
 
 from backends.kafka import sdk
 from backends.kafka.errors import error_of, wrap
-from backends.kafka.mapping import escaped
+from backends.kafka.mapping import produce
 from backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
@@ -90,29 +90,16 @@ class KafkaPublisher:
         loop = asyncio.get_running_loop()
         batch = DeliveryBatch(loop, len(messages))
         on_delivery = batch.on_delivery
-        produce = owner.producer.produce
-        poll = owner.producer.poll
+        sdk_producer = owner.producer
+        poll = sdk_producer.poll
         sent = 0
         try:
             for message in messages:
-                attributes: Any = message.attributes
-                key: Any = message.key
+                data, key, attributes = message.data, message.key, message.attributes
                 while True:
                     try:
-                        if attributes:
-                            produce(
-                                topic,
-                                message.data,
-                                key,
-                                on_delivery=on_delivery,
-                                headers=attributes if type(attributes) is dict else dict(attributes),
-                            )
-                        else:
-                            produce(topic, message.data, key, on_delivery=on_delivery)
+                        produce(sdk_producer, topic, data, key, attributes, on_delivery)
                         break
-                    except UnicodeEncodeError:
-                        # Surrogate escapes (bytes a read could not decode): send the bytes back.
-                        key, attributes = escaped(key, attributes)
                     except BufferError:
                         owner.kick()
                         await owner.wait_for_room()

@@ -13,6 +13,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from backends.kafka.mapping import attributes_of, key_of, publish_time_of
 from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
 from backends.kafka.queue.markers import MessageId, OffsetRange, ranges_of
 from broker.log import LogConsumer, TopicPartition
@@ -155,30 +156,13 @@ class RecordSource(QueueSource):
         return [cls(r.value or b"", r, acker, now) for r in items]
 
 
-def _sdk_headers(raw: Any) -> Mapping[str, str]:
-    from backends.kafka.mapping import decode_headers
-
-    headers = raw.headers()
-    return decode_headers(headers) if headers else EMPTY_ATTRIBUTES
-
-
-def _sdk_key(raw: Any) -> str | None:
-    key = raw.key()
-    return key.decode("utf-8", "surrogateescape") if key is not None else None
-
-
-def _sdk_time(raw: Any) -> float | None:
-    ts_type, ts = raw.timestamp()
-    return ts / 1000.0 if ts_type else None
-
-
 _SDK_CLASSES = {
     mode: _message_class(
         f"KafkaQueueMessage_{mode}",
-        _sdk_headers,
-        _sdk_key,
+        attributes_of,
+        key_of,
         lambda raw: MessageId(raw.partition(), raw.offset()),
-        _sdk_time,
+        publish_time_of,
         mode,
     )
     for mode in ("queue", "topic")
@@ -216,7 +200,7 @@ class KafkaSource(QueueSource):
         if any(r.headers() for r in raws):
             qid = self.queue_id
             return [
-                r for r in raws if not r.headers() or _sdk_headers(r).get(HEADER_REDELIVERY_FOR, qid) == qid
+                r for r in raws if not r.headers() or attributes_of(r).get(HEADER_REDELIVERY_FOR, qid) == qid
             ], positions
         return raws, positions
 
