@@ -135,6 +135,8 @@ class RedeliveryTracker(AsyncResource):
         self._markers = MarkerProducer(log_port, config)
         self._sender = MessageSender(log_port)
         self._reader = QueueTopicReader(log_port)
+        #: The queue topic's partition count (looked up on the first queue-mode redelivery).
+        self._topic_partitions: int | None = None
         self.partitions: dict[TopicPartition, AssignedPartition] = {}
         self._consumer: LogConsumer | None = None
         self._adds = 0
@@ -321,6 +323,7 @@ class RedeliveryTracker(AsyncResource):
         queue_id, partition, marker = entry.queue_id, entry.partition, entry.marker
         handed = entry.handed  # read now: a hand-out mark may arrive while this runs
         copies = await self._copies(entry, offsets)
+        spread = any(key == queue_id for _, key, _, _, _ in copies) and await self._spread_over() > 0
         sent: set[int] = set()
 
         async def send_all() -> None:
@@ -330,7 +333,17 @@ class RedeliveryTracker(AsyncResource):
                     writes.append(
                         (
                             offset,
-                            self._resend(queue_id, partition, offset, key, value, headers, attempt, handed),
+                            self._resend(
+                                queue_id,
+                                partition,
+                                offset,
+                                key,
+                                value,
+                                headers,
+                                attempt,
+                                handed,
+                                random.randrange(self._topic_partitions or 1) if spread else None,
+                            ),
                         )
                     )
             results = await asyncio.gather(*(w for _, (_, w) in writes), return_exceptions=True)
@@ -352,6 +365,22 @@ class RedeliveryTracker(AsyncResource):
             ranges = [(partition, first, last) for first, last in spans(offsets)]
             await self._retry("writing END", lambda: self._markers.end_batch(queue_id, ranges))
 
+    async def _spread_over(self) -> int:
+        """How many queue topic partitions queue-mode redeliveries spread over (0: unknown, by key).
+
+        In queue mode every record's key is the queue id; written by key, every redelivery of a
+        queue would land in one partition (and on one consumer). kafka-mq-go's producer spreads
+        them with librdkafka's ``random`` partitioner; so do we, as the queue producer does.
+        """
+        if self._topic_partitions is None:
+            topic = self.config.message_topic
+            try:
+                self._topic_partitions = await self._log.partitions(topic)
+            except Exception as exc:  # not known yet: by key this time, asked again next time
+                log.debug("partitions of %r unknown (%r): redelivering by key", topic, exc)
+                return 0
+        return self._topic_partitions
+
     def _resend(
         self,
         queue_id: str,
@@ -362,18 +391,22 @@ class RedeliveryTracker(AsyncResource):
         headers: dict[str, str],
         attempt: int,
         handed: bool = True,
+        target_partition: int | None = None,
     ) -> tuple[str, Awaitable[object]]:
         """Write one message back to the queue topic (or to the dead-letter topic past the limit).
 
         ``handed=False``: no application saw this copy; the same attempt is written back.
+        ``target_partition``: the queue topic partition to write to (None: by key).
         Returns the metric to count once the write succeeded, and the write.
         """
+        topic = self.config.message_topic
         headers.setdefault(HEADER_ORIGINAL_ID, f"{partition}:{offset}")
         if not handed:
             if attempt > 1:
                 headers[HEADER_ATTEMPT] = str(attempt)
             headers[HEADER_REDELIVERY_FOR] = queue_id
-            return "released", self._sender.send(self.config.message_topic, value, key=key, headers=headers)
+            write = self._sender.send(topic, value, key=key, headers=headers, partition=target_partition)
+            return "released", write
         limit = self.config.max_deliveries
         if limit is not None and attempt + 1 > limit:
             target = self.config.dead_letter_topic
@@ -393,7 +426,9 @@ class RedeliveryTracker(AsyncResource):
             return "dead_lettered", self._sender.send(target, value, key=key, headers=headers)
         headers[HEADER_ATTEMPT] = str(attempt + 1)
         headers[HEADER_REDELIVERY_FOR] = queue_id
-        return "redelivered", self._sender.send(self.config.message_topic, value, key=key, headers=headers)
+        return "redelivered", self._sender.send(
+            topic, value, key=key, headers=headers, partition=target_partition
+        )
 
     async def commit(self, partitions: Sequence[TopicPartition]) -> None:
         """Commit what is safe for ``partitions`` (failures are logged; the next commit retries)."""

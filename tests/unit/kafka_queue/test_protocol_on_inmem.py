@@ -114,6 +114,28 @@ async def test_nack_redelivers_after_the_delay(log: InmemLog) -> None:
         await second.ack()
 
 
+async def test_queue_mode_redeliveries_spread_over_the_partitions(log: InmemLog) -> None:
+    # Every record of a queue is keyed by the queue id: written back by key, all redeliveries
+    # would land in one partition, on one consumer (kafka-mq-go spreads them at random).
+    service = await make_service(log)
+    count = 30
+    async with service.tracker(), service.consumer("spread") as consumer:
+        producer = service.producer("spread")
+        for i in range(count):
+            producer.send_async(str(i).encode(), key=f"app-{i}")
+        await producer.flush()
+        first = [await consumer.receive(timeout=2) for _ in range(count)]
+        assert len({m.raw.partition for m in first}) > 1
+        for message in first:
+            await message.nack()
+        again = [await consumer.receive(timeout=5) for _ in range(count)]
+        await broker.ack_all(again)
+    assert sorted(int(m.data) for m in again) == list(range(count))
+    assert {m.delivery_attempt for m in again} == {2}
+    assert all(m.key == f"app-{int(m.data)}" for m in again), "the application key rides along"
+    assert len({m.raw.partition for m in again}) > 1, "every redelivery went to one partition"
+
+
 async def test_dead_letter_after_max_deliveries(log: InmemLog) -> None:
     service = await make_service(log, max_deliveries=2, dead_letter_topic="q-dead")
     async with service.tracker(), service.consumer("d") as consumer:
