@@ -30,6 +30,7 @@ from backends.kafka.processor.errors import (
     GraphError,
     NotCopartitioned,
     NotOwned,
+    PartitionerMismatch,
     ProcessorError,
     TableNotReady,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "NotOwned",
     "OutputStats",
     "PartitionStats",
+    "PartitionerMismatch",
     "Processor",
     "ProcessorError",
     "ProcessorOptions",

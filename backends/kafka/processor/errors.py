@@ -8,6 +8,8 @@
 * :class:`NotCopartitioned`: inputs with unequal partition counts, or an assignment that does
   not give one instance the same partition numbers of every input topic.
 * :class:`NotOwned`: ``Processor.get`` for a key whose partition this instance does not own.
+* :class:`PartitionerMismatch` (a ``ConfigError``): a recovered table's keys are not where the
+  configured partitioner puts them (a goka table read with murmur2, for example).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "GraphError",
     "NotCopartitioned",
     "NotOwned",
+    "PartitionerMismatch",
     "ProcessorError",
     "TableNotReady",
 ]
@@ -48,6 +51,14 @@ class NotCopartitioned(ProcessorError):
 
 class NotOwned(BrokerError, LookupError):
     """The key's partition is not owned by this processor instance."""
+
+
+class PartitionerMismatch(ConfigError):
+    """A table's keys are not in the partitions the configured partitioner gives them.
+
+    Lookups would miss (silently) and emits would land where that table's other writers do not
+    look. The message names the partitioner the keys fit, where one of the known ones does.
+    """
 
 
 class TableNotReady(BrokerError):

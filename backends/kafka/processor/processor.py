@@ -44,7 +44,14 @@ from backends.kafka.processor.options import (
 from backends.kafka.processor.partition import PartitionState
 from backends.kafka.processor.stats import InputStats, OutputStats, ProcessorStats
 from backends.kafka.processor.storage import Storage
-from backends.kafka.processor.table import PartitionTable, TableFollower, TableStatus, recover
+from backends.kafka.processor.table import (
+    KeyPlacement,
+    PartitionTable,
+    TableFollower,
+    TableStatus,
+    partitioner_name,
+    recover,
+)
 from backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.errors import BrokerError, ClosedError, UnknownTopic
@@ -313,7 +320,10 @@ class Processor:
                     tables.append(joined)
                 states.append(PartitionState(p, table, joins))
             self._recovering = True
-            await recover(self._log, tables)
+            placement = KeyPlacement(
+                self._partitioner, partitioner_name(self.options.partitioner), self._npar
+            )
+            await recover(self._log, tables, placement=placement)
         except BaseException:
             for table in tables:
                 table.storage.close()

@@ -8,6 +8,12 @@ each record through the update callback, then marks the store recovered. A
 If the store's offset is past the topic's high watermark the topic was recreated: the local
 state is dropped and the partition is recovered from the beginning (goka stops with "delete
 the local cache" instead).
+
+Recovery checks that the first keys of each partition are where the configured partitioner puts
+them (:class:`KeyPlacement`): a table written with another partitioner (goka hashes with FNV-1a,
+librdkafka's default producer with CRC32, we and the Java client with murmur2) raises
+:class:`~backends.kafka.processor.errors.PartitionerMismatch` naming the one that fits, instead
+of lookups that silently miss.
 """
 
 from __future__ import annotations
@@ -15,14 +21,18 @@ from __future__ import annotations
 import enum
 import logging
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from backends.kafka.processor.errors import PartitionerMismatch
 from backends.kafka.processor.storage import Storage
 from broker.log import Log, LogReader, TopicPartition
 from broker.message import Record
+from broker.partitioning import Partitioner, partitioner_by_name
 
 __all__ = [
+    "KeyPlacement",
     "PartitionTable",
     "RecoveryStats",
     "TableFollower",
@@ -114,6 +124,85 @@ class PartitionTable:
         return count
 
 
+def _crc32_partition(key: bytes, partitions: int) -> int:
+    return zlib.crc32(key) % partitions
+
+
+#: Partitioners a table may have been written with, by the name an error gives them.
+_KNOWN: dict[str, Partitioner] = {
+    "murmur2": partitioner_by_name("murmur2"),
+    "fnv1a": partitioner_by_name("fnv1a"),
+    "crc32": _crc32_partition,
+}
+_ADVICE = {
+    "murmur2": "partitioner='murmur2' (Kafka's Java client and ours)",
+    "fnv1a": "partitioner='fnv1a' (goka's)",
+    "crc32": (
+        "a producer with librdkafka's default partitioner (CRC32, 'consistent_random') wrote them: "
+        "write the table's input with partitioner 'murmur2_random' (or pass a CRC32 partitioner function)"
+    ),
+}
+
+
+class KeyPlacement:
+    """Checks that a table's keys sit in the partitions the configured partitioner gives them.
+
+    The first ``sample`` keyed records of each partition read during recovery are checked (a
+    table written by one producer places every key the same way, so a sample tells).
+    """
+
+    def __init__(self, partitioner: Partitioner, name: str, partitions: int, *, sample: int = 64) -> None:
+        self.partitioner = partitioner
+        self.name = name
+        self.partitions = partitions
+        self.sample = sample
+        self._seen: dict[TopicPartition, list[bytes]] = {}
+
+    def check(self, tp: TopicPartition, records: Iterable[Record]) -> None:
+        """Raise ``PartitionerMismatch`` if one of the first keys of ``tp`` belongs elsewhere."""
+        if self.partitions < 2:
+            return
+        seen = self._seen.setdefault(tp, [])
+        if len(seen) >= self.sample:
+            return
+        misplaced: tuple[str, int] | None = None
+        for record in records:
+            if record.key is None:
+                continue
+            key = record.key.encode("utf-8", "surrogateescape")
+            seen.append(key)
+            expected = self.partitioner(key, self.partitions)
+            if expected != tp.partition and misplaced is None:
+                misplaced = (record.key, expected)
+            if len(seen) >= self.sample:
+                break
+        if misplaced is not None:  # explained with every key sampled (the more, the surer the fit)
+            raise PartitionerMismatch(self._explain(tp, misplaced[0], misplaced[1], seen))
+
+    def _explain(self, tp: TopicPartition, key: str, expected: int, keys: list[bytes]) -> str:
+        fits = [
+            name
+            for name, partition_of in _KNOWN.items()
+            if all(partition_of(k, self.partitions) == tp.partition for k in keys)
+        ]
+        what = (
+            f"table {tp.topic!r}: key {key!r} is in partition {tp.partition}, but the configured "
+            f"partitioner ({self.name}) puts it in partition {expected} of {self.partitions}; "
+            "lookups would miss such keys and emits would land where the table's writers do not look"
+        )
+        if fits:
+            return f"{what}. The keys fit {fits[0]}: use {_ADVICE[fits[0]]}"
+        known = ", ".join(_KNOWN)
+        return f"{what}. The keys fit none of {known}: pass the writers' partitioner as a function"
+
+
+def partitioner_name(partitioner: object) -> str:
+    """How an error names a configured partitioner (a name, or a function's name)."""
+    if isinstance(partitioner, str):
+        return partitioner
+    return getattr(partitioner, "__name__", repr(partitioner))
+
+
 async def _start_offset(log_port: Log, table: PartitionTable) -> tuple[int, int]:
     """``(start, high)`` for recovering ``table``."""
     low, high = await log_port.watermarks(table.tp)
@@ -139,8 +228,12 @@ async def recover(
     batch_size: int = 10_000,
     poll_timeout: float = 0.5,
     flush_every: int = 50_000,
+    placement: KeyPlacement | None = None,
 ) -> None:
-    """Bring every table of ``tables`` up to its topic's current high watermark, in parallel."""
+    """Bring every table of ``tables`` up to its topic's current high watermark, in parallel.
+
+    ``placement`` checks where the first keys of each partition are (``PartitionerMismatch``).
+    """
     targets: dict[TopicPartition, int] = {}
     positions: dict[TopicPartition, int] = {}
     by_tp: dict[TopicPartition, PartitionTable] = {}
@@ -168,6 +261,8 @@ async def recover(
             grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
         for tp, items in grouped.items():
             table = by_tp[tp]
+            if placement is not None:
+                placement.check(tp, items)
             unflushed[tp] += table.apply(items)
             table.recovery.offset = items[-1].offset + 1
             if unflushed[tp] >= flush_every:

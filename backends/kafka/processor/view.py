@@ -25,11 +25,13 @@ from backends.kafka.processor.options import resolve_partitioner
 from backends.kafka.processor.stats import TableStats, ViewStats
 from backends.kafka.processor.storage import StorageBuilder, memory_storage
 from backends.kafka.processor.table import (
+    KeyPlacement,
     PartitionTable,
     TableFollower,
     TableStatus,
     UpdateCallback,
     default_update,
+    partitioner_name,
     recover,
 )
 from broker.codecs import Codec
@@ -80,6 +82,7 @@ class View:
         self.codec = resolve_codec(codec, f"view({table!r})")
         self._build = storage or memory_storage()
         self._partitioner = resolve_partitioner(partitioner)
+        self._partitioner_name = partitioner_name(partitioner)
         self._update = update_callback
         self.auto_reconnect = auto_reconnect
         self._backoff = backoff
@@ -157,7 +160,8 @@ class View:
 
     async def _recover(self) -> None:
         await self._set_state(ViewState.CATCHUP)
-        await recover(self._log, self._tables)
+        placement = KeyPlacement(self._partitioner, self._partitioner_name, len(self._tables))
+        await recover(self._log, self._tables, placement=placement)
         self._follower = TableFollower(self._log)
         self._follower.add(self._tables)
         self._caught_up = True

@@ -14,6 +14,7 @@ from backends.kafka.processor import (
     Context,
     NotCopartitioned,
     NotOwned,
+    PartitionerMismatch,
     Processor,
     ProcessorError,
     ProcessorOptions,
@@ -276,3 +277,21 @@ async def test_a_callback_may_stop_its_processor(log: InmemLog) -> None:
     await asyncio.wait_for(proc.run(), 5)
     assert seen == ["a", "stop"] and proc.state is ProcessorState.STOPPED
     assert (await log.committed("g", [TopicPartition("in", 0)]))[TopicPartition("in", 0)] == 2
+
+
+async def test_a_group_table_written_by_goka_is_refused_under_murmur2(log: InmemLog) -> None:
+    # goka places keys with FNV-1a; read with murmur2, lookups and views would miss keys silently.
+    fnv = partitioner_by_name("fnv1a")
+    await log.create_topic("in", 4)
+    await log.create_topic("g-table", 4)
+    for i in range(40):
+        key = f"user-{i}"
+        await log.produce("g-table", b"%d" % i, key=key, partition=fnv(key.encode(), 4))
+    graph = define_group("g", input("in", "str", count), persist("int64"))
+    with pytest.raises(ProcessorError, match="fit fnv1a") as stopped:
+        async with Processor(log, graph):
+            pass
+    assert isinstance(stopped.value.__cause__, PartitionerMismatch)
+    async with Processor(log, graph, partitioner="fnv1a") as proc:  # the writers' partitioner: fine
+        await proc.wait_ready(5)
+        assert [proc.get(f"user-{i}") for i in range(40)] == list(range(40))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from backends.inmem import InmemLog
 from backends.kafka.processor import (
     Emitter,
     EmitterClosed,
+    PartitionerMismatch,
     TableNotReady,
     View,
     ViewState,
@@ -133,3 +135,31 @@ async def test_emit_before_start_and_failed_deliveries(log: InmemLog) -> None:
         await emitter.finish()
     assert "finished" in repr(emitter)
     await emitter.close()
+
+
+async def put_with(log: InmemLog, partitioner: str, keys: int = 20) -> None:
+    place = partitioner_by_name(partitioner) if partitioner != "crc32" else lambda k, n: zlib.crc32(k) % n
+    for i in range(keys):
+        key = f"user-{i}"
+        await log.produce("table", str(i).encode(), key=key, partition=place(key.encode(), 3))
+
+
+@pytest.mark.parametrize("writer", ["fnv1a", "crc32"])
+async def test_a_view_over_a_table_written_with_another_partitioner_names_the_one_that_fits(
+    log: InmemLog, writer: str
+) -> None:
+    # A goka table (FNV-1a) read with murmur2 found 8 of 20 keys, silently: now it is an error.
+    await put_with(log, writer)
+    view = View(log, "table", "int64")
+    view.start()
+    with pytest.raises(PartitionerMismatch, match=f"fit {writer}") as raised:
+        await view.wait_running(5)
+    assert "murmur2" in str(raised.value)
+    await view.stop()
+
+
+async def test_a_view_with_the_writers_partitioner_finds_every_key(log: InmemLog) -> None:
+    await put_with(log, "fnv1a")
+    async with View(log, "table", "int64", partitioner="fnv1a") as view:
+        await view.wait_running(5)
+        assert [view.get(f"user-{i}") for i in range(20)] == list(range(20))
