@@ -21,6 +21,7 @@ from backends.kafka import sdk
 from backends.kafka.admin import KafkaAdmin
 from backends.kafka.consumer import GroupCore, ReaderCore
 from backends.kafka.errors import wrap
+from backends.kafka.mapping import escaped
 from backends.kafka.producer import AsyncProducer
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
 from backends.kafka.settings import KafkaSettings
@@ -247,7 +248,8 @@ class KafkaLog:
         """Queue one record without waiting; await the result for ``(TopicPartition, offset)``.
 
         ``partition=None`` picks the partition from the key (murmur2) or spreads unkeyed records.
-        ``value=None`` writes a tombstone.
+        ``value=None`` writes a tombstone. A key or attribute value holding surrogate escapes
+        (bytes a read could not decode as UTF-8) is sent as those bytes, as the publisher does.
         """
         self._check()
         if value is not None and not isinstance(value, bytes | bytearray | memoryview):
@@ -260,15 +262,23 @@ class KafkaLog:
         owner.check_open("produce")
         loop = asyncio.get_running_loop()
         delivery = _RecordDelivery(loop, topic)
-        headers = dict(attributes) if attributes else None
+        headers: Any = dict(attributes) if attributes else None
+        wire_key: Any = key
         target = -1 if partition is None else partition
         ck = sdk.confluent()
         try:
-            owner.producer.produce(
-                topic, value, key, target, on_delivery=delivery.on_delivery, headers=headers
-            )
+            try:
+                owner.producer.produce(
+                    topic, value, wire_key, target, on_delivery=delivery.on_delivery, headers=headers
+                )
+            except UnicodeEncodeError:
+                # Surrogate escapes (bytes a read could not decode): send the bytes back.
+                wire_key, headers = escaped(key, headers)
+                owner.producer.produce(
+                    topic, value, wire_key, target, on_delivery=delivery.on_delivery, headers=headers
+                )
         except BufferError:
-            task = loop.create_task(self._send_later(delivery, topic, value, key, target, headers))
+            task = loop.create_task(self._send_later(delivery, topic, value, wire_key, target, headers))
             self._later.add(task)
             task.add_done_callback(self._later.discard)
             return delivery.future
@@ -288,6 +298,13 @@ class KafkaLog:
                     topic, value, key, partition, on_delivery=delivery.on_delivery, headers=headers
                 )
             except BufferError:
+                continue
+            except UnicodeEncodeError:
+                try:
+                    key, headers = escaped(key, headers)  # surrogate escapes: the bytes they stand for
+                except Exception as exc:
+                    _fail(delivery.future, exc)
+                    return
                 continue
             except Exception as exc:
                 _fail(delivery.future, wrap(exc, f"cannot produce to {topic!r}", PublishError))
