@@ -29,7 +29,7 @@ from typing import Any
 from broker.errors import ConfigError
 from broker.message import Message
 from contrib.spark import runtime
-from contrib.spark.arrow import messages_batch, pa
+from contrib.spark.arrow import arrow_schema, messages_batch, pa
 from contrib.spark.options import Options
 
 __all__ = ["AckSource", "read_journal"]
@@ -51,11 +51,17 @@ def _files(directory: Path) -> list[tuple[int, int, Path]]:
 
 
 def read_journal(directory: str, start: int, end: int) -> Iterator[Any]:
-    """The journaled rows with offsets in ``[start, end)``, as Arrow record batches."""
+    """The journaled rows with offsets in ``[start, end)``, as Arrow record batches.
+
+    A journal written before keys and attribute values became binary (``key string``,
+    ``attributes map<string,string>``) is cast to :data:`~contrib.spark.arrow.READ_SCHEMA` (the
+    UTF-8 text becomes its bytes), so a query restarted after an upgrade replays it.
+    """
     pa()  # MissingDependency when pyarrow is absent
     import pyarrow.compute as pc  # type: ignore[import-untyped]
     import pyarrow.ipc  # type: ignore[import-untyped]
 
+    schema = arrow_schema()
     files = [f for f in _files(Path(directory)) if f[0] < end and f[1] > start]
     covered = start
     for first, last, path in files:
@@ -64,6 +70,8 @@ def read_journal(directory: str, start: int, end: int) -> Iterator[Any]:
         with pyarrow.ipc.open_file(str(path)) as source:
             for i in range(source.num_record_batches):
                 batch = source.get_batch(i)
+                if not batch.schema.equals(schema):
+                    batch = batch.cast(schema)
                 offsets = batch.column(batch.schema.names.index("offset"))
                 mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
                 yield batch.filter(mask)

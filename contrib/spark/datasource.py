@@ -13,6 +13,11 @@ polybroker into the interpreter ``PYSPARK_PYTHON`` names).
 * ``df.write.format("broker")`` / ``writeStream.format("broker")`` - publish rows through the
   backend's publisher with a deterministic message id per row (:mod:`contrib.spark.sink`).
 
+Reads yield :data:`contrib.spark.arrow.READ_SCHEMA` on every backend: ``key binary, value binary,
+topic string, partition int, offset long, timestamp timestamp, attributes map<string,binary>, id
+string`` (keys and attribute values are the bytes the broker holds; ``CAST(key AS STRING)`` where
+they are text). The sink takes those rows as they are, or string keys and attribute values.
+
 Options (case does not matter; all values are strings):
 
 =========================  ======================================================================

@@ -4,7 +4,8 @@ The driver side (:class:`KafkaPlanner`) asks the cluster for partitions and wate
 the backend's admin client. The executor side (:func:`read_range`) reads one ``[start, end)``
 range with a confluent-kafka consumer configured from the same settings (security included),
 assigned at ``start`` (no group, no commits), and turns each fetched chunk into one Arrow record
-batch without a Python object per record. A range ends at ``end`` or at the partition end the
+batch without a Python object per record (key, value and header values as the bytes on the
+wire, undecoded: :func:`contrib.spark.arrow.kafka_batch`). A range ends at ``end`` or at the partition end the
 broker reports (transaction markers and aborted records leave gaps in offsets). A start below
 the first retained offset fails the task (``failOnDataLoss``, default true) instead of
 skipping silently.

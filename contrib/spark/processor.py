@@ -18,6 +18,17 @@ Guarantees: the table is exactly-once (state and source offsets move together in
 checkpoint); emits and table records are at-least-once, and a replayed batch repeats them with
 identical message ids (``<group>:<source topic>:<partition>:<offset>:<emit index>``).
 
+Keys and headers: the source yields binary keys and attribute values (see
+:mod:`contrib.spark.arrow`); the operator groups by those bytes and hands callbacks the
+library's ``str`` (``decode("utf-8", "surrogateescape")``, as the Kafka backend's own reads do),
+so a key or header that is not UTF-8 reaches ``ctx.key`` / ``ctx.headers`` exactly as on one
+machine. :data:`OUTPUT_SCHEMA` is binary for ``key`` and attribute values as well (``key
+binary``, ``attributes map<string,binary>``), not string: emitted keys and headers are encoded
+back with ``surrogateescape`` and the table row carries the grouping key's bytes unchanged, so
+such keys are written byte-exact by the ``broker`` sink (a ``string`` column could not hold them:
+Arrow refuses the surrogate escapes). The operator's rows go to the ``broker`` sink only, which
+takes binary or string keys and attribute values alike.
+
 Within a micro-batch a key's messages are handled in (timestamp, topic, partition, offset)
 order; loopbacks reach the group one micro-batch later. Not supported on Spark yet (raise
 :class:`~contrib.spark.errors.UnsupportedOnSpark`): ``join`` and ``lookup`` edges,
@@ -27,7 +38,7 @@ order; loopbacks reach the group one micro-batch later. Not supported on Spark y
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +52,7 @@ from backends.kafka.processor.options import NilHandling
 from broker.errors import ConfigError
 from broker.message import EMPTY_ATTRIBUTES, Record
 from contrib.spark import runtime
+from contrib.spark.arrow import to_bytes, to_text
 from contrib.spark.errors import UnsupportedOnSpark
 from contrib.spark.options import Options
 
@@ -50,8 +62,9 @@ if TYPE_CHECKING:
 
 __all__ = ["OUTPUT_SCHEMA", "GroupProcessor", "check_graph", "run_group"]
 
-#: What the stateful operator yields: rows for the ``broker`` sink.
-OUTPUT_SCHEMA = "topic string, key string, value binary, attributes map<string,string>, id string"
+#: What the stateful operator yields: rows for the ``broker`` sink (keys and attribute values as
+#: bytes, like the source's :data:`~contrib.spark.arrow.READ_SCHEMA`).
+OUTPUT_SCHEMA = "topic string, key binary, value binary, attributes map<string,binary>, id string"
 
 
 def check_graph(graph: GroupGraph) -> None:
@@ -132,6 +145,27 @@ def _seconds(value: Any) -> float | None:
     return None
 
 
+def _attributes(
+    pairs: Mapping[str, bytes | bytearray | None] | Iterable[tuple[str, bytes | bytearray | None]] | None,
+) -> Mapping[str, str]:
+    """A row's ``attributes`` as the library's ``str -> str`` attributes.
+
+    Values are binary; the map comes as a mapping, or as ``(name, value)`` pairs (how Spark hands
+    a map column to the operator).
+    """
+    if not pairs:
+        return EMPTY_ATTRIBUTES
+    items = pairs.items() if isinstance(pairs, Mapping) else pairs
+    return {name: to_text(value) or "" for name, value in items}
+
+
+def _attribute_bytes(attributes: Mapping[str, str] | None) -> dict[str, bytes | None] | None:
+    """Attributes a callback sent, as the ``map<string,binary>`` of :data:`OUTPUT_SCHEMA`."""
+    if attributes is None:
+        return None
+    return {name: to_bytes(value) for name, value in attributes.items()}
+
+
 def _order(row: Row) -> tuple[float, str, int, int]:
     stamp = _seconds(row["timestamp"])
     return (stamp if stamp is not None else 0.0, row["topic"], row["partition"], row["offset"])
@@ -190,8 +224,8 @@ class GroupProcessor(StatefulProcessor):
                 row["partition"],
                 row["offset"],
                 bytes(raw) if raw is not None else None,
-                row["key"],
-                dict(row["attributes"]) if row["attributes"] else EMPTY_ATTRIBUTES,
+                to_text(row["key"]),
+                _attributes(row["attributes"]),
                 _seconds(row["timestamp"]),
             )
             if raw is None:
@@ -224,9 +258,9 @@ class GroupProcessor(StatefulProcessor):
             for index, (target, out_key, data, attributes) in enumerate(sent):
                 yield Row(
                     topic=target,
-                    key=out_key,
+                    key=to_bytes(out_key),
                     value=data,
-                    attributes=attributes,
+                    attributes=_attribute_bytes(attributes),
                     id=f"{group}:{topic}:{record.partition}:{record.offset}:{index}",
                 )
         if store is not None and part.dirty and last is not None:
@@ -236,7 +270,7 @@ class GroupProcessor(StatefulProcessor):
                 self._table.update((store.data,))
             yield Row(
                 topic=graph.table_topic,
-                key=key[0],
+                key=bytes(key[0]) if key[0] is not None else None,
                 value=store.data,
                 attributes=None,
                 id=f"{group}:table:{last['topic']}:{last['partition']}:{last['offset']}",

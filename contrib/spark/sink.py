@@ -1,9 +1,17 @@
 """Writing rows to any backend through its publisher, with a deterministic message id per row.
 
 Input columns (others are ignored): ``value`` (binary or string; null writes a tombstone, which
-needs a partitioned-log backend such as Kafka), ``key`` (string or binary), ``topic`` (string;
+needs a partitioned-log backend such as Kafka), ``key`` (binary or string), ``topic`` (string;
 the ``topic`` option wins when both are given, as in Spark's Kafka sink), ``attributes``
-(map<string,string>) and ``id`` (string).
+(``map<string,binary>`` or ``map<string,string>``) and ``id`` (string). So the rows the
+``broker`` source yields (binary keys and attribute values) can be written as they are.
+
+Binary keys and attribute values become the library's ``str`` with
+``decode("utf-8", "surrogateescape")``: UTF-8 text as itself, any other byte as a surrogate
+escape, which the Kafka backend turns back into that byte when it publishes. A row read from
+Kafka and written to Kafka keeps its key and header bytes exactly. Other backends get the same
+``str`` the library hands out when it reads such bytes, and treat it as when the library
+publishes it. String columns are text already and are used as they are.
 
 Every message carries an id attribute (option ``idAttribute``, ``none`` to leave it out). By
 default it is the attribute the backend maps onto its native message id (``msg_id_attribute`` or
@@ -27,6 +35,7 @@ from broker.backend import Backend
 from broker.errors import ConfigError
 from broker.message import OutboundMessage
 from contrib.spark import runtime
+from contrib.spark.arrow import to_text
 from contrib.spark.options import Options
 
 __all__ = ["DEFAULT_ID_ATTRIBUTE", "id_attribute", "write_batches"]
@@ -48,9 +57,21 @@ def id_attribute(options: Options, backend: Backend) -> str | None:
     return DEFAULT_ID_ATTRIBUTE
 
 
+def _text(value: Any) -> Any:
+    """Binary as the library's ``str`` (see :func:`~contrib.spark.arrow.to_text`); anything else as is."""
+    return to_text(value) if isinstance(value, bytes | bytearray) else value
+
+
 def _texts(column: Any) -> list[str | None]:
+    """A string or binary column as ``str`` values (binary decoded as :func:`_text` does)."""
     values: list[Any] = column.to_pylist()
-    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in values]
+    return [_text(v) for v in values]
+
+
+def _attribute_maps(column: Any) -> list[dict[str, str] | None]:
+    """Each row's attributes (a ``map<string,binary>`` or ``map<string,string>``) as a ``dict``."""
+    maps: list[Any] = column.to_pylist()
+    return [{name: _text(value) for name, value in pairs} if pairs else None for pairs in maps]
 
 
 def _datas(column: Any) -> list[bytes | None]:
@@ -80,8 +101,8 @@ def _rows(batch: Any, topic: str | None, id_attr: str | None, id_base: str, firs
         topics = _texts(batch.column(names.index("topic")))
     else:
         raise ConfigError("the broker sink needs option 'topic' or a 'topic' column")
-    attributes: list[Any] = (
-        batch.column(names.index("attributes")).to_pylist() if "attributes" in names else [None] * n
+    attributes = (
+        _attribute_maps(batch.column(names.index("attributes"))) if "attributes" in names else [None] * n
     )
     ids: list[Any] = _texts(batch.column(names.index("id"))) if "id" in names else [None] * n
     out = _Rows()
@@ -89,7 +110,7 @@ def _rows(batch: Any, topic: str | None, id_attr: str | None, id_base: str, firs
         target = topics[i]
         if not target:
             raise ConfigError(f"row {first + i} of the batch has no topic")
-        attrs: dict[str, str] = dict(attributes[i]) if attributes[i] else {}
+        attrs: dict[str, str] = attributes[i] or {}
         if id_attr is not None:
             attrs[id_attr] = ids[i] or f"{id_base}:{first + i}"
         data = values[i]

@@ -32,6 +32,7 @@ def test_batch_read_returns_every_record_with_its_position(spark: Any, tansu: Pr
     rows = frame.collect()
     assert len(rows) == 200
     assert sorted(bytes(r["value"]) for r in rows) == sorted(f"v{i}".encode() for i in range(200))
+    assert sorted(bytes(r["key"]) for r in rows) == sorted(k.encode() for k, _ in _items(0, 200))  # binary
     per_partition = collections.defaultdict(list)
     for r in rows:
         assert r["topic"] == topic and r["timestamp"] is not None and r["id"] is None
@@ -106,6 +107,7 @@ def test_stream_write_publishes_every_row_with_a_message_id(
     assert query.awaitTermination(QUERY_TIMEOUT)
     records = read_kafka(tansu.url, target)
     assert sorted(r.value for r in records) == sorted(f"V{i}".encode() for i in range(80))  # type: ignore[type-var]
+    assert sorted(r.key or "" for r in records) == sorted(k for k, _ in _items(0, 80))  # binary keys, written
     ids = [r.attributes["polybroker-msg-id"] for r in records]
     assert len(set(ids)) == 80
     assert all(r.attributes["source"] == source for r in records)

@@ -54,6 +54,6 @@ def test_written_rows_are_read_back_by_the_acknowledging_source(
     assert query.awaitTermination(QUERY_TIMEOUT)
     assert query.exception() is None
     assert sorted(bytes(r["value"]) for r in rows) == sorted(f"row {i}".encode() for i in range(25))
-    ids = {r["attributes"]["polybroker-msg-id"] for r in rows}  # the sink's deterministic ids
+    ids = {bytes(r["attributes"]["polybroker-msg-id"]).decode() for r in rows}  # the sink's deterministic ids
     assert len(ids) == 25
     assert len({r["id"] for r in rows}) == 25  # Pub/Sub's own message ids
