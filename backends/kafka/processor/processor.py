@@ -323,7 +323,8 @@ class Processor:
             placement = KeyPlacement(
                 self._partitioner, partitioner_name(self.options.partitioner), self._npar
             )
-            await recover(self._log, tables, placement=placement)
+            owner = f"processor {self.graph.group!r}"
+            await recover(self._log, tables, placement=placement, owner=owner)
         except BaseException:
             for table in tables:
                 table.storage.close()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from backends.kafka.processor.errors import PartitionerMismatch
-from backends.kafka.processor.storage import Storage
+from backends.kafka.processor.storage import MemoryStorage, Storage
 from broker.log import Log, LogReader, TopicPartition
 from broker.message import Record
 from broker.partitioning import Partitioner, partitioner_by_name
@@ -229,10 +229,13 @@ async def recover(
     poll_timeout: float = 0.5,
     flush_every: int = 50_000,
     placement: KeyPlacement | None = None,
+    owner: str = "a table",
 ) -> None:
     """Bring every table of ``tables`` up to its topic's current high watermark, in parallel.
 
     ``placement`` checks where the first keys of each partition are (``PartitionerMismatch``).
+    Tables kept in memory (the default storage) are read from the beginning at every start:
+    ``owner`` (``"processor 'g'"``) names who does that in the warning that says so.
     """
     targets: dict[TopicPartition, int] = {}
     positions: dict[TopicPartition, int] = {}
@@ -252,6 +255,18 @@ async def recover(
         by_tp[table.tp] = table
     if not targets:
         return
+    volatile = [tp for tp, table in by_tp.items() if isinstance(table.storage, MemoryStorage)]
+    if volatile:
+        in_memory = sorted({tp.topic for tp in volatile})
+        again = sum(targets[tp] - positions[tp] for tp in volatile)
+        log.warning(
+            "%s keeps %s in memory (the default storage): it reads %d records from the beginning now, "
+            "and again at every restart; pass storage=lmdb_storage(<directory>) to keep tables on disk "
+            "and read only what is new",
+            owner,
+            ", ".join(in_memory),
+            again,
+        )
     reader = log_port.reader()
     unflushed = dict.fromkeys(targets, 0)
 

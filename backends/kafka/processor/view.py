@@ -161,7 +161,7 @@ class View:
     async def _recover(self) -> None:
         await self._set_state(ViewState.CATCHUP)
         placement = KeyPlacement(self._partitioner, self._partitioner_name, len(self._tables))
-        await recover(self._log, self._tables, placement=placement)
+        await recover(self._log, self._tables, placement=placement, owner=f"view {self.topic!r}")
         self._follower = TableFollower(self._log)
         self._follower.add(self._tables)
         self._caught_up = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -163,3 +164,20 @@ async def test_a_view_with_the_writers_partitioner_finds_every_key(log: InmemLog
     async with View(log, "table", "int64", partitioner="fnv1a") as view:
         await view.wait_running(5)
         assert [view.get(f"user-{i}") for i in range(20)] == list(range(20))
+
+
+async def test_recovery_into_memory_says_that_every_restart_reads_the_table_again(
+    log: InmemLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(12):
+        await put(log, f"k{i}", b"%d" % i)
+    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        async with View(log, "table", "int64") as view:
+            await view.wait_running(5)
+    (warning,) = [r.getMessage() for r in caplog.records if "in memory" in r.getMessage()]
+    assert "view 'table'" in warning and "12 records" in warning and "lmdb_storage" in warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
+            await view.wait_running(5)
+    assert not [r for r in caplog.records if "in memory" in r.getMessage()], "on disk: no warning"
