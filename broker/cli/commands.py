@@ -307,6 +307,8 @@ async def queue_tracker(args: argparse.Namespace) -> int:
             ("ack_deadline", args.ack_deadline),
             ("max_attempts", args.max_attempts),
             ("dead_letter_topic", args.dead_letter_topic),
+            ("tracker_group", args.group),
+            ("go_fleet", True if args.go_fleet else None),
         )
         if value is not None
     }
@@ -320,7 +322,8 @@ async def queue_tracker(args: argparse.Namespace) -> int:
         except BrokerError as exc:
             raise CommandError(str(exc)) from exc
         print(
-            f"tracking {args.topic!r} (markers on {tracker.config.marker_topic!r}); Ctrl-C to stop",
+            f"tracking {args.topic!r} (markers on {tracker.config.marker_topic!r}, group "
+            f"{tracker.config.tracker_group!r}); Ctrl-C to stop",
             file=sys.stderr,
         )
         task = tracker.start()

@@ -116,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     tracker.add_argument("--ack-deadline", type=float, help="redelivery timeout in seconds (default 60)")
     tracker.add_argument("--max-attempts", type=int, help="deliveries before dead-lettering")
     tracker.add_argument("--dead-letter-topic", help="where messages go after --max-attempts")
+    tracker.add_argument(
+        "--group", help="the trackers' consumer group (default: kafka-mq-redelivery-MARKER_TOPIC)"
+    )
+    tracker.add_argument(
+        "--go-fleet",
+        action="store_true",
+        help="share the topics with kafka-mq-go: per-message markers, its tracker group kafka-mq-redelivery",
+    )
     tracker.set_defaults(run=commands.queue_tracker)
 
     backends = sub.add_parser("backends", help="list the installed backends and their capabilities")

@@ -74,3 +74,10 @@ def test_backends_lists_what_is_registered(capsys: pytest.CaptureFixture[str]) -
 def test_queue_tracker_needs_a_backend_with_a_marker_queue(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["queue", "tracker", "inmem://x", "orders"]) == 2
     assert "no marker queue" in capsys.readouterr().err
+
+
+def test_queue_tracker_go_fleet_refuses_a_group_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    # Checked before anything reaches a broker (none listens on port 1).
+    args = ["queue", "tracker", "kafka://127.0.0.1:1", "orders", "--go-fleet", "--group", "mine"]
+    assert run(args) == 2
+    assert "kafka-mq-redelivery" in capsys.readouterr().err

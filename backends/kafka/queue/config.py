@@ -8,6 +8,7 @@ from typing import Any
 from broker.errors import ConfigError
 
 __all__ = [
+    "GO_TRACKER_GROUP",
     "HEADER_ATTEMPT",
     "HEADER_KEY",
     "HEADER_ORIGINAL_ID",
@@ -26,6 +27,9 @@ HEADER_REDELIVERY_FOR = "mq-redelivery-for"
 HEADER_KEY = "mq-key"
 
 _MAX_TIMEOUT = 12 * 3600.0
+
+#: The consumer group of kafka-mq-go's redelivery trackers (fixed in its source).
+GO_TRACKER_GROUP = "kafka-mq-redelivery"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +54,8 @@ class QueueConfig:
     max_messages_per_poll: int = 1000
     #: Consumer group of queue consumers: ``group_prefix + queue id``.
     group_prefix: str = "kafka-mq-"
-    #: Consumer group of the redelivery trackers.
-    tracker_group: str = "kafka-mq-redelivery"
+    #: Consumer group of the redelivery trackers (kafka-mq-go's is fixed: ``kafka-mq-redelivery``).
+    tracker_group: str = GO_TRACKER_GROUP
     #: Seconds after the last marker seen in a partition before the tracker's clock runs on local time
     #: (until then "now" is the newest marker's timestamp). kafka-mq-go documents 60 s, which holds a
     #: quiet partition's redeliveries back by up to a minute; 1 s keeps them on time.
@@ -64,11 +68,20 @@ class QueueConfig:
     dead_letter_topic: str | None = None
     #: Seconds between tracker passes when no marker arrives.
     tracker_poll_interval: float = 0.2
-    #: ``"batched"``: one START per fetched batch and one END per group of acks (``version = 1``
-    #: markers; trackers read the messages back from the queue topic to redeliver them).
-    #: ``"per-message"``: kafka-mq-go's one marker per message with the payload in START, for fleets
-    #: that still run its Go consumers or tracker. Trackers here read both.
-    marker_format: str = "batched"
+    #: ``"batched"`` (the default): one START per fetched batch and one END per group of acks
+    #: (``version = 1`` markers; trackers read the messages back from the queue topic to
+    #: redeliver them). A kafka-mq-go tracker skips them (its decoder refuses them: it logs
+    #: "Could not unmarshal marker") and so never redelivers them.
+    #: ``"per-message"``: kafka-mq-go's one marker per message with the payload in START.
+    #: Trackers here read both. None: ``"per-message"`` with ``go_fleet``, else ``"batched"``.
+    marker_format: str | None = None
+    #: Share the queue with a kafka-mq-go fleet (its producers, consumers or trackers on the same
+    #: topics): per-message markers, trackers in kafka-mq-go's group ``kafka-mq-redelivery`` (two
+    #: groups would each redeliver every message), and queue mode only (topic mode, several
+    #: subscriptions of one topic, is refused: a Go tracker's redelivered copies carry no
+    #: subscription and would reach every one). Redeliveries made by a Go tracker carry the payload
+    #: only: no key, attributes or delivery count, so ``max_deliveries`` never stops them.
+    go_fleet: bool = False
     #: Fetched batches whose START is being written or whose position is being committed at once
     #: (their order is kept: a batch is committed and handed out only after the one before).
     batches_in_flight: int = 4
@@ -86,8 +99,18 @@ class QueueConfig:
             raise ConfigError("message_topic and marker_topic must differ")
         if not 0 < self.redelivery_timeout <= _MAX_TIMEOUT:
             raise ConfigError(f"redelivery_timeout must be in (0, 12h], got {self.redelivery_timeout}")
+        if self.marker_format is None:
+            object.__setattr__(self, "marker_format", "per-message" if self.go_fleet else "batched")
         if self.marker_format not in ("batched", "per-message"):
             raise ConfigError(f"marker_format is 'batched' or 'per-message', got {self.marker_format!r}")
+        if self.go_fleet:
+            if self.marker_format != "per-message":
+                raise ConfigError("go_fleet writes per-message markers (kafka-mq-go cannot read batched)")
+            if self.tracker_group != GO_TRACKER_GROUP:
+                raise ConfigError(
+                    f"go_fleet trackers join kafka-mq-go's group {GO_TRACKER_GROUP!r} "
+                    f"(got {self.tracker_group!r}): in two groups every message would be redelivered twice"
+                )
         for name in (
             "receive_buffer_capacity",
             "max_messages_per_poll",
@@ -132,8 +155,12 @@ def queue_config_for_topic(topic: str, options: dict[str, Any]) -> QueueConfig:
                 raise ConfigError(f"give {portable!r} or {own!r}, not both")
             values[own] = values.pop(portable)
     values.setdefault("marker_topic", f"{topic}.markers")
-    # Trackers of unrelated topics must not share a group: each join would stall the others.
-    values.setdefault("tracker_group", f"kafka-mq-redelivery-{values['marker_topic']}")
+    # Trackers of unrelated topics must not share a group: each join would stall the others
+    # (a Go fleet's trackers share kafka-mq-go's fixed group, so ours join it).
+    flag = values.get("go_fleet", values.get("go-fleet", False))
+    go_fleet = str(flag).lower() in ("1", "true", "yes", "on")
+    if not go_fleet:
+        values.setdefault("tracker_group", f"{GO_TRACKER_GROUP}-{values['marker_topic']}")
     if "message_topic" in values:
         raise ConfigError("the message topic is the topic being consumed; do not set message_topic")
     values["message_topic"] = topic

@@ -21,7 +21,13 @@ messages at once: one START for a fetched batch, one END for the messages acked 
     Handout { NONE = 0; HANDED = 1; RETURNED = 2; }
 
 A batched START carries no payload: a redelivering tracker reads the message back from the queue
-topic at its offset. A kafka-mq-go tracker cannot read batched markers (see ``QueueConfig``).
+topic at its offset. A kafka-mq-go tracker cannot use batched markers, and must not mistake one
+for its own: read as a Go ``Marker``, a batched START is a START without a message id, on which
+its tracker crashed. So batched markers carry, right after ``version``, a field numbered 0 (two
+zero bytes), which protobuf decoders refuse: kafka-mq-go's tracker logs "Could not unmarshal
+marker" and skips them. Ours skip field 0 like any unknown field (older versions of this queue
+read these markers too). Sharing topics with a Go fleet needs per-message markers
+(``QueueConfig.go_fleet``).
 
 Hand-out marks (batched only): a consumer that writes them STARTs a fetched batch with
 ``prefetched`` set, and writes a KEEPALIVE with ``handout = HANDED`` for messages before its
@@ -202,6 +208,10 @@ def encode_start(
     return b"".join(parts)
 
 
+#: ``version = 1``, then field 0 (illegal in protobuf: kafka-mq-go's decoder refuses the marker).
+_BATCH_HEAD = b"\x08\x01\x00\x00"
+
+
 def encode_batch_marker(
     kind: MarkerType,
     ranges: Iterable[OffsetRange],
@@ -211,7 +221,7 @@ def encode_batch_marker(
     handout: Handout = Handout.NONE,
 ) -> bytes:
     """A batched marker (``version = 1``) naming every message of ``ranges``."""
-    parts = [b"\x08\x01"]
+    parts = [_BATCH_HEAD]
     if kind:
         parts += (b"\x10", _BYTES[kind])
     if redeliver_after_ms:

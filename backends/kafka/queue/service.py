@@ -10,7 +10,7 @@ from backends.kafka.queue.consumer import Consumer
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import Producer
 from backends.kafka.queue.tracker import RedeliveryTracker
-from broker.errors import ClosedError, ReceiveError, Timeout
+from broker.errors import ClosedError, ConfigError, ReceiveError, Timeout
 from broker.log import Log
 from broker.message import Message
 from broker.resources import BatchedMessageIteration, MessageIteration
@@ -43,6 +43,11 @@ class QueueService:
         ``keepalive_received`` keeps received messages alive until settled (kafka-mq-go); without
         it only buffered ones are, and received ones follow the redelivery timeout.
         """
+        if mode == "topic" and self.config.go_fleet:
+            raise ConfigError(
+                "go_fleet supports queue mode only: a kafka-mq-go tracker's redelivered copies carry no "
+                "subscription, so in topic mode they would reach every subscription of the topic"
+            )
         client = MqClient(self.log, self.config, queue_id, mode=mode)
         return Consumer(client, self.metrics, keepalive_received=keepalive_received)
 
