@@ -104,6 +104,9 @@ class ProcessorOptions:
     table_config: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "compact"})
     #: How long ``stop()`` waits for deferred commits of revoked partitions (seconds).
     defer_timeout: float = 30.0
+    #: Partitions whose records async callbacks handle at once (records of one partition stay in
+    #: order, one at a time; goka runs a goroutine per partition). 1: one record at a time.
+    partition_concurrency: int = 16
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -113,6 +116,8 @@ class ProcessorOptions:
                 "commit_interval must be >= 0 and commit_every >= 1, "
                 f"got {self.commit_interval} and {self.commit_every}"
             )
+        if self.partition_concurrency < 1:
+            raise ConfigError(f"partition_concurrency must be >= 1, got {self.partition_concurrency}")
         if self.poll_timeout <= 0:
             raise ConfigError(f"poll_timeout must be > 0, got {self.poll_timeout}")
         if self.create_partitions is not None and self.create_partitions < 1:

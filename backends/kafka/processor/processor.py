@@ -114,6 +114,7 @@ class Processor:
         loop_edge = graph.loop_edge
         self._loop_codec: Codec[Any] | None = loop_edge.codec if loop_edge is not None else None
         self._inputs: dict[str, _InputEdge] = {e.topic: _InputEdge(e) for e in graph.input_streams}
+        self._any_async = any(edge.is_async for edge in self._inputs.values())
         if loop_edge is not None:
             self._inputs[loop_edge.topic] = _InputEdge(loop_edge)
         self._outputs: dict[str, Codec[Any]] = {e.topic: e.codec for e in graph.output_streams}
@@ -392,6 +393,41 @@ class Processor:
         return done
 
     async def _process(self, records: list[Record]) -> None:
+        """Handle ``records``: with async callbacks, the runs of different partitions concurrently.
+
+        Records of one partition keep their order (one callback at a time); at most
+        ``partition_concurrency`` partitions are handled at once. The first failure cancels the
+        others and is raised (the processor then stops without committing).
+        """
+        bound = self.options.partition_concurrency
+        if bound > 1 and self._any_async and len(records) > 1:
+            runs: dict[int, list[Record]] = {}
+            for record in records:
+                runs.setdefault(record.partition, []).append(record)
+            if len(runs) > 1:
+                await self._process_concurrently(list(runs.values()), bound)
+                return
+        await self._process_run(records)
+
+    async def _process_concurrently(self, runs: list[list[Record]], bound: int) -> None:
+        slots = asyncio.Semaphore(bound)
+
+        async def handle(run: list[Record]) -> None:
+            async with slots:
+                await self._process_run(run)
+
+        tasks = [asyncio.ensure_future(handle(run)) for run in runs]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:  # the first failure, in record order
+            if task in done and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    async def _process_run(self, records: list[Record]) -> None:
         parts = self._parts
         inputs = self._inputs
         touched = self._touched

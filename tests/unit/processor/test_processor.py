@@ -295,3 +295,64 @@ async def test_a_group_table_written_by_goka_is_refused_under_murmur2(log: Inmem
     async with Processor(log, graph, partitioner="fnv1a") as proc:  # the writers' partitioner: fine
         await proc.wait_ready(5)
         assert [proc.get(f"user-{i}") for i in range(40)] == list(range(40))
+
+
+async def test_async_callbacks_of_different_partitions_run_at_once_in_order_within_each(
+    log: InmemLog,
+) -> None:
+    # The record of partition 0 waits for the one of partition 1: handled one at a time (goka
+    # serves each partition on its own goroutine; our old loop served all in one), it never ends.
+    await log.create_topic("in", 3)
+    for i in range(3):
+        for p in range(3):
+            await log.produce("in", b"%d" % i, key=f"p{p}-{i}", partition=p)
+    partition_one_started = asyncio.Event()
+    running: dict[int, int] = {}
+    order: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    overlapped = False
+
+    async def cb(ctx: Context, msg: Any) -> None:
+        nonlocal overlapped
+        p = ctx.partition
+        running[p] = running.get(p, 0) + 1
+        overlapped = overlapped or running[p] > 1
+        if p == 1:
+            partition_one_started.set()
+        if p == 0 and msg == "0":
+            await asyncio.wait_for(partition_one_started.wait(), 5)
+        await asyncio.sleep(0)
+        order[p].append(int(msg))
+        running[p] -= 1
+
+    graph = define_group("g", input("in", "str", cb))
+    async with Processor(log, graph, partition_concurrency=4):
+        await wait_until(lambda: all(len(v) == 3 for v in order.values()), 5)
+    assert order == {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2]}, "records of a partition kept their order"
+    assert not overlapped, "two records of one partition were handled at once"
+
+
+async def test_a_failing_partition_stops_the_others_and_nothing_is_committed(log: InmemLog) -> None:
+    await log.create_topic("in", 2)
+    await log.produce("in", b"boom", key="a", partition=0)
+    await log.produce("in", b"slow", key="b", partition=1)
+    finished: list[str] = []
+
+    async def cb(ctx: Context, msg: Any) -> None:
+        if msg == "boom":
+            await asyncio.sleep(0.05)
+            raise RuntimeError("handler failed")
+        await asyncio.sleep(10)  # cancelled when partition 0 fails
+        finished.append(msg)
+
+    proc = Processor(log, define_group("g", input("in", "str", cb), persist("int64")))
+    with pytest.raises(ProcessorError, match="handler failed"):
+        async with asyncio.timeout(5):
+            await proc.run()
+    assert finished == []
+    committed = await log.committed("g", [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert all(offset in (None, 0) for offset in committed.values()), committed
+
+
+def test_partition_concurrency_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="partition_concurrency"):
+        ProcessorOptions(partition_concurrency=0)
