@@ -217,6 +217,16 @@ async def _start_offset(log_port: Log, table: PartitionTable) -> tuple[int, int]
         )
         table.storage.clear()
         local = None
+    if local is not None and local < low:
+        log.warning(
+            "local store of %s is at offset %d but the topic now starts at %d: records %d..%d were "
+            "deleted (retention) before this store read them; their updates are missing from it",
+            table.tp,
+            local,
+            low,
+            local,
+            low - 1,
+        )
     start = low if local is None else max(local, low)
     return start, high
 

@@ -19,6 +19,7 @@ from backends.kafka.processor import (
     ViewState,
     lmdb_storage,
 )
+from backends.kafka.processor.storage import Storage
 from broker.errors import PublishError
 from broker.log import TopicPartition
 from broker.partitioning import partitioner_by_name
@@ -181,3 +182,76 @@ async def test_recovery_into_memory_says_that_every_restart_reads_the_table_agai
         async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
             await view.wait_running(5)
     assert not [r for r in caplog.records if "in memory" in r.getMessage()], "on disk: no warning"
+
+
+async def test_the_update_callback_sees_recovery_and_catch_up(log: InmemLog) -> None:
+    seen: list[tuple[int, str, bytes | None]] = []
+
+    def doubled(storage: Storage, partition: int, key: str, value: bytes | None) -> None:
+        seen.append((partition, key, value))
+        if value is None:
+            storage.delete(key)
+        else:
+            storage.set(key, str(int(value) * 2).encode())
+
+    for i in range(6):
+        await put(log, f"k{i}", b"%d" % i)
+    async with View(log, "table", "int64", update_callback=doubled) as view:
+        await view.wait_running(5)
+        assert [view.get(f"k{i}") for i in range(6)] == [0, 2, 4, 6, 8, 10]  # recovery went through it
+        await put(log, "k1", b"50")
+        await put(log, "k2", None)
+        await wait_until(lambda: view.get("k1") == 100 and not view.has("k2"), 5)  # so did catch-up
+    assert ("k2" in {k for _, k, v in seen if v is None}) and len(seen) == 8
+    assert all(p == murmur2(k.encode(), 3) for p, k, _ in seen), "called with the record's partition"
+
+
+async def test_a_store_ahead_of_a_recreated_topic_is_dropped_and_recovered(
+    log: InmemLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(12):
+        await put(log, f"old{i}", b"%d" % i)
+    async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
+        await view.wait_running(5)
+        assert view.get("old11") == 11
+    # The topic is recreated (a new broker here): 3 records, where the store read up to 12.
+    async with inmem_backend() as backend:
+        fresh = backend.log()
+        await fresh.create_topic("table", 3)
+        for i in range(3):
+            await fresh.produce("table", b"%d" % (100 + i), key=f"new{i}", partition=murmur2(b"new%d" % i, 3))
+        with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+            async with View(fresh, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
+                await view.wait_running(5)
+                assert dict(view.iterate()) == {"new0": 100, "new1": 101, "new2": 102}, "old state kept"
+    assert any("recreated" in r.getMessage() for r in caplog.records)
+
+
+class _Retained(FlakyLog):
+    """The in-memory log, but its table partitions start at ``low`` (older records deleted by retention)."""
+
+    low = 0
+
+    async def watermarks(self, partition: TopicPartition) -> tuple[int, int]:
+        _, high = await self.inner.watermarks(partition)
+        return self.low, high
+
+
+async def test_a_store_behind_the_oldest_offset_resumes_there_and_says_what_is_missing(
+    log: InmemLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await log.create_topic("one", 1)
+    for i in range(2):
+        await log.produce("one", b"%d" % i, key=f"k{i}", partition=0)
+    async with View(log, "one", "int64", storage=lmdb_storage(tmp_path)) as view:
+        await view.wait_running(5)  # the store has read offsets 0..1
+    for i in range(2, 10):
+        await log.produce("one", b"%d" % i, key=f"k{i}", partition=0)
+    retained = _Retained(log)
+    retained.low = 5  # offsets 2..4 are gone
+    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        async with View(as_log(retained), "one", "int64", storage=lmdb_storage(tmp_path)) as view:
+            await view.wait_running(5)
+            assert dict(view.iterate()) == {f"k{i}": i for i in (0, 1, 5, 6, 7, 8, 9)}
+    (warning,) = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
+    assert "records 2..4" in warning
