@@ -33,6 +33,7 @@ from backends.kafka.processor.errors import (
     PartitionerMismatch,
     ProcessorError,
     TableNotReady,
+    VisitAborted,
 )
 from backends.kafka.processor.graph import (
     Callback,
@@ -55,6 +56,7 @@ from backends.kafka.processor.graph import (
     reset_suffixes,
     set_loop_suffix,
     set_table_suffix,
+    visitor,
 )
 from backends.kafka.processor.lmdb_storage import LmdbStorage, lmdb_storage
 from backends.kafka.processor.options import (
@@ -121,6 +123,7 @@ __all__ = [
     "View",
     "ViewState",
     "ViewStats",
+    "VisitAborted",
     "default_update",
     "define_group",
     "group_table",
@@ -137,4 +140,5 @@ __all__ = [
     "reset_suffixes",
     "set_loop_suffix",
     "set_table_suffix",
+    "visitor",
 ]

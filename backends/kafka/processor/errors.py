@@ -26,6 +26,7 @@ __all__ = [
     "PartitionerMismatch",
     "ProcessorError",
     "TableNotReady",
+    "VisitAborted",
 ]
 
 
@@ -59,6 +60,10 @@ class PartitionerMismatch(ConfigError):
     Lookups would miss (silently) and emits would land where that table's other writers do not
     look. The message names the partitioner the keys fit, where one of the known ones does.
     """
+
+
+class VisitAborted(ProcessorError):
+    """``visit_all`` stopped before visiting every key: the processor stopped, or a partition was revoked."""
 
 
 class TableNotReady(BrokerError):

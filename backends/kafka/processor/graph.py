@@ -47,6 +47,7 @@ __all__ = [
     "reset_suffixes",
     "set_loop_suffix",
     "set_table_suffix",
+    "visitor",
 ]
 
 #: A consumer group name (also the prefix of the group's table and loop topics).
@@ -103,6 +104,7 @@ class EdgeKind(enum.Enum):
     JOIN = "join"
     LOOKUP = "lookup"
     PERSIST = "persist"
+    VISITOR = "visitor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,19 @@ def persist(codec: Codec[Any] | str) -> Edge:
     return Edge(EdgeKind.PERSIST, "", resolve_codec(codec, "persist()"))
 
 
+def visitor(name: str, callback: Callback) -> Edge:
+    """A callback :meth:`Processor.visit_all(name, meta) <Processor.visit_all>` runs once per key
+    of the group table (needs ``persist``): ``ctx.key``, ``ctx.value()``, ``ctx.set_value()`` as
+    in an input callback, the message is ``meta``. Visits run between input batches, never beside
+    a callback.
+    """
+    where = f"visitor({name!r})"
+    cb, is_async = _callback(callback, where)
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"{where}: a visitor name must be a non-empty string")
+    return Edge(EdgeKind.VISITOR, name, resolve_codec("bytes", where), cb, is_async)
+
+
 def _flatten(edges: Iterable[Edge | Sequence[Edge]]) -> list[Edge]:
     out: list[Edge] = []
     for item in edges:
@@ -188,7 +203,7 @@ def _flatten(edges: Iterable[Edge | Sequence[Edge]]) -> list[Edge]:
             out.extend(_flatten(item))
         else:
             raise GraphError(
-                f"{item!r} is not an edge (use input, inputs, loop, output, join, lookup, persist)"
+                f"{item!r} is not an edge (use input, inputs, loop, output, join, lookup, persist, visitor)"
             )
     return out
 
@@ -247,6 +262,11 @@ class GroupGraph:
         return found[0] if found else None
 
     @property
+    def visitors(self) -> tuple[Edge, ...]:
+        """The ``visitor`` edges (their ``topic`` is the visitor's name)."""
+        return self._of(EdgeKind.VISITOR)
+
+    @property
     def table_edge(self) -> Edge | None:
         """The ``persist`` edge (the group table), if any."""
         found = self._of(EdgeKind.PERSIST)
@@ -276,11 +296,16 @@ class GroupGraph:
             raise GraphError(f"{where} has more than one loop edge")
         if len(self._of(EdgeKind.PERSIST)) > 1:
             raise GraphError(f"{where} has more than one persist edge (one group table per group)")
+        if self.visitors and self.table_edge is None:
+            raise GraphError(f"{where}: a visitor visits the group table: add persist(codec)")
+        names = [e.topic for e in self.visitors]
+        if len(set(names)) != len(names):
+            raise GraphError(f"{where}: two visitors are named alike ({sorted(names)})")
         own = {self.table_topic: "its group table", self.loop_topic: "its loop topic"}
         consumed: dict[str, Edge] = {}
         outputs: dict[str, Edge] = {}
         for edge in self.edges:
-            if edge.kind in (EdgeKind.LOOP, EdgeKind.PERSIST):
+            if edge.kind in (EdgeKind.LOOP, EdgeKind.PERSIST, EdgeKind.VISITOR):
                 continue
             if edge.topic in own:
                 raise GraphError(

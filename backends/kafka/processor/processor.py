@@ -32,7 +32,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
 from backends.kafka.processor.context import Context
-from backends.kafka.processor.errors import CallbackFailed, NotCopartitioned, NotOwned, ProcessorError
+from backends.kafka.processor.errors import (
+    CallbackFailed,
+    GraphError,
+    NotCopartitioned,
+    NotOwned,
+    ProcessorError,
+    VisitAborted,
+)
 from backends.kafka.processor.graph import Edge, GroupGraph
 from backends.kafka.processor.options import (
     Assignment,
@@ -115,6 +122,9 @@ class Processor:
         self._loop_codec: Codec[Any] | None = loop_edge.codec if loop_edge is not None else None
         self._inputs: dict[str, _InputEdge] = {e.topic: _InputEdge(e) for e in graph.input_streams}
         self._any_async = any(edge.is_async for edge in self._inputs.values())
+        self._visitors: dict[str, Edge] = {e.topic: e for e in graph.visitors}
+        #: Visits asked for and not run yet: (visitor, meta, future of the number of keys visited).
+        self._visits: list[tuple[Edge, Any, asyncio.Future[int]]] = []
         if loop_edge is not None:
             self._inputs[loop_edge.topic] = _InputEdge(loop_edge)
         self._outputs: dict[str, Codec[Any]] = {e.topic: e.codec for e in graph.output_streams}
@@ -542,6 +552,9 @@ class Processor:
         if records:
             await self._process(records)
             self._uncommitted += len(records)
+        if self._visits:
+            await self._run_visits()
+            checkpoint = True
         loop = asyncio.get_running_loop()
         if (
             checkpoint
@@ -556,6 +569,79 @@ class Processor:
             raise self._error
         return len(records)
 
+    async def visit_all(self, name: str, meta: Any = None) -> int:
+        """Run visitor ``name`` once for every key of the group table this instance owns.
+
+        Runs between input batches (never beside a callback) and returns the number of keys
+        visited once their table writes were checkpointed. Raises :class:`VisitAborted` if the
+        processor stops or a partition is revoked before every key was visited, ``GraphError`` for
+        an unknown visitor.
+        """
+        edge = self._visitors.get(name)
+        if edge is None:
+            known = ", ".join(sorted(self._visitors)) or "none"
+            raise GraphError(f"group {self.graph.group!r} has no visitor {name!r} (visitors: {known})")
+        if self._finished.is_set() or self._stopping:
+            raise VisitAborted(f"processor {self.graph.group!r} is not running")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._visits.append((edge, meta, future))
+        if self._manual:  # the Tester drives the loop: run it now
+            try:
+                await self._run_visits()
+            finally:
+                if future.done() and not future.cancelled():
+                    future.exception()  # raised here instead: never "unretrieved"
+            await self._commit()
+        return await future
+
+    async def _run_visits(self) -> None:
+        visits, self._visits = self._visits, []
+        for position, (edge, meta, future) in enumerate(visits):
+            try:
+                visited = await self._visit(edge, meta)
+            except BaseException as exc:
+                failure = exc if isinstance(exc, ProcessorError) else VisitAborted(str(exc))
+                for _, _, later in visits[position:]:
+                    if not later.done():
+                        later.set_exception(failure)
+                raise
+            if not future.done():
+                future.set_result(visited)
+
+    async def _visit(self, edge: Edge, meta: Any) -> int:
+        visited = 0
+        assert edge.callback is not None
+        for number in sorted(self._parts):
+            part = self._parts.get(number)
+            if part is None or part.store is None:
+                continue
+            keys = [key for key, _ in part.store.iterate()]
+            for key in keys:
+                if self._parts.get(number) is not part:
+                    raise VisitAborted(f"partition {number} was revoked during visit {edge.topic!r}")
+                record = Record(edge.topic, number, -1, None, key=key)
+                ctx = Context(self, part, record)
+                self._touched.add(part)
+                try:
+                    if edge.is_async:
+                        await edge.callback(ctx, meta)  # type: ignore[misc]
+                    else:
+                        edge.callback(ctx, meta)
+                except ProcessorError:
+                    raise
+                except Exception as exc:
+                    raise CallbackFailed(f"visitor {edge.topic!r} for key {key!r} raised {exc!r}") from exc
+                if ctx._error is not None:
+                    raise ctx._error
+                visited += 1
+        return visited
+
+    def _abort_visits(self) -> None:
+        visits, self._visits = self._visits, []
+        for _, _, future in visits:
+            if not future.done():
+                future.set_exception(VisitAborted(f"processor {self.graph.group!r} stopped"))
+
     async def _check_lookups(self) -> None:
         for view in self._lookups.values():
             if self._manual:
@@ -565,6 +651,7 @@ class Processor:
                 raise ProcessorError(f"lookup view of {view.topic!r} stopped: {exc!r}") from exc
 
     async def _teardown(self) -> None:
+        self._abort_visits()
         failed = self._error is not None or self._aborted
         self._state = ProcessorState.STOPPING
         consumer = self._consumer
