@@ -75,7 +75,14 @@ from backends.kafka.processor.stats import (
     TableStats,
     ViewStats,
 )
-from backends.kafka.processor.storage import MemoryStorage, Storage, StorageBuilder, memory_storage
+from backends.kafka.processor.storage import (
+    MemoryStorage,
+    NullStorage,
+    Storage,
+    StorageBuilder,
+    memory_storage,
+    null_storage,
+)
 from backends.kafka.processor.table import RecoveryStats, TableStatus, UpdateCallback, default_update
 from backends.kafka.processor.tester import Tester, Tracker
 from backends.kafka.processor.view import View, ViewState
@@ -100,6 +107,7 @@ __all__ = [
     "NilHandling",
     "NotCopartitioned",
     "NotOwned",
+    "NullStorage",
     "OutputStats",
     "PartitionStats",
     "PartitionerMismatch",
@@ -135,6 +143,7 @@ __all__ = [
     "loop",
     "loop_stream",
     "memory_storage",
+    "null_storage",
     "output",
     "persist",
     "reset_suffixes",

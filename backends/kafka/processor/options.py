@@ -5,13 +5,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends.kafka.processor.storage import StorageBuilder, memory_storage
 from backends.kafka.processor.table import UpdateCallback, default_update
 from broker.errors import ConfigError, UnknownSetting
 from broker.log import StartPosition
 from broker.partitioning import Partitioner, partitioner_by_name
+
+if TYPE_CHECKING:
+    from backends.kafka.processor.graph import GroupGraph
 
 __all__ = [
     "Assignment",
@@ -104,6 +107,8 @@ class ProcessorOptions:
     table_config: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "compact"})
     #: How long ``stop()`` waits for deferred commits of revoked partitions (seconds).
     defer_timeout: float = 30.0
+    #: Called with the group graph when the processor is made (goka's ``WithGroupGraphHook``).
+    graph_hook: Callable[[GroupGraph], None] | None = None
     #: Partitions whose records async callbacks handle at once (records of one partition stay in
     #: order, one at a time; goka runs a goroutine per partition). 1: one record at a time.
     partition_concurrency: int = 16

@@ -123,6 +123,8 @@ class Processor:
         self._inputs: dict[str, _InputEdge] = {e.topic: _InputEdge(e) for e in graph.input_streams}
         self._any_async = any(edge.is_async for edge in self._inputs.values())
         self._visitors: dict[str, Edge] = {e.topic: e for e in graph.visitors}
+        if self.options.graph_hook is not None:
+            self.options.graph_hook(graph)
         #: Visits asked for and not run yet: (visitor, meta, future of the number of keys visited).
         self._visits: list[tuple[Edge, Any, asyncio.Future[int]]] = []
         if loop_edge is not None:

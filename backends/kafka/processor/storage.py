@@ -17,7 +17,15 @@ import bisect
 from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
-__all__ = ["MemoryStorage", "Storage", "StorageBuilder", "key_range", "memory_storage"]
+__all__ = [
+    "MemoryStorage",
+    "NullStorage",
+    "Storage",
+    "StorageBuilder",
+    "key_range",
+    "memory_storage",
+    "null_storage",
+]
 
 
 @runtime_checkable
@@ -142,6 +150,74 @@ class MemoryStorage:
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+class NullStorage:
+    """A store that keeps no values (goka's null storage): for tables a processor only writes.
+
+    ``ctx.value()`` reads nothing back and views over it find nothing; only the table offset is
+    kept (in memory), so recovery skips the records instead of storing them.
+    """
+
+    __slots__ = ("_offset", "recovered")
+
+    def __init__(self) -> None:
+        self._offset: int | None = None
+        self.recovered = False
+
+    def __repr__(self) -> str:
+        return f"<NullStorage offset {self._offset}>"
+
+    def get(self, key: str) -> bytes | None:
+        """Nothing is kept: always None."""
+        return None
+
+    def has(self, key: str) -> bool:
+        """Nothing is kept: always False."""
+        return False
+
+    def set(self, key: str, value: bytes) -> None:
+        """Dropped."""
+
+    def delete(self, key: str) -> None:
+        """Nothing to delete."""
+
+    def iterate(
+        self, start: str | None = None, limit: str | None = None, *, prefix: str | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        """Nothing to iterate."""
+        return iter(())
+
+    def offset(self) -> int | None:
+        """The next table offset (records below it were seen and dropped)."""
+        return self._offset
+
+    def set_offset(self, offset: int) -> None:
+        """Every table record below ``offset`` was seen."""
+        self._offset = offset
+
+    def mark_recovered(self) -> None:
+        """Nothing to persist."""
+        self.recovered = True
+
+    def flush(self) -> None:
+        """Nothing to persist."""
+
+    def clear(self) -> None:
+        """Forget the offset."""
+        self._offset = None
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def null_storage() -> StorageBuilder:
+    """A builder of :class:`NullStorage` stores (tables that are written, never read locally)."""
+
+    def build(name: str, partition: int) -> Storage:
+        return NullStorage()
+
+    return build
 
 
 def memory_storage() -> StorageBuilder:

@@ -41,9 +41,15 @@ class Tracker:
     """Reads what was written to a topic after the tracker was made (goka's queue tracker)."""
 
     def __init__(
-        self, reader: LogReader, topic: str, codec: Codec[Any] | None, start: dict[int, int]
+        self,
+        reader: LogReader,
+        topic: str,
+        codec: Codec[Any] | None,
+        start: dict[int, int],
+        log: Log | None = None,
     ) -> None:
         self._reader = reader
+        self._log = log
         self.topic = topic
         self.codec = codec
         #: Where the tracker started, per partition.
@@ -73,6 +79,13 @@ class Tracker:
     def next_offset(self, partition: int = 0) -> int:
         """The next offset the tracker reads in ``partition``."""
         return self._reader.position(TopicPartition(self.topic, partition))
+
+    async def hwm(self, partition: int = 0) -> int:
+        """The high watermark of ``partition``: the offset the next record written there gets."""
+        if self._log is None:
+            raise ConfigError("this tracker was made without its log (use Tester.tracker)")
+        _, high = await self._log.watermarks(TopicPartition(self.topic, partition))
+        return high
 
     def seek(self, partition: int, offset: int) -> None:
         """Read ``partition`` from ``offset`` next."""
@@ -196,7 +209,7 @@ class Tester:
         reader = self.log.reader()
         reader.assign({TopicPartition(topic, p): OFFSET_END for p in range(count)})
         start = {p: reader.position(TopicPartition(topic, p)) for p in range(count)}
-        tracker = Tracker(reader, topic, chosen, start)
+        tracker = Tracker(reader, topic, chosen, start, self.log)
         self._trackers.append(tracker)
         return tracker
 
@@ -300,6 +313,18 @@ class Tester:
                     data = part.joins[table].storage.get(key)
                     return None if data is None else proc._join_codecs[table].decode(data)
         raise ConfigError(f"no processor or view of this tester holds table {table!r}")
+
+    def clear_values(self) -> None:
+        """Empty every group table and view store (goka's ``ClearValues``); topics keep their records."""
+        for proc in self.processors:
+            for part in proc._parts.values():
+                if part.store is not None:
+                    for key in [k for k, _ in part.store.iterate()]:
+                        part.store.delete(key)
+        for view in self.views:
+            for table in view._tables:
+                for key in [k for k, _ in table.storage.iterate()]:
+                    table.storage.delete(key)
 
     def table_keys(self, table: str) -> list[str]:
         """Every key of ``table``, sorted."""

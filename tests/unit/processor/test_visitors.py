@@ -19,6 +19,7 @@ from backends.kafka.processor import (
     VisitAborted,
     define_group,
     input,
+    null_storage,
     output,
     persist,
     visitor,
@@ -124,3 +125,41 @@ async def test_a_failing_visitor_stops_the_processor(log: InmemLog) -> None:
     with pytest.raises(ProcessorError, match="visitor bug"):
         await asyncio.wait_for(task, 5)  # the processor stopped with it
     assert proc.state.value == "failed"
+
+
+async def test_null_storage_keeps_no_values_but_the_table_topic_gets_every_write() -> None:
+    values: list[Any] = []
+
+    def remember(ctx: Context, msg: Any) -> None:
+        values.append(ctx.value())
+        ctx.set_value(len(values))
+
+    async with Tester(partitions=2) as tester:
+        proc = await tester.processor(
+            define_group("g", input("in", "str", remember), persist("int64")), storage=null_storage()
+        )
+        table = await tester.tracker("g-table", "int64")
+        for _ in range(3):
+            await tester.consume("in", "k", "x")  # a checkpoint each: three table writes
+        assert values == [None, None, None], "a null store reads nothing back"
+        assert [v for _, v in await table.drain()] == [1, 2, 3]
+        assert await table.hwm(proc_partition(proc, "k")) == 3
+        assert proc.get("k") is None
+
+
+def proc_partition(proc: Processor, key: str) -> int:
+    return proc._partitioner(key.encode(), proc._npar)
+
+
+async def test_the_graph_hook_sees_the_graph_and_clear_values_empties_the_tables() -> None:
+    hooked: list[Any] = []
+    graph = define_group("g", input("in", "str", count), persist("int64"))
+    async with Tester(partitions=2) as tester:
+        await tester.processor(graph, graph_hook=hooked.append)
+        assert hooked == [graph]
+        await tester.consume_many("in", [(f"k{i}", "x") for i in range(4)])
+        assert tester.table_keys("g-table") == ["k0", "k1", "k2", "k3"]
+        tester.clear_values()
+        assert tester.table_keys("g-table") == []
+        await tester.consume("in", "k0", "x")
+        assert tester.table_value("g-table", "k0") == 1, "counting starts again from an empty table"
