@@ -8,6 +8,7 @@ import contextlib
 import sys
 from collections.abc import Sequence
 
+from broker import __version__
 from broker.cli import commands
 
 DESCRIPTION = """\
@@ -19,6 +20,7 @@ and an in-memory broker. A broker is chosen by URL:
   nats://HOST:PORT          NATS JetStream (pip install 'polybroker[nats]')
   pubsub://PROJECT          Google Cloud Pub/Sub (pip install 'polybroker[pubsub]')
   pulsar://HOST:PORT        Apache Pulsar (pip install 'polybroker[pulsar]')
+  servicebus://NAMESPACE    Azure Service Bus, or a connection string (pip install 'polybroker[servicebus]')
 
 Settings go in the query string: kafka://localhost:9092?group_id=orders
 """
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="log what the library does")
+    parser.add_argument("--version", action="version", version=f"polybroker {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="a guided tour: publish, consume, ack, nack, redelivery")

@@ -10,7 +10,9 @@ import uuid
 
 import pytest
 
+import broker
 from broker.cli.main import main
+from broker.connect import available_backends
 
 
 def run(args: list[str], stdin: str = "", monkeypatch: pytest.MonkeyPatch | None = None) -> int:
@@ -24,8 +26,17 @@ def test_help_explains_urls_and_commands() -> None:
         [sys.executable, "-m", "broker.cli", "--help"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0
-    for word in ("demo", "publish", "consume", "dev", "kafka://", "inmem://"):
+    for word in ("demo", "publish", "consume", "dev", "--version"):
         assert word in result.stdout
+    for scheme in available_backends():  # every registered backend is listed with its URL
+        assert f"{scheme}://" in result.stdout, f"--help does not list {scheme}://"
+
+
+def test_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stdout.strip() == f"polybroker {broker.__version__}"
 
 
 def test_demo_walks_through_ack_nack_and_redelivery() -> None:
