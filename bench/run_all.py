@@ -34,6 +34,7 @@ SCRIPTS = (
     "pubsub",
     "servicebus",
     "processor",
+    "processor_failover",
     "spark",
 )
 QUIX_PYTHON = ROOT / ".venv" / "quix" / "bin" / "python"

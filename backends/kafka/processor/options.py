@@ -107,6 +107,11 @@ class ProcessorOptions:
     table_config: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "compact"})
     #: How long ``stop()`` waits for deferred commits of revoked partitions (seconds).
     defer_timeout: float = 30.0
+    #: Keep the group table and joined tables of the partitions this member does not own up to
+    #: date as well (goka's ``WithHotStandby``): when a rebalance or a failover hands it one,
+    #: recovery reads only what the standby had not read yet instead of the whole table.
+    #: Costs reading (and storing) every table partition on every member.
+    hot_standby: bool = False
     #: Called with the group graph when the processor is made (goka's ``WithGroupGraphHook``).
     graph_hook: Callable[[GroupGraph], None] | None = None
     #: Partitions whose records async callbacks handle at once (records of one partition stay in

@@ -138,6 +138,10 @@ class Processor:
         self._assigned: set[TopicPartition] = set()
         self._parts: dict[int, PartitionState] = {}
         self._joins = TableFollower(log_port)
+        #: Hot standby: tables of partitions not owned, kept up to date (partition -> its tables).
+        self._standby: dict[int, list[PartitionTable]] = {}
+        self._standby_follower = TableFollower(log_port, batch_size=max(self.options.batch_size, 10_000))
+        self._standby_task: asyncio.Task[None] | None = None
         self._pending: list[Awaitable[tuple[TopicPartition, int]]] = []
         self._touched: set[PartitionState] = set()
         self._defer_tokens = 0
@@ -272,6 +276,7 @@ class Processor:
         added = sorted(owned - set(self._parts))
         if added:
             await self._open_partitions(added)
+        self._sync_standby()
         await self._rebalanced(frozenset(added), frozenset())
         self._ready.set()
 
@@ -285,7 +290,12 @@ class Processor:
             if self._error is None:
                 await self._commit()
         for p in gone:
-            self._close_partition(self._parts.pop(p), flush=self._error is None)
+            state = self._parts.pop(p)
+            if self.options.hot_standby and self._error is None:
+                self._to_standby(state)
+            else:
+                self._close_partition(state, flush=self._error is None)
+        self._sync_standby()
         await self._rebalanced(frozenset(), frozenset(gone))
 
     def _check_copartitioned(self) -> set[int]:
@@ -320,15 +330,17 @@ class Processor:
         tables: list[PartitionTable] = []
         try:
             for p in numbers:
+                standby = {t.topic: t for t in self._from_standby(p)}
                 table = None
                 if self.graph.table_edge is not None:
-                    table = PartitionTable(
-                        self.graph.table_topic, p, build(self.graph.table_topic, p), update
-                    )
+                    topic = self.graph.table_topic
+                    table = standby.get(topic) or PartitionTable(topic, p, build(topic, p), update)
                     tables.append(table)
                 joins = {}
                 for edge in self.graph.joint_tables:
-                    joined = PartitionTable(edge.topic, p, build(edge.topic, p), update)
+                    joined = standby.get(edge.topic) or PartitionTable(
+                        edge.topic, p, build(edge.topic, p), update
+                    )
                     joins[edge.topic] = joined
                     tables.append(joined)
                 states.append(PartitionState(p, table, joins))
@@ -347,6 +359,71 @@ class Processor:
         for state in states:
             self._parts[state.partition] = state
             self._joins.add(state.joins.values())
+
+    # -- hot standby ----------------------------------------------------------------------
+    def _standby_tables(self, p: int) -> list[PartitionTable]:
+        build = self.options.storage
+        update = self.options.update_callback
+        topics: list[str] = [self.graph.table_topic] if self.graph.table_edge is not None else []
+        topics += [edge.topic for edge in self.graph.joint_tables]
+        return [PartitionTable(topic, p, build(topic, p), update) for topic in topics]
+
+    async def _follow_standby(self) -> None:
+        """Apply table records to the standby stores as they arrive (the stores' only writer)."""
+        follower = self._standby_follower
+        while True:
+            try:
+                if not await follower.step(self.options.poll_timeout if self._standby else None):
+                    await asyncio.sleep(self.options.poll_timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a standby is an optimisation: keep the processor running
+                log.warning("%r: following the standby tables failed (retrying): %r", self.graph.group, exc)
+                await asyncio.sleep(1.0)
+
+    def _sync_standby(self) -> None:
+        """With ``hot_standby``: follow the tables of every partition this member does not own."""
+        if not self.options.hot_standby or not self._npar:
+            return
+        if self._standby_task is None and not self._manual:
+            self._standby_task = asyncio.get_running_loop().create_task(
+                self._follow_standby(), name=f"processor-{self.graph.group}-standby"
+            )
+        for p in range(self._npar):
+            if p in self._parts or p in self._standby:
+                continue
+            tables = self._standby_tables(p)
+            if tables:
+                for table in tables:
+                    table.status = TableStatus.RECOVERING
+                self._standby[p] = tables
+                self._standby_follower.add(tables)
+
+    def _from_standby(self, p: int) -> list[PartitionTable]:
+        """Take partition ``p``'s standby tables (empty without one): its owner recovers the tail."""
+        tables = self._standby.pop(p, [])
+        if tables:
+            self._standby_follower.remove([t.tp for t in tables])
+        return tables
+
+    def _to_standby(self, state: PartitionState) -> None:
+        """Keep a revoked partition's tables as its standby (flushed, never closed)."""
+        self._touched.discard(state)
+        self._joins.remove([t.tp for t in state.joins.values()])
+        tables = list(state.joins.values())
+        if state.table is not None:
+            tables.append(state.table)
+        for table in tables:
+            with contextlib.suppress(Exception):
+                table.storage.flush()
+        if tables:
+            self._standby[state.partition] = tables
+            self._standby_follower.add(tables)
+
+    @property
+    def standby_partitions(self) -> frozenset[int]:
+        """Partitions whose tables this member keeps up to date without owning them (``hot_standby``)."""
+        return frozenset(self._standby)
 
     def _close_partition(self, state: PartitionState, *, flush: bool) -> None:
         self._touched.discard(state)
@@ -548,6 +625,8 @@ class Processor:
             await self._check_lookups()
         if self._joins.tables:
             await self._joins.step(0)
+        if self._standby and self._manual:  # running, a task of its own follows them
+            await self._standby_follower.step(0)
         records = await self._consumer.poll(self.options.batch_size, timeout)
         if self._error is not None:
             raise self._error
@@ -677,6 +756,21 @@ class Processor:
         self._touched.clear()
         with contextlib.suppress(Exception):
             await self._joins.close()
+        if self._standby_task is not None:
+            self._standby_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._standby_task
+            self._standby_task = None
+        with contextlib.suppress(Exception):
+            await self._standby_follower.close()
+        standby, self._standby = self._standby, {}
+        for tables in standby.values():
+            for table in tables:
+                with contextlib.suppress(Exception):
+                    if not failed:
+                        table.storage.flush()
+                    table.storage.close()
+                table.status = TableStatus.STOPPED
         for view in self._lookups.values():
             with contextlib.suppress(Exception):
                 await view.stop()

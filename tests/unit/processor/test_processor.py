@@ -356,3 +356,52 @@ async def test_a_failing_partition_stops_the_others_and_nothing_is_committed(log
 def test_partition_concurrency_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="partition_concurrency"):
         ProcessorOptions(partition_concurrency=0)
+
+
+async def test_hot_standby_keeps_other_partitions_tables_so_a_failover_reads_only_the_tail(
+    log: InmemLog,
+) -> None:
+    await log.create_topic("in", 2)
+
+    def value(members: list[Processor], key: str) -> Any:
+        for member in members:
+            if member._partitioner(key.encode(), 2) in member.partitions:
+                return member.get(key)
+        return None
+
+    async def takeover(group: str, with_standby: bool) -> dict[int, tuple[int, int]]:
+        """Recovery (start offset, high watermark) of each partition the first member takes over."""
+        graph = define_group(group, input("in", "str", count), persist("int64"))
+        one = Processor(log, graph, hot_standby=with_standby)
+        two = Processor(log, graph, hot_standby=with_standby)
+        async with one:
+            async with two:
+                await wait_until(lambda: len(one.partitions) == 1 and len(two.partitions) == 1, 5)
+                for i in range(200):
+                    await log.produce("in", b"x", key=f"{group}-{i % 40}")
+                keys = [f"{group}-{i}" for i in range(40)]
+                await wait_until(lambda: all(value([one, two], k) == 5 for k in keys), 5)
+                if with_standby:
+                    assert one.standby_partitions == frozenset({0, 1}) - one.partitions
+                    await wait_until(lambda: standby_caught_up(one), 5)
+                taken = set(two.partitions)
+            await wait_until(lambda: one.partitions == {0, 1}, 5)  # the failover
+            stats = await one.stats()
+            assert [one.get(k) for k in keys] == [5] * 40, "the table after the takeover is wrong"
+        out = {}
+        for p in taken:
+            table = stats.group[p].table
+            assert table is not None
+            out[p] = (table.recovery.start_offset, table.recovery.hwm)
+        return out
+
+    cold = await takeover("cold", with_standby=False)
+    assert all(start == 0 and hwm > 0 for start, hwm in cold.values()), cold  # the whole table again
+    warm = await takeover("warm", with_standby=True)
+    # the standby had read the table up to the last checkpoints: the new owner reads only their tail
+    assert all(0 < start <= hwm for start, hwm in warm.values()), warm
+
+
+def standby_caught_up(proc: Processor) -> bool:
+    tables = [t for ts in proc._standby.values() for t in ts]
+    return bool(tables) and all(t.writes > 0 for t in tables)
