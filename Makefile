@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck java bench clean
+.PHONY: demo test lint typecheck java bench docs clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ test: lint typecheck java
 
 bench: $(STAMP) java
 	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000   # the documentation site (mkdocs.yml, docs/)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

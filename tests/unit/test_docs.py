@@ -1,0 +1,148 @@
+"""The documentation site (mkdocs.yml, docs/): its Python samples run, and it builds with --strict.
+
+Every fenced ```python block of a page under docs/ (starting at the beginning of a line) is a sample
+that runs as a script in a fresh interpreter, against ``inmem://`` or nothing at all. A sample that
+needs a real server, Spark or pytest says so on the line right before its fence and is skipped with
+that reason::
+
+    <!-- no-run: needs a Kafka broker -->
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+#: Fewer runnable samples than this means the extraction broke (or the docs lost their samples).
+MIN_RUNNABLE = 8
+
+_FENCE = re.compile(r"^```python\n(.*?)^```[ \t]*$", re.M | re.S)
+_NO_RUN = re.compile(r"^<!--\s*no-run:\s*(\S.*?)\s*-->$")
+_NO_RUN_ANYWHERE = re.compile(r"^<!--\s*no-run:", re.M)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One ```python block of a page."""
+
+    page: str
+    line: int
+    code: str
+    #: Why it is not run (the ``no-run`` marker's text), or None: it runs.
+    skip: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def find_samples() -> list[Sample]:
+    found: list[Sample] = []
+    for path in sorted(DOCS.rglob("*.md")):
+        text = path.read_text()
+        page = path.relative_to(DOCS).as_posix()
+        for match in _FENCE.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            previous = text[: match.start()].rstrip("\n").rpartition("\n")[2].strip()
+            marker = _NO_RUN.match(previous)
+            found.append(Sample(page, line, match.group(1), marker.group(1) if marker else None))
+    return found
+
+
+SAMPLES = find_samples()
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
+def test_sample_runs(sample: Sample, tmp_path: Path) -> None:
+    if sample.skip is not None:
+        pytest.skip(f"docs/{sample.name}: no-run: {sample.skip}")
+    script = tmp_path / "sample.py"
+    script.write_text(sample.code)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    output = f"{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, f"the sample at docs/{sample.name} failed:\n{output}"
+
+
+def test_enough_samples_run_and_every_skip_is_marked() -> None:
+    runnable = [s for s in SAMPLES if s.skip is None]
+    skipped = [s for s in SAMPLES if s.skip is not None]
+    print(f"docs samples: {len(runnable)} run, {len(skipped)} skipped (no-run)")
+    for sample in skipped:
+        print(f"  skipped docs/{sample.name}: {sample.skip}")
+    assert len(runnable) >= MIN_RUNNABLE, (
+        f"only {len(runnable)} runnable samples (expected >= {MIN_RUNNABLE})"
+    )
+    markers = sum(len(_NO_RUN_ANYWHERE.findall(path.read_text())) for path in DOCS.rglob("*.md"))
+    assert markers == len(skipped), "a no-run marker is not on the line right before a ```python fence"
+
+
+def test_site_builds_strict(tmp_path: Path) -> None:
+    for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+        pytest.importorskip(
+            module, reason="the docs toolchain comes with the test extra: pip install '.[test]'"
+        )
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
+    for page in (
+        "index.html",
+        "choosing-a-broker/index.html",
+        "capabilities/index.html",
+        "backends/inmem/index.html",
+        "backends/kafka/index.html",
+        "backends/jetstream/index.html",
+        "backends/pubsub/index.html",
+        "backends/pulsar/index.html",
+        "backends/servicebus/index.html",
+        "kafka-queue/index.html",
+        "processor/index.html",
+        "spark/index.html",
+        "testing/index.html",
+        "writing-a-backend/index.html",
+        "benchmarks/index.html",
+        "architecture/index.html",
+        "versioning/index.html",
+        "reference/broker/index.html",
+        "reference/errors/index.html",
+        "reference/message/index.html",
+        "reference/testing/index.html",
+        "reference/kafka-queue/index.html",
+        "reference/processor/index.html",
+        "search/search_index.json",
+    ):
+        assert (site / page).is_file(), f"{page} is missing from the built site"
+    matrix = (site / "capabilities" / "index.html").read_text()
+    for scheme in ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus"):
+        assert f"<code>{scheme}://</code>" in matrix, f"the capability matrix lost its {scheme}:// column"
+    reference = (site / "reference" / "broker" / "index.html").read_text()
+    assert 'id="broker.connect.connect"' in reference and 'id="broker.Message"' in reference
+    assert "<!-- generated:" not in (site / "backends" / "kafka" / "index.html").read_text()
