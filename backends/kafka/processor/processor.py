@@ -121,7 +121,6 @@ class Processor:
         loop_edge = graph.loop_edge
         self._loop_codec: Codec[Any] | None = loop_edge.codec if loop_edge is not None else None
         self._inputs: dict[str, _InputEdge] = {e.topic: _InputEdge(e) for e in graph.input_streams}
-        self._any_async = any(edge.is_async for edge in self._inputs.values())
         self._visitors: dict[str, Edge] = {e.topic: e for e in graph.visitors}
         if self.options.graph_hook is not None:
             self.options.graph_hook(graph)
@@ -129,6 +128,7 @@ class Processor:
         self._visits: list[tuple[Edge, Any, asyncio.Future[int]]] = []
         if loop_edge is not None:
             self._inputs[loop_edge.topic] = _InputEdge(loop_edge)
+        self._any_async = any(edge.is_async for edge in self._inputs.values())  # the loop's too
         self._outputs: dict[str, Codec[Any]] = {e.topic: e.codec for e in graph.output_streams}
         self._join_codecs: dict[str, Codec[Any]] = {e.topic: e.codec for e in graph.joint_tables}
         self._lookups: dict[str, View] = {}
