@@ -662,7 +662,7 @@ class Processor:
         if edge is None:
             known = ", ".join(sorted(self._visitors)) or "none"
             raise GraphError(f"group {self.graph.group!r} has no visitor {name!r} (visitors: {known})")
-        if self._finished.is_set() or self._stopping:
+        if self._finished.is_set() or self._stopping or not (self._ran or self._manual):
             raise VisitAborted(f"processor {self.graph.group!r} is not running")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._visits.append((edge, meta, future))

@@ -97,6 +97,8 @@ async def test_visit_all_on_a_running_processor_runs_between_batches(log: InmemL
 
     graph = define_group("g", input("in", "str", slow_count), persist("int64"), visitor("reset", reset))
     proc = Processor(log, graph)
+    with pytest.raises(VisitAborted, match="not running"):
+        await proc.visit_all("reset", 0)  # before it runs: refused, never left waiting
     async with proc:
         for i in range(40):
             await log.produce("in", b"x", key=f"k{i % 5}")
