@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck java bench docs clean
+.PHONY: demo test lint typecheck java browser bench docs clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,14 @@ java:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
 
-test: lint typecheck java
+# The browser tests (the docs site's search box, the processor monitor page) drive Debian's Chromium.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing it from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
+test: lint typecheck java browser
 	$(PY) -m pytest
 
 bench: $(STAMP) java
