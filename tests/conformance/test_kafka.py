@@ -48,6 +48,6 @@ class TestKafkaConformance(ConformanceSuite):
             async with asyncio.timeout(90):  # closing never hangs: a failure here, not a stuck run
                 await backend.close()
 
-    @pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=False)
+    @pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=True)
     async def test_transactions_commit_and_abort(self, harness: Harness) -> None:
         await super().test_transactions_commit_and_abort(harness)

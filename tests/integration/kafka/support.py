@@ -24,7 +24,7 @@ TANSU_HIGH_WATERMARK_BUG = (
 )
 TANSU_ABORTED_VISIBLE_BUG = (
     "Tansu 0.6 bug: records of aborted transactions stay visible to read_committed consumers "
-    "(servers.md §1 (c))"
+    "(servers.md §1 (c); raw-client reproduction: tests/integration/kafka/test_broker_bugs.py)"
 )
 
 

@@ -69,7 +69,7 @@ async def test_abort_then_commit_again_on_the_same_publisher(backend: KafkaBacke
     assert set(values) <= {b"aborted", b"c1", b"c2"}
 
 
-@pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=False)
+@pytest.mark.xfail(reason=TANSU_ABORTED_VISIBLE_BUG, strict=True)
 async def test_aborted_records_are_invisible_to_read_committed(backend: KafkaBackend) -> None:
     topic = unique("hidden")
     await backend.admin.create_topic(topic, 1)
