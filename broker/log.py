@@ -7,13 +7,20 @@ objects whose ``ack()`` commits through the consumer that polled them.
 
 Offsets follow Kafka: a committed offset is the *next* offset to read; a high watermark is
 the offset the next produced record will get.
+
+``send``, ``produce``, ``consumer`` and ``reader`` take an optional ``client_id``: the name the
+client reports to the broker (Kafka's ``client.id``, shown by broker tools and quotas; goka's
+``WithClientID``). A log with no such notion ignores it (the in-memory log does).
+:func:`with_client_id` wraps a log so that every client made through it carries one id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Final, Literal, NamedTuple, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Final, Literal, NamedTuple, Protocol, Self, runtime_checkable
 
+from broker.errors import ConfigError
 from broker.interfaces import Closeable
 from broker.message import Record
 
@@ -26,6 +33,7 @@ __all__ = [
     "RebalanceListener",
     "StartPosition",
     "TopicPartition",
+    "with_client_id",
 ]
 
 #: Sentinel offsets for :meth:`LogReader.assign` and :meth:`LogConsumer.seek`.
@@ -133,11 +141,12 @@ class Log(Closeable, Protocol):
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Queue one record without waiting; await the result for ``(TopicPartition, offset)``.
 
         ``partition=None`` picks the partition from the key (murmur2) or spreads unkeyed records.
-        ``value=None`` writes a tombstone.
+        ``value=None`` writes a tombstone. ``client_id`` picks the producer that reports that id.
         """
 
     async def produce(
@@ -148,6 +157,7 @@ class Log(Closeable, Protocol):
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> tuple[TopicPartition, int]:
         """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``."""
 
@@ -161,13 +171,135 @@ class Log(Closeable, Protocol):
         *,
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
+        client_id: str | None = None,
     ) -> LogConsumer:
         """Join ``group`` reading ``topics``; assignment changes reach ``listener``."""
 
-    def reader(self) -> LogReader:
+    def reader(self, *, client_id: str | None = None) -> LogReader:
         """A reader outside any group."""
 
     async def committed(
         self, group: str, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, int | None]:
         """The committed offsets of ``group`` (None where nothing was committed)."""
+
+
+class _ClientIdLog:
+    """A :class:`Log` that passes one ``client_id`` to every producer, consumer and reader it makes."""
+
+    def __init__(self, inner: Log, client_id: str) -> None:
+        self.inner = inner
+        self.client_id = client_id
+
+    def __repr__(self) -> str:
+        return f"<{self.inner!r} as client {self.client_id!r}>"
+
+    async def create_topic(
+        self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
+    ) -> None:
+        """Create ``name`` on the wrapped log."""
+        await self.inner.create_topic(name, partitions, config=config)
+
+    async def partitions(self, topic: str) -> int:
+        """The partition count of ``topic``."""
+        return await self.inner.partitions(topic)
+
+    async def watermarks(self, partition: TopicPartition) -> tuple[int, int]:
+        """``(low, high)`` of ``partition``."""
+        return await self.inner.watermarks(partition)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one record through the producer of this client id."""
+        return self.inner.send(
+            topic,
+            value,
+            key=key,
+            partition=partition,
+            attributes=attributes,
+            client_id=client_id or self.client_id,
+        )
+
+    async def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
+    ) -> tuple[TopicPartition, int]:
+        """Write one record through the producer of this client id."""
+        return await self.inner.produce(
+            topic,
+            value,
+            key=key,
+            partition=partition,
+            attributes=attributes,
+            client_id=client_id or self.client_id,
+        )
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued record of the wrapped log was written."""
+        await self.inner.flush(timeout)
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        start: StartPosition = "earliest",
+        listener: RebalanceListener | None = None,
+        client_id: str | None = None,
+    ) -> LogConsumer:
+        """A group member reporting this client id."""
+        return self.inner.consumer(
+            group, topics, start=start, listener=listener, client_id=client_id or self.client_id
+        )
+
+    def reader(self, *, client_id: str | None = None) -> LogReader:
+        """A reader reporting this client id."""
+        return self.inner.reader(client_id=client_id or self.client_id)
+
+    async def committed(
+        self, group: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The committed offsets of ``group``."""
+        return await self.inner.committed(group, partitions)
+
+    async def close(self) -> None:
+        """Nothing of its own to close: the wrapped log belongs to whoever made it."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def with_client_id(log: Log, client_id: str | None) -> Log:
+    """``log`` seen as client ``client_id``: its producers, consumers and readers report that id.
+
+    Returns ``log`` itself when ``client_id`` is ``None`` (or when ``log`` already is this client).
+    The wrapper shares the log (closing it is a no-op); close ``log`` itself when done.
+    """
+    if client_id is None:
+        return log
+    if not client_id:
+        raise ConfigError("client_id must be a non-empty string or None")
+    if isinstance(log, _ClientIdLog):
+        if log.client_id == client_id:
+            return log
+        log = log.inner
+    return _ClientIdLog(log, client_id)

@@ -403,8 +403,9 @@ class InmemLog(AsyncResource):
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Write now; the returned awaitable yields ``(TopicPartition, offset)``."""
+        """Write now; the awaitable yields ``(TopicPartition, offset)`` (``client_id`` is ignored)."""
         self._check()
         state = self.broker.topic(topic, self.default_partitions)
         p, offset = self.broker.append_record(state, value, key, attributes, partition, self.partitioner)
@@ -420,8 +421,9 @@ class InmemLog(AsyncResource):
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> tuple[TopicPartition, int]:
-        """Write one record; returns ``(TopicPartition, offset)``."""
+        """Write one record; returns ``(TopicPartition, offset)`` (``client_id`` is ignored)."""
         return await self.send(topic, value, key=key, partition=partition, attributes=attributes)
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -435,15 +437,16 @@ class InmemLog(AsyncResource):
         *,
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
+        client_id: str | None = None,
     ) -> GroupConsumer:
-        """Join ``group`` reading ``topics``."""
+        """Join ``group`` reading ``topics`` (``client_id`` is ignored: no broker to report it to)."""
         self._check()
         consumer = GroupConsumer(self.broker, group, topics, start, listener)
         self._children.append(consumer)
         return consumer
 
-    def reader(self) -> InmemReader:
-        """A reader outside any group."""
+    def reader(self, *, client_id: str | None = None) -> InmemReader:
+        """A reader outside any group (``client_id`` is ignored)."""
         self._check()
         reader = InmemReader(self.broker)
         self._children.append(reader)

@@ -194,6 +194,8 @@ class KafkaLog:
             replication_factor=settings.replication_factor,
         )
         self._producer: AsyncProducer | None = None
+        #: Producers of sends that asked for a ``client_id`` of their own, by that id.
+        self._client_producers: dict[str, AsyncProducer] = {}
         self._children: list[KafkaLogConsumer | KafkaLogReader] = []
         self._later: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -215,6 +217,21 @@ class KafkaLog:
                 close_timeout=self.settings.close_timeout,
             )
         return self._producer
+
+    def _producer_for(self, client_id: str | None) -> AsyncProducer:
+        """The shared producer, or the one reporting ``client_id`` (created on first use)."""
+        if client_id is None or client_id == self.settings.client_id:
+            return self.producer
+        owner = self._client_producers.get(client_id)
+        if owner is None:
+            config = producer_config(self.settings)
+            config["client.id"] = client_id
+            owner = self._client_producers[client_id] = AsyncProducer(
+                config,
+                name=f"log-producer-{client_id}-{next(_names)}",
+                close_timeout=self.settings.close_timeout,
+            )
+        return owner
 
     async def create_topic(
         self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
@@ -244,11 +261,13 @@ class KafkaLog:
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Queue one record without waiting; await the result for ``(TopicPartition, offset)``.
 
         ``partition=None`` picks the partition from the key (murmur2) or spreads unkeyed records.
-        ``value=None`` writes a tombstone.
+        ``value=None`` writes a tombstone. ``client_id`` sends through a producer of its own whose
+        ``client.id`` is that id (one per id, kept until the log closes).
         """
         self._check()
         if value is not None and not isinstance(value, bytes | bytearray | memoryview):
@@ -257,7 +276,7 @@ class KafkaLog:
             raise InvalidMessage(f"a record key must be str or None, got {type(key).__name__}")
         if attributes:
             validate_attributes(attributes)
-        owner = self.producer
+        owner = self._producer_for(client_id)
         owner.check_open("produce")
         loop = asyncio.get_running_loop()
         delivery = _RecordDelivery(loop, topic)
@@ -266,7 +285,7 @@ class KafkaLog:
         try:
             produce(owner.producer, topic, value, key, attributes, delivery.on_delivery, target)
         except BufferError:
-            task = loop.create_task(self._send_later(delivery, topic, value, key, target, attributes))
+            task = loop.create_task(self._send_later(owner, delivery, topic, value, key, target, attributes))
             self._later.add(task)
             task.add_done_callback(self._later.discard)
             return delivery.future
@@ -276,9 +295,15 @@ class KafkaLog:
         return delivery.future
 
     async def _send_later(
-        self, delivery: _RecordDelivery, topic: str, value: Any, key: Any, partition: int, attributes: Any
+        self,
+        owner: AsyncProducer,
+        delivery: _RecordDelivery,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        attributes: Any,
     ) -> None:
-        owner = self.producer
         while not owner.closed:
             await owner.wait_for_room()
             try:
@@ -300,16 +325,20 @@ class KafkaLog:
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> tuple[TopicPartition, int]:
         """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``."""
-        return await self.send(topic, value, key=key, partition=partition, attributes=attributes)
+        return await self.send(
+            topic, value, key=key, partition=partition, attributes=attributes, client_id=client_id
+        )
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued record was written (``Timeout`` if some remain after ``timeout``)."""
         self._check()
-        if self._producer is None:
+        owners = [p for p in (self._producer, *self._client_producers.values()) if p is not None]
+        if not owners:
             return
-        remaining = await self._producer.flush(timeout)
+        remaining = sum(await asyncio.gather(*(owner.flush(timeout) for owner in owners)))
         if remaining:
             raise Timeout(f"{remaining} record(s) still queued after {timeout}s")
 
@@ -320,18 +349,23 @@ class KafkaLog:
         *,
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
+        client_id: str | None = None,
         **options: Any,
     ) -> KafkaLogConsumer:
         """Join ``group`` reading ``topics``; assignment changes reach ``listener``.
 
+        ``client_id`` sets this member's ``client.id`` (default: the connection's ``client_id``).
         ``options`` override the connection's consumer settings (``session_timeout``, ...). A topic
         that does not exist yet is picked up at librdkafka's next metadata refresh
         (``topic.metadata.refresh.interval.ms``, 5 minutes unless ``consumer_config`` lowers it).
         """
         self._check()
         opts = self.settings.consumer_options(start=start, **options)
+        config = consumer_config(self.settings, opts, group)
+        if client_id is not None:
+            config["client.id"] = client_id
         core = GroupCore(
-            consumer_config(self.settings, opts, group),
+            config,
             list(topics),
             name=f"log-{group}-{next(_names)}",
             prefetch=opts.batch_size,
@@ -343,12 +377,18 @@ class KafkaLog:
         self._children.append(child)
         return child
 
-    def reader(self, **options: Any) -> KafkaLogReader:
-        """A reader outside any group (``options`` override the consumer settings)."""
+    def reader(self, *, client_id: str | None = None, **options: Any) -> KafkaLogReader:
+        """A reader outside any group (``options`` override the consumer settings).
+
+        ``client_id`` sets the reader's ``client.id`` (default: the connection's ``client_id``).
+        """
         self._check()
         opts = self.settings.consumer_options(**options)
+        config = reader_config(self.settings, opts)
+        if client_id is not None:
+            config["client.id"] = client_id
         core = ReaderCore(
-            reader_config(self.settings, opts),
+            config,
             name=f"log-reader-{next(_names)}",
             prefetch=opts.batch_size,
             close_timeout=self.settings.close_timeout,
@@ -373,6 +413,9 @@ class KafkaLog:
         await asyncio.gather(*(child.close() for child in children), return_exceptions=True)
         if self._producer is not None:
             await self._producer.close()
+        extra, self._client_producers = list(self._client_producers.values()), {}
+        for owner in extra:
+            await owner.close()
         if self._own_admin:
             await self.admin.close()
 

@@ -21,6 +21,7 @@ from broker.settings import parse_url, redact_url
 
 __all__ = [
     "CommandError",
+    "CommandFailed",
     "backends",
     "configure_logging",
     "consume",
@@ -33,6 +34,15 @@ __all__ = [
 
 class CommandError(Exception):
     """A user-facing failure: printed without a traceback, exit status 2."""
+
+    #: The exit status ``broker`` returns for it.
+    status = 2
+
+
+class CommandFailed(CommandError):
+    """A long-running command died of a runtime failure (not a usage error): exit status 1."""
+
+    status = 1
 
 
 def configure_logging(verbose: bool) -> None:
@@ -312,7 +322,11 @@ async def queue_tracker(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
+    max_failures: int = getattr(args, "max_failures", 10)
+    if max_failures < 0:
+        raise CommandError(f"--max-failures must be >= 0, got {max_failures}")
     stop = asyncio.Event()
+    give_up = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -321,18 +335,33 @@ async def queue_tracker(args: argparse.Namespace) -> int:
             tracker = make(args.topic, **options)
         except BrokerError as exc:
             raise CommandError(str(exc)) from exc
+
+        def on_failure(error: BaseException) -> None:
+            if max_failures and tracker.failure_streak >= max_failures:
+                give_up.set()
+
+        tracker.on_failure = on_failure
         print(
             f"tracking {args.topic!r} (markers on {tracker.config.marker_topic!r}, group "
             f"{tracker.config.tracker_group!r}); Ctrl-C to stop",
             file=sys.stderr,
         )
         task = tracker.start()
-        done, _ = await asyncio.wait(
-            [task, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED
-        )
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(give_up.wait())]
+        try:
+            done, _ = await asyncio.wait([task, *waiters], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        requested = stop.is_set()
+        streak, last_error = tracker.failure_streak, tracker.last_error
         await tracker.close()
         if task in done and not task.cancelled() and task.exception() is not None:
-            raise CommandError(f"the tracker stopped: {task.exception()}")
+            raise CommandFailed(f"the tracker stopped: {task.exception()}")
+        if give_up.is_set() and not requested:
+            raise CommandFailed(f"the tracker failed {streak} times in a row; giving up: {last_error!r}")
+        if task in done and not requested:
+            raise CommandFailed("the tracker stopped on its own (its connection was closed)")
         counts = dict(tracker.metrics.counts)
     print(
         f"stopped; redelivered {counts.get('redelivered', 0)}, "

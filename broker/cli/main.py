@@ -127,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="share the topics with kafka-mq-go: per-message markers, its tracker group kafka-mq-redelivery",
     )
+    tracker.add_argument(
+        "--max-failures",
+        type=int,
+        default=10,
+        help=(
+            "exit with status 1 after this many tracker failures in a row, e.g. the broker unreachable "
+            "(default 10; 0: keep restarting forever)"
+        ),
+    )
     tracker.set_defaults(run=commands.queue_tracker)
 
     backends = sub.add_parser("backends", help="list the installed backends and their capabilities")
@@ -150,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result: int = asyncio.run(args.run(args))
         except commands.CommandError as exc:
             print(f"broker {args.command}: {exc}", file=sys.stderr)
-            return 2
+            return exc.status
         return result
     return 130
 

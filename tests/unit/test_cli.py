@@ -92,3 +92,97 @@ def test_queue_tracker_go_fleet_refuses_a_group_of_its_own(capsys: pytest.Captur
     args = ["queue", "tracker", "kafka://127.0.0.1:1", "orders", "--go-fleet", "--group", "mine"]
     assert run(args) == 2
     assert "kafka-mq-redelivery" in capsys.readouterr().err
+
+
+class _TrackerBackend:
+    """A stand-in backend whose ``queue_tracker`` runs the real tracker on a broken log."""
+
+    name = "fake"
+
+    def __init__(self, log: object, fail: bool) -> None:
+        self.log = log
+        self.fail = fail
+        self.trackers: list[object] = []
+
+    def queue_tracker(self, topic: str, **options: object) -> object:
+        from backends.kafka.queue import QueueConfig, RedeliveryTracker
+
+        tracker = RedeliveryTracker(
+            self.log,  # type: ignore[arg-type]
+            QueueConfig(message_topic=topic, marker_topic=f"{topic}.markers"),
+        )
+        tracker.restart_backoff = 0.01
+        self.trackers.append(tracker)
+        return tracker
+
+    async def __aenter__(self) -> _TrackerBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        close = getattr(self.log, "close", None)
+        if close is not None:
+            await close()
+
+
+class _UnreachableLog:
+    """Every request fails as if the broker were down for good."""
+
+    async def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> object:
+        async def fail(*args: object, **kwargs: object) -> None:
+            from broker.errors import ConnectionFailed
+
+            raise ConnectionFailed("broker unreachable")
+
+        return fail
+
+
+def test_queue_tracker_exits_non_zero_when_the_broker_stays_unreachable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from broker.cli import commands
+
+    backend = _TrackerBackend(_UnreachableLog(), fail=True)
+    monkeypatch.setattr(commands, "_connect", lambda url: backend)
+    assert run(["queue", "tracker", "fake://x", "orders", "--max-failures", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "failed 3 times in a row; giving up" in err and "broker unreachable" in err
+
+
+def test_queue_tracker_exits_non_zero_when_the_tracker_stops_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from backends.inmem import InmemBackend
+    from broker.cli import commands
+
+    inmem = broker.connect(f"inmem://cli-tracker-{uuid.uuid4().hex}")
+    assert isinstance(inmem, InmemBackend)
+    log = inmem.log()
+
+    class ClosingBackend(_TrackerBackend):
+        def queue_tracker(self, topic: str, **options: object) -> object:
+            tracker = super().queue_tracker(topic, **options)
+
+            async def closed(*args: object) -> None:
+                from broker.errors import ClosedError
+
+                raise ClosedError("the log is closed")
+
+            tracker._create_topics = closed  # type: ignore[attr-defined]
+            return tracker
+
+    monkeypatch.setattr(commands, "_connect", lambda url: ClosingBackend(log, fail=False))
+    assert run(["queue", "tracker", "fake://x", "orders"]) == 1
+    assert "stopped on its own" in capsys.readouterr().err
+
+
+def test_queue_tracker_rejects_a_negative_failure_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from broker.cli import commands
+
+    monkeypatch.setattr(commands, "_connect", lambda url: _TrackerBackend(_UnreachableLog(), fail=True))
+    assert run(["queue", "tracker", "fake://x", "orders", "--max-failures", "-1"]) == 2
+    assert "--max-failures" in capsys.readouterr().err

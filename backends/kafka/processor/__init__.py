@@ -65,6 +65,8 @@ from backends.kafka.processor.options import (
     ProcessorOptions,
     ProcessorState,
     RebalanceCallback,
+    RestartBackoff,
+    RetryDelay,
 )
 from backends.kafka.processor.processor import Processor
 from backends.kafka.processor.stats import (
@@ -84,13 +86,14 @@ from backends.kafka.processor.storage import (
     null_storage,
 )
 from backends.kafka.processor.table import RecoveryStats, TableStatus, UpdateCallback, default_update
-from backends.kafka.processor.tester import Tester, Tracker
-from backends.kafka.processor.view import View, ViewState
+from backends.kafka.processor.tester import Clock, Tester, Timestamp, Tracker
+from backends.kafka.processor.view import View, ViewIterator, ViewState
 
 __all__ = [
     "Assignment",
     "Callback",
     "CallbackFailed",
+    "Clock",
     "Context",
     "ContextError",
     "Edge",
@@ -118,6 +121,8 @@ __all__ = [
     "ProcessorStats",
     "RebalanceCallback",
     "RecoveryStats",
+    "RestartBackoff",
+    "RetryDelay",
     "Storage",
     "StorageBuilder",
     "Stream",
@@ -126,9 +131,11 @@ __all__ = [
     "TableStats",
     "TableStatus",
     "Tester",
+    "Timestamp",
     "Tracker",
     "UpdateCallback",
     "View",
+    "ViewIterator",
     "ViewState",
     "ViewStats",
     "VisitAborted",

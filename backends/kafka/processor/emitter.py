@@ -19,7 +19,7 @@ from backends.kafka.processor.errors import EmitterClosed
 from backends.kafka.processor.options import resolve_partitioner
 from broker.codecs import Codec
 from broker.errors import UnknownTopic
-from broker.log import Log, TopicPartition
+from broker.log import Log, TopicPartition, with_client_id
 from broker.partitioning import Partitioner
 
 __all__ = ["Emitter"]
@@ -39,8 +39,10 @@ class Emitter:
         partitioner: str | Partitioner = "murmur2",
         headers: Mapping[str, str] | None = None,
         create_partitions: int | None = 1,
+        client_id: str | None = None,
     ) -> None:
-        self._log = log_port
+        #: ``client_id``: the client id its producer reports to the broker (goka's ``WithClientID``).
+        self._log = with_client_id(log_port, client_id)
         self.topic = topic
         self.codec = resolve_codec(codec, f"emitter({topic!r})")
         self._partitioner = resolve_partitioner(partitioner)

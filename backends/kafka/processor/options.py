@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from backends.kafka.processor.storage import StorageBuilder, memory_storage
 from backends.kafka.processor.table import UpdateCallback, default_update
+from broker.backoff import Backoff
 from broker.errors import ConfigError, UnknownSetting
 from broker.log import StartPosition
 from broker.partitioning import Partitioner, partitioner_by_name
@@ -22,6 +23,8 @@ __all__ = [
     "ProcessorOptions",
     "ProcessorState",
     "RebalanceCallback",
+    "RestartBackoff",
+    "RetryDelay",
     "resolve_partitioner",
 ]
 
@@ -60,6 +63,42 @@ class Assignment:
 
 #: Called after every rebalance with the new :class:`Assignment` (plain or coroutine function).
 RebalanceCallback = Callable[[Assignment], Awaitable[None] | None]
+
+
+@runtime_checkable
+class RetryDelay(Protocol):
+    """A backoff policy (goka's ``BackoffBuilder``): the wait before restart number ``attempt``.
+
+    :class:`broker.backoff.Backoff` is one; any object with this method will do.
+    """
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before the ``attempt``-th restart in a row (1 for the first)."""
+        ...
+
+
+class RestartBackoff:
+    """Counts restarts in a row and gives the wait before the next one.
+
+    A run that lasted ``reset_after`` seconds or longer before it failed starts the count
+    afresh (goka's ``WithBackoffResetTimeout``), so one failure after a long healthy run waits
+    the shortest delay again.
+    """
+
+    __slots__ = ("attempt", "policy", "reset_after")
+
+    def __init__(self, policy: RetryDelay, reset_after: float) -> None:
+        self.policy = policy
+        self.reset_after = reset_after
+        #: Restarts in a row so far.
+        self.attempt = 0
+
+    def next_delay(self, ran_for: float) -> float:
+        """The wait before restarting a run that failed after ``ran_for`` seconds."""
+        if ran_for >= self.reset_after:
+            self.attempt = 0
+        self.attempt += 1
+        return max(0.0, float(self.policy.delay(self.attempt)))
 
 
 def resolve_partitioner(partitioner: str | Partitioner) -> Partitioner:
@@ -117,6 +156,19 @@ class ProcessorOptions:
     #: Partitions whose records async callbacks handle at once (records of one partition stay in
     #: order, one at a time; goka runs a goroutine per partition). 1: one record at a time.
     partition_concurrency: int = 16
+    #: The ``client.id`` its consumers, readers and producers report to the broker
+    #: (goka's ``WithClientID``; ``None``: the log's own). Ignored by the in-memory log.
+    client_id: str | None = None
+    #: Restart after a broker failure (the log unreachable, a send or poll failing) instead of
+    #: stopping: tear down, wait per ``backoff``, set up again and recover from the committed
+    #: offsets. Callback failures, graph and co-partitioning errors still stop the processor.
+    auto_reconnect: bool = False
+    #: The waits between restarts in a row (goka's ``WithBackoffBuilder``): a
+    #: :class:`broker.backoff.Backoff` or any :class:`RetryDelay`.
+    backoff: RetryDelay = field(default_factory=lambda: Backoff(initial=0.5, multiplier=2.0, maximum=30.0))
+    #: A run that lasted this long (seconds) before failing restarts the backoff from its first
+    #: delay (goka's ``WithBackoffResetTimeout``; 60 s as in goka).
+    backoff_reset: float = 60.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -137,6 +189,12 @@ class ProcessorOptions:
         if not isinstance(self.nil_handling, NilHandling):
             raise ConfigError(f"nil_handling must be a NilHandling, got {self.nil_handling!r}")
         resolve_partitioner(self.partitioner)
+        if self.client_id is not None and (not isinstance(self.client_id, str) or not self.client_id):
+            raise ConfigError(f"client_id must be a non-empty string or None, got {self.client_id!r}")
+        if not isinstance(self.backoff, RetryDelay):
+            raise ConfigError(f"backoff must have a delay(attempt) method (a Backoff), got {self.backoff!r}")
+        if self.backoff_reset < 0:
+            raise ConfigError(f"backoff_reset must be >= 0, got {self.backoff_reset}")
 
     @classmethod
     def build(cls, options: ProcessorOptions | None, overrides: Mapping[str, Any]) -> ProcessorOptions:

@@ -14,7 +14,9 @@ matters, as in Quix Streams' changelogs), waits until the log acknowledged every
 the local stores with the table offset, and only then commits the input offsets. So an input
 offset is committed only after its callback returned and every emit, loopback and table write
 it caused succeeded (the commit rule); any failure stops the processor with nothing since the
-last checkpoint committed, and a restart reprocesses it (at-least-once).
+last checkpoint committed, and a restart reprocesses it (at-least-once). With
+``auto_reconnect=True`` a broker failure (not a callback's) restarts the processor by itself
+after a backoff (``backoff``, reset after ``backoff_reset`` seconds of healthy running).
 
 Co-partitioning across instances relies on the log's group assignment giving each member the
 same partition numbers of every subscribed topic (the in-memory log does; on Kafka the default
@@ -46,10 +48,17 @@ from backends.kafka.processor.options import (
     NilHandling,
     ProcessorOptions,
     ProcessorState,
+    RestartBackoff,
     resolve_partitioner,
 )
 from backends.kafka.processor.partition import PartitionState
-from backends.kafka.processor.stats import InputStats, OutputStats, ProcessorStats
+from backends.kafka.processor.stats import (
+    InputStats,
+    OutputStats,
+    PartitionStats,
+    ProcessorStats,
+    TableStats,
+)
 from backends.kafka.processor.storage import Storage
 from backends.kafka.processor.table import (
     KeyPlacement,
@@ -61,13 +70,53 @@ from backends.kafka.processor.table import (
 )
 from backends.kafka.processor.view import View
 from broker.codecs import Codec
-from broker.errors import BrokerError, ClosedError, UnknownTopic
-from broker.log import Log, LogConsumer, TopicPartition
+from broker.errors import (
+    AuthenticationFailed,
+    BrokerError,
+    ClosedError,
+    ConfigError,
+    DecodeError,
+    EncodeError,
+    InvalidMessage,
+    MessageTooLarge,
+    MissingDependency,
+    NotSupported,
+    PermissionDenied,
+    UnknownTopic,
+)
+from broker.log import Log, LogConsumer, TopicPartition, with_client_id
 from broker.message import Record
 
 __all__ = ["Processor"]
 
 log = logging.getLogger("backends.kafka.processor")
+
+
+#: Failures a restart cannot cure: the processor stops on them even with ``auto_reconnect``.
+_PERMANENT: tuple[type[BaseException], ...] = (
+    ProcessorError,
+    ConfigError,
+    ClosedError,
+    MissingDependency,
+    InvalidMessage,
+    NotSupported,
+    PermissionDenied,
+    AuthenticationFailed,
+    MessageTooLarge,
+    UnknownTopic,
+    EncodeError,
+    DecodeError,
+)
+
+
+def restartable_failure(exc: BaseException) -> bool:
+    """True for a broker failure a restart may cure (the log unreachable, a send or poll failing).
+
+    Callback failures, graph and co-partitioning errors, configuration and codec errors are not.
+    """
+    if isinstance(exc, _PERMANENT):
+        return False
+    return isinstance(exc, BrokerError | OSError | TimeoutError)
 
 
 class _Listener:
@@ -112,9 +161,9 @@ class Processor:
         if not isinstance(graph, GroupGraph):
             raise TypeError(f"graph must be a GroupGraph (use define_group), got {type(graph).__name__}")
         graph.validate()
-        self._log = log_port
         self.graph = graph
         self.options = ProcessorOptions.build(options, overrides)
+        self._log = with_client_id(log_port, self.options.client_id)
         self._partitioner = resolve_partitioner(self.options.partitioner)
         table_edge = graph.table_edge
         self._table_codec: Codec[Any] | None = table_edge.codec if table_edge is not None else None
@@ -137,10 +186,12 @@ class Processor:
         self._consumer: LogConsumer | None = None
         self._assigned: set[TopicPartition] = set()
         self._parts: dict[int, PartitionState] = {}
-        self._joins = TableFollower(log_port)
+        #: Partitions assigned whose tables are being recovered (not yet in ``_parts``).
+        self._opening: list[PartitionState] = []
+        self._joins = TableFollower(self._log)
         #: Hot standby: tables of partitions not owned, kept up to date (partition -> its tables).
         self._standby: dict[int, list[PartitionTable]] = {}
-        self._standby_follower = TableFollower(log_port, batch_size=max(self.options.batch_size, 10_000))
+        self._standby_follower = TableFollower(self._log, batch_size=max(self.options.batch_size, 10_000))
         self._standby_task: asyncio.Task[None] | None = None
         self._pending: list[Awaitable[tuple[TopicPartition, int]]] = []
         self._touched: set[PartitionState] = set()
@@ -158,6 +209,7 @@ class Processor:
         self._task: asyncio.Task[None] | None = None
         self._runner: asyncio.Task[Any] | None = None
         self._ran = False
+        self._restarts = 0
         self._headers: Mapping[str, str] = dict(self.options.headers)
         self._nil = self.options.nil_handling
 
@@ -184,6 +236,25 @@ class Processor:
     def recovered(self) -> bool:
         """True when lookups and every owned partition's tables are recovered and input flows."""
         return self._ready.is_set()
+
+    @property
+    def restarts(self) -> int:
+        """How many times ``auto_reconnect`` restarted this processor after a broker failure."""
+        return self._restarts
+
+    def recovering_stats(self) -> dict[int, PartitionStats]:
+        """Partitions assigned whose tables are still being recovered: their tables' progress.
+
+        A snapshot; a partition moves to :attr:`partitions` (and :meth:`stats`) once recovered.
+        """
+        return {state.partition: state.stats() for state in self._opening}
+
+    def standby_stats(self) -> dict[int, dict[str, TableStats]]:
+        """With ``hot_standby``: the tables followed for each partition not owned (a snapshot)."""
+        return {
+            p: {t.topic: TableStats(t.status, t.recovery, t.writes) for t in tables}
+            for p, tables in sorted(self._standby.items())
+        }
 
     # -- set-up ---------------------------------------------------------------------------
     async def _partitions_of(self, topic: str, create: int | None) -> int:
@@ -344,6 +415,7 @@ class Processor:
                     joins[edge.topic] = joined
                     tables.append(joined)
                 states.append(PartitionState(p, table, joins))
+            self._opening = states
             self._recovering = True
             placement = KeyPlacement(
                 self._partitioner, partitioner_name(self.options.partitioner), self._npar
@@ -356,6 +428,7 @@ class Processor:
             raise
         finally:
             self._recovering = False
+            self._opening = []
         for state in states:
             self._parts[state.partition] = state
             self._joins.add(state.joins.values())
@@ -588,8 +661,12 @@ class Processor:
                     part.table.writes += len(dirty)
                 dirty.clear()
         pending, self._pending = self._pending, []
-        for future in pending:
-            await future
+        try:
+            for future in pending:
+                await future
+        except BaseException:
+            await asyncio.gather(*pending, return_exceptions=True)  # retrieve the other failures
+            raise
         last: dict[PartitionState, int] = {}
         for part, future in table_sends:
             _, offset = await future
@@ -782,11 +859,52 @@ class Processor:
 
     # -- running --------------------------------------------------------------------------
     async def run(self) -> None:
-        """Run until :meth:`stop` (returns) or a failure (raises :class:`ProcessorError`)."""
+        """Run until :meth:`stop` (returns) or a failure (raises :class:`ProcessorError`).
+
+        With ``auto_reconnect`` a broker failure (see :func:`restartable_failure`) tears the
+        processor down and sets it up again after the ``backoff`` delay, as often as needed;
+        it recovers from the committed offsets, so nothing since the last checkpoint is lost.
+        """
         if self._ran:
             raise ClosedError("a processor runs only once; create a new one")
         self._ran = True
         self._runner = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        backoff = RestartBackoff(self.options.backoff, self.options.backoff_reset)
+        try:
+            while True:
+                began = loop.time()
+                await self._run_once()
+                error = self._error
+                if error is None or self._stopping or not self.options.auto_reconnect:
+                    break
+                if not restartable_failure(error):
+                    break
+                delay = backoff.next_delay(loop.time() - began)
+                log.warning(
+                    "processor %r failed (%r); restarting in %.2fs (restart %d in a row)",
+                    self.graph.group,
+                    error,
+                    delay,
+                    backoff.attempt,
+                )
+                await self._wait_to_restart(delay)
+                if self._stopping:  # stopped while waiting: a clean stop, not a failure
+                    self._error = None
+                    self._state = ProcessorState.STOPPED
+                    break
+                self._reset_for_restart()
+                self._restarts += 1
+        finally:
+            self._finished.set()
+        error = self._error
+        if error is not None:
+            if isinstance(error, ProcessorError):
+                raise error
+            raise ProcessorError(f"processor {self.graph.group!r} stopped: {error!r}") from error
+
+    async def _run_once(self) -> None:
+        """Set up, process until stopped or failed (the failure lands in ``_error``), tear down."""
         try:
             await self._setup()
             self._state = ProcessorState.RUNNING
@@ -801,15 +919,33 @@ class Processor:
             if self._error is None:
                 self._error = exc
         finally:
-            try:
-                await self._teardown()
-            finally:
-                self._finished.set()
-        error = self._error
-        if error is not None:
-            if isinstance(error, ProcessorError):
-                raise error
-            raise ProcessorError(f"processor {self.graph.group!r} stopped: {error!r}") from error
+            await self._teardown()
+
+    async def _wait_to_restart(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less if :meth:`stop` is called meanwhile."""
+        deadline = asyncio.get_running_loop().time() + delay
+        while not self._stopping:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            await asyncio.sleep(min(remaining, 0.05))
+
+    def _reset_for_restart(self) -> None:
+        """Forget a failed run (its teardown closed everything) so that ``_setup`` starts afresh."""
+        self._error = None
+        self._aborted = False
+        self._assigned.clear()
+        self._parts.clear()
+        self._standby.clear()
+        self._lookups = {}
+        self._partition_counts = {}
+        self._pending.clear()
+        self._touched.clear()
+        self._uncommitted = 0
+        self._joins = TableFollower(self._log)
+        self._standby_follower = TableFollower(self._log, batch_size=max(self.options.batch_size, 10_000))
+        self._ready.clear()
+        self._state = ProcessorState.STARTING
 
     def start(self) -> asyncio.Task[None]:
         """Run in a background task (see :meth:`wait_ready`, :meth:`stop`)."""

@@ -11,6 +11,12 @@ before it returns. Unlike goka's tester, topics may have several partitions.
         await tester.consume("clicks", "alice", "click")
         assert tester.table_value("counter-table", "alice") == 1
 
+Message time (goka's ``WithTime``): ``consume(..., timestamp=t)`` sets the time a callback
+sees as ``ctx.timestamp`` for that message, and ``Tester(clock=...)`` stamps every other message
+a processor consumes (emits, loopbacks, messages consumed without ``timestamp=``) with the
+clock's reading when the tester wrote or delivered it; a fixed time is ``clock=lambda: t``.
+Without either, ``ctx.timestamp`` is the time the in-memory log stored the message.
+
 The log defaults to a fresh ``broker.connect("inmem://tester-<random>").log()``; pass
 ``log=`` to share one. Only a log whose ``poll(timeout=0)`` returns every record already
 written can be stepped this way (the in-memory log does; a network log does not).
@@ -18,8 +24,10 @@ written can be stepped this way (the in-memory log does; a network log does not)
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from backends.kafka.processor.codecs import resolve_codec
@@ -31,10 +39,70 @@ from backends.kafka.processor.processor import Processor
 from backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.errors import ConfigError, UnknownTopic
-from broker.log import OFFSET_END, Log, LogReader, TopicPartition
+from broker.log import OFFSET_END, Log, LogConsumer, LogReader, TopicPartition
 from broker.message import Record
 
-__all__ = ["Tester", "Tracker"]
+__all__ = ["Clock", "Tester", "Timestamp", "Tracker"]
+
+#: Where a tester's message times come from: POSIX seconds, e.g. ``time.time`` or a fake clock.
+Clock = Callable[[], float]
+#: A message time: POSIX seconds or an aware ``datetime``.
+Timestamp = float | datetime.datetime
+
+
+def _seconds(value: Timestamp) -> float:
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise ConfigError("a timestamp datetime must be timezone-aware (e.g. tzinfo=datetime.UTC)")
+        return value.timestamp()
+    return float(value)
+
+
+class _StampingConsumer:
+    """A processor's group consumer whose records carry the tester's message times."""
+
+    def __init__(self, inner: LogConsumer, stamp: Callable[[Record], float | None]) -> None:
+        self.inner = inner
+        self._stamp = stamp
+
+    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
+        """The inner consumer's records, re-stamped."""
+        records = await self.inner.poll(max_records, timeout)
+        out = []
+        for record in records:
+            when = self._stamp(record)
+            out.append(record if when is None else dataclasses.replace(record, publish_time=when))
+        return out
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit through the inner consumer."""
+        await self.inner.commit(offsets)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The inner consumer's assignment."""
+        return self.inner.assignment()
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Seek the inner consumer."""
+        self.inner.seek(partition, offset)
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Pause the inner consumer's ``partitions``."""
+        self.inner.pause(partitions)
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Resume the inner consumer's ``partitions``."""
+        self.inner.resume(partitions)
+
+    async def close(self) -> None:
+        """Close the inner consumer."""
+        await self.inner.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 class Tracker:
@@ -110,6 +178,7 @@ class Tester:
         partitions: int = 1,
         partitioner: str = "murmur2",
         max_rounds: int = 100_000,
+        clock: Clock | None = None,
     ) -> None:
         if partitions < 1:
             raise ConfigError(f"partitions must be >= 1, got {partitions}")
@@ -128,6 +197,9 @@ class Tester:
         self.views: list[View] = []
         self._codecs: dict[str, Codec[Any]] = {}
         self._trackers: list[Tracker] = []
+        #: The clock stamping messages consumed by processors (``None``: the log's own times).
+        self.clock = clock
+        self._stamps: dict[tuple[str, int, int], float] = {}
 
     async def __aenter__(self) -> Self:
         return self
@@ -174,6 +246,8 @@ class Tester:
         proc = Processor(self.log, graph, options, **overrides)
         try:
             await proc._setup(manual=True)
+            if proc._consumer is not None:
+                proc._consumer = _StampingConsumer(proc._consumer, self._stamp_of)
             proc._state = ProcessorState.RUNNING
             await proc._step(0, checkpoint=True)
         except BaseException as exc:
@@ -213,6 +287,19 @@ class Tester:
         self._trackers.append(tracker)
         return tracker
 
+    # -- time -----------------------------------------------------------------------------
+    def _stamp_of(self, record: Record) -> float | None:
+        when = self._stamps.get((record.topic, record.partition, record.offset))
+        if when is None and self.clock is not None:
+            when = _seconds(self.clock())
+        return when
+
+    def _remember(self, tp: TopicPartition, offset: int, timestamp: Timestamp | None) -> None:
+        if timestamp is None and self.clock is not None:
+            timestamp = self.clock()
+        if timestamp is not None:
+            self._stamps[(tp.topic, tp.partition, offset)] = _seconds(timestamp)
+
     # -- driving --------------------------------------------------------------------------
     def _encode(self, topic: str, value: Any, codec: Codec[Any] | str | None) -> bytes | None:
         if value is None:
@@ -239,15 +326,29 @@ class Tester:
         *,
         headers: Mapping[str, str] | None = None,
         codec: Codec[Any] | str | None = None,
+        timestamp: Timestamp | None = None,
     ) -> None:
-        """Write one message to ``topic`` and process everything it causes before returning."""
-        await self._write(topic, key, self._encode(topic, value, codec), headers)
+        """Write one message to ``topic`` and process everything it causes before returning.
+
+        ``timestamp`` (POSIX seconds or an aware ``datetime``) is what the callback sees as
+        ``ctx.timestamp`` (goka's ``WithTime``); the default is the tester's ``clock``, if any.
+        """
+        tp, offset = await self._write(topic, key, self._encode(topic, value, codec), headers)
+        self._remember(tp, offset, timestamp)
         await self.settle()
 
     async def consume_many(
-        self, topic: str, items: Iterable[tuple[str | None, Any]], *, codec: Codec[Any] | str | None = None
+        self,
+        topic: str,
+        items: Iterable[tuple[str | None, Any]],
+        *,
+        codec: Codec[Any] | str | None = None,
+        timestamp: Timestamp | None = None,
     ) -> None:
-        """Write many ``(key, value)`` messages, then process everything they cause."""
+        """Write many ``(key, value)`` messages, then process everything they cause.
+
+        ``timestamp`` stamps them all (default: the tester's ``clock``, read once per message).
+        """
         count = await self.ensure_topic(topic)
         send = self.log.send
         futures = []
@@ -256,7 +357,8 @@ class Tester:
             partition = None if key is None else self._partition_of(key.encode(), count)
             futures.append(send(topic, data, key=key, partition=partition))
         for future in futures:
-            await future
+            tp, offset = await future
+            self._remember(tp, offset, timestamp)
         await self.settle()
 
     async def settle(self) -> int:
@@ -368,6 +470,7 @@ class Tester:
         for tracker in self._trackers:
             await tracker.close()
         self._trackers.clear()
+        self._stamps.clear()
         if self._backend is not None:
             await self.log.close()
             await self._backend.close()

@@ -5,7 +5,13 @@
 follows the topic forever. With ``auto_reconnect=True`` a broker error sends the view back to
 *connecting* and it retries with exponential backoff instead of stopping; its data stays
 readable meanwhile. ``get``/``has``/``iterate`` read the local stores (readable from
-*connecting* on; before that they raise :class:`TableNotReady`).
+*connecting* on; before that they raise :class:`TableNotReady`). ``iterate`` returns a
+:class:`ViewIterator`, which can :meth:`~ViewIterator.seek` to a key (goka's ``Iterator.Seek``).
+
+A view runs once by default: ``run()`` on a view that ran already raises :class:`ClosedError`.
+With ``restartable=True`` (goka's old ``WithViewRestartable``), ``stop()`` or a failure leaves
+the local stores open and readable, and ``run()`` may be called again: it catches up from where
+the stores are instead of recovering from scratch. :meth:`View.close` releases the stores.
 """
 
 from __future__ import annotations
@@ -16,14 +22,14 @@ import enum
 import heapq
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Self
 
 from backends.kafka.processor.codecs import resolve_codec
 from backends.kafka.processor.errors import TableNotReady
-from backends.kafka.processor.options import resolve_partitioner
+from backends.kafka.processor.options import RetryDelay, resolve_partitioner
 from backends.kafka.processor.stats import TableStats, ViewStats
-from backends.kafka.processor.storage import StorageBuilder, memory_storage
+from backends.kafka.processor.storage import Storage, StorageBuilder, memory_storage
 from backends.kafka.processor.table import (
     KeyPlacement,
     PartitionTable,
@@ -34,12 +40,13 @@ from backends.kafka.processor.table import (
     partitioner_name,
     recover,
 )
+from broker.backoff import Backoff
 from broker.codecs import Codec
 from broker.errors import ClosedError, ConfigError
-from broker.log import Log
+from broker.log import Log, with_client_id
 from broker.partitioning import Partitioner
 
-__all__ = ["StateCallback", "View", "ViewState"]
+__all__ = ["StateCallback", "View", "ViewIterator", "ViewState"]
 
 log = logging.getLogger("backends.kafka.processor")
 
@@ -58,6 +65,73 @@ class ViewState(enum.IntEnum):
 StateCallback = Callable[[ViewState], Awaitable[None] | None]
 
 
+class ViewIterator(Iterator[tuple[str, Any]]):
+    """``(key, decoded value)`` pairs of every partition of a view, in key order.
+
+    A plain iterator (``for key, value in view.iterate(): ...``) that can also
+    :meth:`seek`, like goka's ``Iterator``. It reads the stores lazily, so it sees writes made
+    while it is iterated wherever the storage does (the memory storage snapshots a range when
+    it is opened, and again on every seek).
+    """
+
+    def __init__(
+        self,
+        storages: Sequence[Storage],
+        decode: Callable[[bytes], Any],
+        start: str | None = None,
+        limit: str | None = None,
+        prefix: str | None = None,
+    ) -> None:
+        self._storages = list(storages)
+        self._decode = decode
+        self.start = start
+        self.limit = limit
+        self.prefix = prefix
+        self._head: tuple[str, bytes] | None = None
+        self._released = False
+        self._merged = self._open(start)
+
+    def __repr__(self) -> str:
+        return f"<ViewIterator [{self.start!r}, {self.limit!r}) prefix={self.prefix!r}>"
+
+    def _open(self, start: str | None) -> Iterator[tuple[str, bytes]]:
+        limit, prefix = self.limit, self.prefix
+        return heapq.merge(*(s.iterate(start, limit, prefix=prefix) for s in self._storages))
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> tuple[str, Any]:
+        if self._released:
+            raise StopIteration
+        head = self._head
+        if head is not None:
+            self._head = None
+            key, data = head
+        else:
+            key, data = next(self._merged)
+        return key, self._decode(data)
+
+    def seek(self, key: str) -> bool:
+        """Move to the first pair whose key is ``>= key`` (inside the iterator's range).
+
+        Returns whether there is such a pair; the next ``next()`` returns it. Seeking backwards
+        works too. A released iterator raises :class:`ClosedError`.
+        """
+        if self._released:
+            raise ClosedError("the view iterator was released")
+        start = key if self.start is None or key > self.start else self.start
+        self._merged = self._open(start)
+        self._head = next(self._merged, None)
+        return self._head is not None
+
+    def release(self) -> None:
+        """Stop iterating: ``next()`` ends the iteration and :meth:`seek` raises (idempotent)."""
+        self._released = True
+        self._head = None
+        self._merged = iter(())
+
+
 class View:
     """A materialized table: ``async with View(log, "user-clicks-table", "int64") as view: ...``."""
 
@@ -71,13 +145,17 @@ class View:
         partitioner: str | Partitioner = "murmur2",
         update_callback: UpdateCallback = default_update,
         auto_reconnect: bool = False,
-        backoff: tuple[float, float] = (0.5, 30.0),
+        backoff: tuple[float, float] | RetryDelay = (0.5, 30.0),
         poll_timeout: float = 0.2,
         on_state_change: StateCallback | None = None,
+        restartable: bool = False,
+        client_id: str | None = None,
     ) -> None:
         if not table:
             raise ConfigError("a view needs a table topic name")
-        self._log = log_port
+        #: The client id its readers report to the broker (``None``: the log's own).
+        self.client_id = client_id
+        self._log = with_client_id(log_port, client_id)
         self.topic = table
         self.codec = resolve_codec(codec, f"view({table!r})")
         self._build = storage or memory_storage()
@@ -85,7 +163,16 @@ class View:
         self._partitioner_name = partitioner_name(partitioner)
         self._update = update_callback
         self.auto_reconnect = auto_reconnect
-        self._backoff = backoff
+        #: ``run()`` may be called again after it returned (the stores stay open until ``close()``).
+        self.restartable = restartable
+        self._released = False
+        #: Waits between reconnects in a row: ``(first, most)`` doubles, or any :class:`RetryDelay`
+        #: (goka's ``WithViewBackoffBuilder``); the count restarts once records flow again.
+        self.backoff: RetryDelay = (
+            Backoff(initial=backoff[0], multiplier=2.0, maximum=backoff[1])
+            if isinstance(backoff, tuple)
+            else backoff
+        )
         self._poll_timeout = poll_timeout
         self._callbacks: list[StateCallback] = [on_state_change] if on_state_change else []
         self._tables: list[PartitionTable] = []
@@ -178,30 +265,58 @@ class View:
         return await self._follower.step(timeout)
 
     async def run(self) -> None:
-        """Recover, then follow the table until ``stop()`` or cancellation."""
+        """Recover, then follow the table until ``stop()`` or cancellation.
+
+        Raises :class:`ClosedError` if the view ran before and is not ``restartable``, or was
+        closed. A restartable view keeps its stores open when this returns or raises, and the
+        next ``run()`` catches up from them.
+        """
+        if self._ran and not self.restartable:
+            raise ClosedError("a view runs only once; create a new one (or pass restartable=True)")
+        if self._released:
+            raise ClosedError(f"view of {self.topic!r} is closed")
         if self._ran:
-            raise ClosedError("a view runs only once; create a new one")
+            self._stopping = False
+            if self._tables:
+                await self._set_state(ViewState.CONNECTING)
         self._ran = True
-        delay = self._backoff[0]
+        failures = 0
         try:
             while not self._stopping:
                 try:
                     count = await self._step(self._poll_timeout)
                     if count:
-                        delay = self._backoff[0]
+                        failures = 0
                 except (ClosedError, ConfigError):
                     raise
                 except Exception as exc:
                     if not self.auto_reconnect:
                         raise
+                    failures += 1
+                    delay = max(0.0, float(self.backoff.delay(failures)))
                     log.warning(
                         "view of %r lost the broker (%s); reconnecting in %.1fs", self.topic, exc, delay
                     )
                     await self._reset()
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, self._backoff[1])
         finally:
-            await self._shutdown()
+            if self.restartable and not self._released:
+                await self._pause()
+            else:
+                await self._shutdown()
+
+    async def _pause(self) -> None:
+        """A restartable view's run ended: stop following, keep the stores open and readable."""
+        self._caught_up = False
+        if self._follower is not None:
+            with contextlib.suppress(Exception):
+                await self._follower.close()
+            self._follower = None
+        for table in self._tables:
+            with contextlib.suppress(Exception):
+                table.storage.flush()
+            table.status = TableStatus.STOPPED
+        await self._set_state(ViewState.IDLE)
 
     async def _reset(self) -> None:
         self._caught_up = False
@@ -213,6 +328,7 @@ class View:
 
     async def _shutdown(self) -> None:
         self._closed = True
+        self._released = True
         if self._follower is not None:
             with contextlib.suppress(Exception):
                 await self._follower.close()
@@ -225,32 +341,35 @@ class View:
         await self._set_state(ViewState.IDLE)
 
     def start(self) -> asyncio.Task[None]:
-        """Run the view in a background task."""
-        if self._task is None:
+        """Run the view in a background task (a restartable view's ended run is started again)."""
+        if self._task is None or (self.restartable and self._task.done() and not self._released):
             self._task = asyncio.get_running_loop().create_task(self.run(), name=f"view-{self.topic}")
         return self._task
 
     async def stop(self) -> None:
-        """Stop following the table and close the stores (idempotent)."""
+        """Stop following the table (idempotent); closes the stores unless ``restartable``."""
         self._stopping = True
         task = self._task
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        elif task is None and self._tables:
+        elif task is None and self._tables and not self.restartable:
             await self._shutdown()
 
     async def close(self) -> None:
-        """Same as :meth:`stop`."""
+        """Stop and close the stores; the view cannot run again (idempotent)."""
         await self.stop()
+        if not self._closed and (self._tables or self.restartable):
+            await self._shutdown()
+        self._released = True
 
     async def __aenter__(self) -> Self:
         self.start()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
+        await self.close()
 
     # -- reading --------------------------------------------------------------------------
     def _check_readable(self) -> None:
@@ -277,12 +396,13 @@ class View:
 
     def iterate(
         self, start: str | None = None, limit: str | None = None, *, prefix: str | None = None
-    ) -> Iterator[tuple[str, Any]]:
-        """``(key, value)`` pairs of all partitions in key order, in ``[start, limit)``."""
+    ) -> ViewIterator:
+        """``(key, value)`` pairs of all partitions in key order, in ``[start, limit)``.
+
+        The :class:`ViewIterator` returned can also :meth:`~ViewIterator.seek` to a key.
+        """
         self._check_readable()
-        merged = heapq.merge(*(t.storage.iterate(start, limit, prefix=prefix) for t in self._tables))
-        decode = self.codec.decode
-        return ((key, decode(data)) for key, data in merged)
+        return ViewIterator([t.storage for t in self._tables], self.codec.decode, start, limit, prefix)
 
     def evict(self, key: str) -> None:
         """Remove ``key`` from the local copy only (the table topic keeps it)."""

@@ -79,8 +79,10 @@ class QueueConfig:
     #: topics): per-message markers, trackers in kafka-mq-go's group ``kafka-mq-redelivery`` (two
     #: groups would each redeliver every message), and queue mode only (topic mode, several
     #: subscriptions of one topic, is refused: a Go tracker's redelivered copies carry no
-    #: subscription and would reach every one). Redeliveries made by a Go tracker carry the payload
-    #: only: no key, attributes or delivery count, so ``max_deliveries`` never stops them.
+    #: subscription and would reach every one; ``ConfigError``). Redeliveries made by a Go tracker
+    #: carry the payload only: no key, attributes, delivery attempt or id of the first copy, so
+    #: they arrive as new messages (attempt 1) and ``max_deliveries`` (``max_attempts``) never
+    #: stops them. See docs/kafka-queue.md, "Go interoperability", for the supported combinations.
     go_fleet: bool = False
     #: Fetched batches whose START is being written or whose position is being committed at once
     #: (their order is kept: a batch is committed and handed out only after the one before).

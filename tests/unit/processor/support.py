@@ -28,6 +28,8 @@ class FlakyLog:
         self.fail_after: int = 0
         self.sent: dict[str, int] = {}
         self.broken_reads = 0
+        #: ``(what, client_id)`` of every producer, consumer and reader use that named a client id.
+        self.client_ids: list[tuple[str, str | None]] = []
 
     async def create_topic(
         self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
@@ -51,7 +53,10 @@ class FlakyLog:
         key: str | None = None,
         partition: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
+        if client_id is not None:
+            self.client_ids.append((f"send:{topic}", client_id))
         count = self.sent[topic] = self.sent.get(topic, 0) + 1
         if topic in self.fail_topics and count > self.fail_after:
             future: asyncio.Future[tuple[TopicPartition, int]] = asyncio.get_running_loop().create_future()
@@ -72,11 +77,16 @@ class FlakyLog:
         *,
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
+        client_id: str | None = None,
     ) -> LogConsumer:
-        return self.inner.consumer(group, topics, start=start, listener=listener)
+        if client_id is not None:
+            self.client_ids.append((f"consumer:{group}", client_id))
+        return self.inner.consumer(group, topics, start=start, listener=listener, client_id=client_id)
 
-    def reader(self) -> LogReader:
-        return self.inner.reader()
+    def reader(self, *, client_id: str | None = None) -> LogReader:
+        if client_id is not None:
+            self.client_ids.append(("reader", client_id))
+        return self.inner.reader(client_id=client_id)
 
     async def committed(
         self, group: str, partitions: Sequence[TopicPartition]
