@@ -12,13 +12,23 @@ the offset the next produced record will get.
 client reports to the broker (Kafka's ``client.id``, shown by broker tools and quotas; goka's
 ``WithClientID``). A log with no such notion ignores it (the in-memory log does).
 :func:`with_client_id` wraps a log so that every client made through it carries one id.
+
+Two optional, typed parts serve users that need more than records (the marker queue):
+
+* :class:`ReadHints`, taken by ``consumer`` and ``reader``: how fetches should be served (how
+  long the broker may hold one, how soon a silent member loses its partitions). A log applies
+  what it can, within its own bounds, and ignores the rest.
+* :class:`RawBatches`, implemented by a consumer that can hand out the log client's own record
+  objects without building a :class:`~broker.Record` for each, with :class:`RawFields` to read
+  them (``isinstance(consumer, RawBatches)`` tells).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Literal, NamedTuple, Protocol, Self, runtime_checkable
+from typing import Any, Final, Literal, NamedTuple, Protocol, Self, runtime_checkable
 
 from broker.errors import ConfigError
 from broker.interfaces import Closeable
@@ -30,6 +40,9 @@ __all__ = [
     "Log",
     "LogConsumer",
     "LogReader",
+    "RawBatches",
+    "RawFields",
+    "ReadHints",
     "RebalanceListener",
     "StartPosition",
     "TopicPartition",
@@ -115,6 +128,73 @@ class LogReader(Closeable, Protocol):
         """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``."""
 
 
+@dataclass(frozen=True, slots=True)
+class ReadHints:
+    """How a consumer or reader wants its fetches served; ``None`` leaves the log's own setting.
+
+    Hints, not settings: a log applies each within its bounds (Kafka: a session timeout between
+    the broker's minimum and the connection's own) and ignores what it has no notion of.
+    """
+
+    #: Longest the broker may hold a fetch waiting for more data (seconds).
+    max_wait: float | None = None
+    #: Bytes a fetch waits for before it returns (1: return as soon as anything is there).
+    min_bytes: int | None = None
+    #: How soon a member that stopped answering should lose its partitions (seconds).
+    failure_timeout: float | None = None
+    #: Where a reader continues when a wanted offset is no longer retained.
+    out_of_range: StartPosition | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_wait", "failure_timeout"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"ReadHints.{name} must be >= 0, got {value}")
+        if self.min_bytes is not None and self.min_bytes < 1:
+            raise ConfigError(f"ReadHints.min_bytes must be >= 1, got {self.min_bytes}")
+
+
+@dataclass(frozen=True, slots=True)
+class RawFields:
+    """How to read the log client's own record objects (each a function of one record)."""
+
+    topic: Callable[[Any], str]
+    partition: Callable[[Any], int]
+    offset: Callable[[Any], int]
+    #: The value as bytes (None for a tombstone).
+    value: Callable[[Any], bytes | None]
+    #: The key as the bytes on the wire (None when it has none).
+    key_bytes: Callable[[Any], bytes | None]
+    #: The key as text, decoded as :class:`~broker.Record` keys are.
+    key: Callable[[Any], str | None]
+    #: Truthy when the record carries any header/attribute (cheaper than decoding them).
+    has_attributes: Callable[[Any], object]
+    #: The attributes, decoded as :class:`~broker.Record` attributes are (a mapping of its own).
+    attributes: Callable[[Any], Mapping[str, str]]
+    #: The publish time in seconds (None when the log has none).
+    publish_time: Callable[[Any], float | None]
+
+
+@runtime_checkable
+class RawBatches(Protocol):
+    """Optional part of a :class:`LogConsumer`: batches of the log client's own records.
+
+    For hot paths that read a few fields of every record (the marker queue): no
+    :class:`~broker.Record` is built. Commits still go through :meth:`LogConsumer.commit`.
+    """
+
+    #: Reads the fields of the records :meth:`fetch_raw` returns.
+    raw_fields: RawFields
+
+    async def fetch_raw(self, max_records: int, timeout: float | None) -> Sequence[Any]:
+        """Up to ``max_records`` records of the assigned partitions; empty after ``timeout``."""
+        ...
+
+    def single_partition(self) -> bool:
+        """True when exactly one partition is assigned (offsets of a batch then ascend)."""
+        ...
+
+
 @runtime_checkable
 class Log(Closeable, Protocol):
     """A partitioned log: topics, producing, group consumers and free readers."""
@@ -172,10 +252,11 @@ class Log(Closeable, Protocol):
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
+        hints: ReadHints | None = None,
     ) -> LogConsumer:
         """Join ``group`` reading ``topics``; assignment changes reach ``listener``."""
 
-    def reader(self, *, client_id: str | None = None) -> LogReader:
+    def reader(self, *, client_id: str | None = None, hints: ReadHints | None = None) -> LogReader:
         """A reader outside any group."""
 
     async def committed(
@@ -260,15 +341,18 @@ class _ClientIdLog:
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
+        hints: ReadHints | None = None,
     ) -> LogConsumer:
         """A group member reporting this client id."""
+        more = {"hints": hints} if hints is not None else {}  # a log may predate hints
         return self.inner.consumer(
-            group, topics, start=start, listener=listener, client_id=client_id or self.client_id
+            group, topics, start=start, listener=listener, client_id=client_id or self.client_id, **more
         )
 
-    def reader(self, *, client_id: str | None = None) -> LogReader:
+    def reader(self, *, client_id: str | None = None, hints: ReadHints | None = None) -> LogReader:
         """A reader reporting this client id."""
-        return self.inner.reader(client_id=client_id or self.client_id)
+        more = {"hints": hints} if hints is not None else {}
+        return self.inner.reader(client_id=client_id or self.client_id, **more)
 
     async def committed(
         self, group: str, partitions: Sequence[TopicPartition]

@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Mapping, Sequence
 
 from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
-from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, StartPosition, TopicPartition
+from broker.log import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    ReadHints,
+    RebalanceListener,
+    StartPosition,
+    TopicPartition,
+)
 from broker.message import Record
 from broker.partitioning import Partitioner
 from broker.resources import AsyncResource, BatchedRecordIteration, RecordIteration
@@ -438,15 +445,16 @@ class InmemLog(AsyncResource):
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
+        hints: ReadHints | None = None,
     ) -> GroupConsumer:
-        """Join ``group`` reading ``topics`` (``client_id`` is ignored: no broker to report it to)."""
+        """Join ``group`` reading ``topics`` (``client_id`` and ``hints`` are ignored: no broker)."""
         self._check()
         consumer = GroupConsumer(self.broker, group, topics, start, listener)
         self._children.append(consumer)
         return consumer
 
-    def reader(self, *, client_id: str | None = None) -> InmemReader:
-        """A reader outside any group (``client_id`` is ignored)."""
+    def reader(self, *, client_id: str | None = None, hints: ReadHints | None = None) -> InmemReader:
+        """A reader outside any group (``client_id`` and ``hints`` are ignored)."""
         self._check()
         reader = InmemReader(self.broker)
         self._children.append(reader)

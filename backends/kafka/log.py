@@ -21,13 +21,13 @@ from backends.kafka import sdk
 from backends.kafka.admin import KafkaAdmin
 from backends.kafka.consumer import GroupCore, ReaderCore
 from backends.kafka.errors import wrap
-from backends.kafka.mapping import produce
+from backends.kafka.mapping import produce, raw_fields
 from backends.kafka.producer import AsyncProducer
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
 from backends.kafka.settings import KafkaSettings
 from broker.attributes import validate_attributes
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
-from broker.log import RebalanceListener, StartPosition, TopicPartition
+from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
 from broker.message import Record
 
 __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
@@ -35,6 +35,11 @@ __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
 log = logging.getLogger("backends.kafka")
 
 _names = itertools.count(1)
+
+#: The shortest group session timeout a Kafka broker accepts by default (group.min.session.timeout.ms).
+MIN_SESSION_TIMEOUT = 6.0
+#: The longest session a ``ReadHints.failure_timeout`` asks for (Kafka's default before 3.0).
+MAX_SESSION_TIMEOUT = 10.0
 
 
 def _set(future: asyncio.Future[Any], value: Any) -> None:
@@ -80,9 +85,19 @@ class KafkaLogConsumer:
 
     def __init__(self, core: GroupCore) -> None:
         self.core = core
+        #: How to read what :meth:`fetch_raw` returns (``broker.log.RawBatches``).
+        self.raw_fields: RawFields = raw_fields()
 
     def __repr__(self) -> str:
         return f"<KafkaLogConsumer group={self.core.group!r} topics={list(self.core.topics)}>"
+
+    async def fetch_raw(self, max_records: int, timeout: float | None) -> Sequence[Any]:
+        """Up to ``max_records`` confluent-kafka messages, no Record built (``broker.log.RawBatches``)."""
+        return await self.core.fetch(max_records, timeout)
+
+    def single_partition(self) -> bool:
+        """True when exactly one partition is assigned."""
+        return len(self.core.assigned) == 1
 
     async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
         """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``.
@@ -350,17 +365,21 @@ class KafkaLog:
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
+        hints: ReadHints | None = None,
         **options: Any,
     ) -> KafkaLogConsumer:
         """Join ``group`` reading ``topics``; assignment changes reach ``listener``.
 
         ``client_id`` sets this member's ``client.id`` (default: the connection's ``client_id``).
-        ``options`` override the connection's consumer settings (``session_timeout``, ...). A topic
+        ``hints`` become consumer settings (see :meth:`hinted`); ``options`` override the
+        connection's consumer settings and the hints (``session_timeout``, ...). A topic
         that does not exist yet is picked up at librdkafka's next metadata refresh
         (``topic.metadata.refresh.interval.ms``, 5 minutes unless ``consumer_config`` lowers it).
         """
         self._check()
-        opts = self.settings.consumer_options(start=start, **options)
+        hinted = self.hinted(hints)
+        hinted.pop("start", None)  # a member's out-of-range position is its ``start``
+        opts = self.settings.consumer_options(start=start, **{**hinted, **options})
         config = consumer_config(self.settings, opts, group)
         if client_id is not None:
             config["client.id"] = client_id
@@ -377,13 +396,15 @@ class KafkaLog:
         self._children.append(child)
         return child
 
-    def reader(self, *, client_id: str | None = None, **options: Any) -> KafkaLogReader:
-        """A reader outside any group (``options`` override the consumer settings).
+    def reader(
+        self, *, client_id: str | None = None, hints: ReadHints | None = None, **options: Any
+    ) -> KafkaLogReader:
+        """A reader outside any group (``hints``, then ``options`` override the consumer settings).
 
         ``client_id`` sets the reader's ``client.id`` (default: the connection's ``client_id``).
         """
         self._check()
-        opts = self.settings.consumer_options(**options)
+        opts = self.settings.consumer_options(**{**self.hinted(hints), **options})
         config = reader_config(self.settings, opts)
         if client_id is not None:
             config["client.id"] = client_id
@@ -396,6 +417,31 @@ class KafkaLog:
         child = KafkaLogReader(core)
         self._children.append(child)
         return child
+
+    def hinted(self, hints: ReadHints | None) -> dict[str, Any]:
+        """The consumer settings ``hints`` ask for, within this connection's bounds.
+
+        ``max_wait`` -> ``fetch_max_wait``; ``min_bytes`` -> ``fetch_min_bytes``;
+        ``out_of_range`` -> ``start`` (``auto.offset.reset``); ``failure_timeout`` -> a session
+        timeout between the broker's default minimum (6 s) and 10 s, never above the connection's
+        ``session_timeout``, with heartbeats at most a third of it (they come from librdkafka's own
+        thread, so a slow handler never misses one).
+        """
+        if hints is None:
+            return {}
+        options: dict[str, Any] = {}
+        if hints.max_wait is not None:
+            options["fetch_max_wait"] = hints.max_wait
+        if hints.min_bytes is not None:
+            options["fetch_min_bytes"] = hints.min_bytes
+        if hints.out_of_range is not None:
+            options["start"] = hints.out_of_range
+        if hints.failure_timeout is not None:
+            wanted = min(max(hints.failure_timeout, MIN_SESSION_TIMEOUT), MAX_SESSION_TIMEOUT)
+            session = min(self.settings.session_timeout, wanted)
+            options["session_timeout"] = session
+            options["heartbeat_interval"] = min(self.settings.heartbeat_interval, session / 3)
+        return options
 
     async def committed(
         self, group: str, partitions: Sequence[TopicPartition]

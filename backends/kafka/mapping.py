@@ -11,10 +11,13 @@ seconds).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from backends.kafka import sdk
 from broker.errors import InvalidAttributes, InvalidMessage
+from broker.log import RawFields
 from broker.message import EMPTY_ATTRIBUTES, Committer, Record
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "key_of",
     "produce",
     "publish_time_of",
+    "raw_fields",
     "to_records",
 ]
 
@@ -217,3 +221,24 @@ def to_records(
             committer = committers.get((topic, partition), default)
         append(KafkaRecord(topic, partition, message.offset(), message.value(), message, committer, now))
     return out
+
+
+@functools.cache
+def raw_fields() -> RawFields:
+    """The fields of a confluent-kafka ``Message`` for ``broker.log.RawBatches`` users.
+
+    The SDK's own methods (unbound, so reading a field costs what calling it does), and the
+    inbound readers above for the decoded ones.
+    """
+    message = sdk.confluent().Message
+    return RawFields(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        value=message.value,
+        key_bytes=message.key,
+        key=key_of,
+        has_attributes=message.headers,
+        attributes=attributes_of,
+        publish_time=publish_time_of,
+    )

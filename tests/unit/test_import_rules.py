@@ -96,3 +96,33 @@ print('ok')
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+PORT_ONLY = ("backends/kafka/queue", "backends/kafka/processor")
+
+
+def test_queue_and_processor_depend_on_the_log_port_only() -> None:
+    """The marker queue and the processor import ``broker`` and their own package, nothing else of
+    ``backends.kafka`` (function-level imports included), and never test for a Kafka class: what
+    they need of Kafka is an optional, typed part of ``broker.log``."""
+
+    def rule(path: Path, module: str) -> str | None:
+        own = ".".join(path.relative_to(ROOT).parts[:3])
+        if under(module, "backends") and not under(module, own):
+            return f"{own} depends on the broker.log port only"
+        if any(under(module, sdk) for sdk in SDKS):
+            return f"{own} imports no broker SDK"
+        return None
+
+    found = [v for folder in PORT_ONLY for v in violations(folder, rule)]
+    for folder in PORT_ONLY:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in {"isinstance", "issubclass"}
+                    and "Kafka" in ast.unparse(node.args[1])
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} tests for a Kafka class")
+    assert found == []

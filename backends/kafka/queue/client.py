@@ -24,7 +24,7 @@ from backends.kafka.queue.markers import (
 from backends.kafka.queue.producer import MarkerProducer
 from backends.kafka.queue.source import QueueSource, source_for
 from broker.errors import BrokerError, ClosedError, ReceiveError
-from broker.log import OFFSET_BEGINNING, Log, LogConsumer, TopicPartition
+from broker.log import OFFSET_BEGINNING, Log, LogConsumer, ReadHints, TopicPartition
 from broker.message import Record
 
 __all__ = ["MqClient"]
@@ -32,35 +32,16 @@ __all__ = ["MqClient"]
 log = logging.getLogger("backends.kafka.queue")
 
 
-#: The shortest group session timeout a Kafka broker accepts by default (group.min.session.timeout.ms).
-MIN_SESSION_TIMEOUT = 6.0
-#: The longest group session of queue consumers and trackers (Kafka's default before 3.0).
-MAX_SESSION_TIMEOUT = 10.0
+def read_hints(config: QueueConfig, *, min_bytes: int = 1) -> ReadHints:
+    """How queue consumers and trackers read (a log applies what it can, see ``broker.log.ReadHints``).
 
-
-def group_options(log_port: Log, config: QueueConfig, *, fetch_min_bytes: int = 1) -> dict[str, Any]:
-    """Group-member options of queue consumers and trackers on Kafka (nothing on other logs).
-
-    * The session timeout follows the redelivery timeout, within 6 s (the broker's minimum) and
-      10 s, and never above the connection's ``session_timeout``: a crashed member's partitions
-      move to the others within it, so its unread messages are read again within about twice
-      the redelivery timeout, not after the connection's 45 s default (heartbeats come from
-      librdkafka's own thread, so a slow handler never misses one).
-    * ``fetch_min_bytes=1``: a fetch returns as soon as anything is there (a queue is about
-      latency; under load the fetches are full anyway).
+    * ``failure_timeout`` follows the redelivery timeout: a crashed member's partitions move to the
+      others within about it, so its unread messages are read again within about twice the
+      redelivery timeout (on Kafka: a session between 6 and 10 s, never above the connection's).
+    * ``min_bytes=1``: a fetch returns as soon as anything is there (a queue is about latency;
+      under load the fetches are full anyway).
     """
-    from backends.kafka.log import KafkaLog
-
-    if not isinstance(log_port, KafkaLog):
-        return {}
-    settings = log_port.settings
-    wanted = min(max(config.redelivery_timeout, MIN_SESSION_TIMEOUT), MAX_SESSION_TIMEOUT)
-    session = min(settings.session_timeout, wanted)
-    return {
-        "session_timeout": session,
-        "heartbeat_interval": min(settings.heartbeat_interval, session / 3),
-        "fetch_min_bytes": fetch_min_bytes,
-    }
+    return ReadHints(min_bytes=min_bytes, failure_timeout=config.redelivery_timeout)
 
 
 class MqClient:
@@ -97,7 +78,7 @@ class MqClient:
                 self.group,
                 [self.config.message_topic],
                 start="earliest",
-                **group_options(self._log, self.config),
+                hints=read_hints(self.config),
             )
             self.source = source_for(
                 self._consumer, self.queue_id, self.mode, raw=self.config.marker_format == "batched"

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 
 from broker.errors import Timeout
-from broker.log import Log, LogReader, TopicPartition
+from broker.log import Log, LogReader, ReadHints, TopicPartition
 from broker.message import Record
 
 __all__ = ["QueueTopicReader"]
@@ -127,14 +127,10 @@ class QueueTopicReader:
                 future.set_result((mine, sorted(wanted.difference(mine))))
 
     def _open_reader(self) -> LogReader:
-        from backends.kafka.log import KafkaLog
-
-        if isinstance(self._log, KafkaLog):
-            # Single records are a few bytes: the connection's fetch_min_bytes would hold each read
-            # for fetch_max_wait (0.5 s by default). A wanted offset that retention removed resets to
-            # the earliest one left, so the reader passes it (and it counts as gone).
-            return self._log.reader(start="earliest", fetch_min_bytes=1, fetch_max_wait=0.1)
-        return self._log.reader()
+        # Single records are a few bytes: the log's own fetch settings could hold each read for its
+        # fetch wait (0.5 s on Kafka). A wanted offset that retention removed resets to the
+        # earliest one left, so the reader passes it (and it counts as gone).
+        return self._log.reader(hints=ReadHints(min_bytes=1, max_wait=0.1, out_of_range="earliest"))
 
     async def close(self) -> None:
         """Close the reader. Idempotent."""

@@ -1,10 +1,11 @@
-"""Where a queue consumer's messages come from: a log consumer's Records, or Kafka's own messages.
+"""Where a queue consumer's messages come from: a log consumer's Records, or the log client's own.
 
 Per message, a queue consumer needs little: whether the record is its queue's, its offset for
 the batched START and END markers, and a :class:`~broker.message.Message` whose fields are
 decoded only when read. :class:`RecordSource` does that on any ``broker.log`` consumer;
-:class:`KafkaSource` skips the intermediate :class:`~broker.message.Record` on Kafka and builds the
-messages straight from confluent-kafka's, which halves the work per message.
+:class:`RawSource` skips the intermediate :class:`~broker.message.Record` on a consumer that
+offers ``broker.log.RawBatches`` (Kafka's: confluent-kafka's messages), which halves the work per
+message. Both depend on the port only.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from backends.kafka.mapping import attributes_of, key_of, publish_time_of
 from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
 from backends.kafka.queue.markers import MessageId, OffsetRange, ranges_of
-from broker.log import LogConsumer, TopicPartition
+from broker.log import LogConsumer, RawBatches, RawFields, TopicPartition
 from broker.message import EMPTY_ATTRIBUTES, Acker, LazyMessage, Message, Record
 
-__all__ = ["KafkaSource", "QueueSource", "RecordSource", "source_for"]
+__all__ = ["QueueSource", "RawSource", "RecordSource", "source_for"]
 
 Mode = Literal["queue", "topic"]
 _HIDDEN = frozenset({HEADER_ATTEMPT, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR, HEADER_KEY})
@@ -156,90 +156,101 @@ class RecordSource(QueueSource):
         return [cls(r.value or b"", r, acker, now) for r in items]
 
 
-_SDK_CLASSES = {
-    mode: _message_class(
-        f"KafkaQueueMessage_{mode}",
-        attributes_of,
-        key_of,
-        lambda raw: MessageId(raw.partition(), raw.offset()),
-        publish_time_of,
-        mode,
-    )
-    for mode in ("queue", "topic")
-}
+_RAW_CLASSES: dict[tuple[int, Mode], type[LazyMessage]] = {}
 
 
-class KafkaSource(QueueSource):
-    """A queue's messages straight from confluent-kafka (``raw`` is the client's message)."""
+def _raw_class(fields: RawFields, mode: Mode) -> type[LazyMessage]:
+    """The message class of ``fields``' records in ``mode`` (made once per fields and mode)."""
+    made = _RAW_CLASSES.get((id(fields), mode))
+    if made is None:
+        partition, offset = fields.partition, fields.offset
+        made = _RAW_CLASSES[(id(fields), mode)] = _message_class(
+            f"RawQueueMessage_{mode}",
+            fields.attributes,
+            fields.key,
+            lambda raw: MessageId(partition(raw), offset(raw)),
+            fields.publish_time,
+            mode,
+        )
+        made.fields = fields  # type: ignore[attr-defined]  # keeps id(fields) from being reused
+    return made
 
-    def __init__(self, consumer: LogConsumer, queue_id: str, mode: Mode) -> None:
-        super().__init__(consumer, queue_id, mode)
-        self._core = consumer.core  # type: ignore[attr-defined]
-        self._class: type[LazyMessage] = _SDK_CLASSES[mode]
+
+class RawSource(QueueSource):
+    """A queue's messages straight from the log client's records (``raw`` is the client's record)."""
+
+    def __init__(self, consumer: RawBatches, queue_id: str, mode: Mode) -> None:
+        super().__init__(consumer, queue_id, mode)  # type: ignore[arg-type]
+        self._raw = consumer
+        self._fields = fields = consumer.raw_fields
+        self._class: type[LazyMessage] = _raw_class(fields, mode)
         self._key = queue_id.encode()
 
     async def poll(self, max_records: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
         """This queue's messages of one fetch and the positions to commit."""
-        raws = await self._core.fetch(max_records, timeout)
+        raws = await self._raw.fetch_raw(max_records, timeout)
         if not raws:
             return [], {}
-        assigned = self._core.assigned
-        if len(assigned) == 1:  # every record is of the one partition; offsets ascend
+        f = self._fields
+        topic, partition, offset = f.topic, f.partition, f.offset
+        if self._raw.single_partition():  # every record is of the one partition; offsets ascend
             last = raws[-1]
-            positions = {TopicPartition(last.topic(), last.partition()): last.offset() + 1}
+            positions = {TopicPartition(topic(last), partition(last)): offset(last) + 1}
         else:
             positions = {}
             for raw in raws:
-                tp = TopicPartition(raw.topic(), raw.partition())
-                offset = raw.offset() + 1
-                if offset > positions.get(tp, -1):
-                    positions[tp] = offset
+                tp = TopicPartition(topic(raw), partition(raw))
+                next_offset = offset(raw) + 1
+                if next_offset > positions.get(tp, -1):
+                    positions[tp] = next_offset
         if self.mode == "queue":
-            key = self._key
-            return [r for r in raws if r.key() == key], positions
-        if any(r.headers() for r in raws):
-            qid = self.queue_id
+            key, key_bytes = self._key, f.key_bytes
+            return [r for r in raws if key_bytes(r) == key], positions
+        has_attributes = f.has_attributes
+        if any(has_attributes(r) for r in raws):
+            qid, attributes = self.queue_id, f.attributes
             return [
-                r for r in raws if not r.headers() or attributes_of(r).get(HEADER_REDELIVERY_FOR, qid) == qid
+                r
+                for r in raws
+                if not has_attributes(r) or attributes(r).get(HEADER_REDELIVERY_FOR, qid) == qid
             ], positions
-        return raws, positions
+        return list(raws), positions
 
     def ident(self, item: Any) -> MessageId:
-        """The message's partition and offset."""
-        return MessageId(item.partition(), item.offset())
+        """The record's partition and offset."""
+        return MessageId(self._fields.partition(item), self._fields.offset(item))
 
     def polled_ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
         """Ranges of one poll's records: no work per record when one partition is assigned."""
-        if items and len(self._core.assigned) == 1:
+        if items and self._raw.single_partition():
+            partition, offset = self._fields.partition, self._fields.offset
             first, last = items[0], items[-1]
-            low, high = first.offset(), last.offset()
-            if high - low + 1 == len(items) and first.partition() == last.partition():
-                return [(first.partition(), low, high)]
+            low, high = offset(first), offset(last)
+            if high - low + 1 == len(items) and partition(first) == partition(last):
+                return [(partition(first), low, high)]
         return self.ranges(items)
 
     def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
         """The offsets of ``items`` as ranges (one range, without sorting, in the common case)."""
         if not items:
             return []
-        partitions = {r.partition() for r in items}
+        partition, offset = self._fields.partition, self._fields.offset
+        partitions = {partition(r) for r in items}
         if len(partitions) == 1:
-            offsets = [r.offset() for r in items]
+            offsets = [offset(r) for r in items]
             low, high = min(offsets), max(offsets)
             if high - low + 1 == len(offsets) and len(set(offsets)) == len(offsets):
                 return [(partitions.pop(), low, high)]
-        return ranges_of((r.partition(), r.offset()) for r in items)
+        return ranges_of((partition(r), offset(r)) for r in items)
 
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
-        """A lazily decoded Message per client message."""
-        cls = self._class
-        return [cls(r.value() or b"", r, acker, now) for r in items]
+        """A lazily decoded Message per client record."""
+        cls, value = self._class, self._fields.value
+        return [cls(value(r) or b"", r, acker, now) for r in items]
 
 
 def source_for(consumer: LogConsumer, queue_id: str, mode: Mode, *, raw: bool = True) -> QueueSource:
     """The fastest source for ``consumer`` (``raw=False``: always Records)."""
-    if raw:
-        from backends.kafka.log import KafkaLogConsumer
-
-        if isinstance(consumer, KafkaLogConsumer):
-            return KafkaSource(consumer, queue_id, mode)
+    if raw and isinstance(consumer, RawBatches):
+        return RawSource(consumer, queue_id, mode)
     return RecordSource(consumer, queue_id, mode)

@@ -31,9 +31,10 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Self
 
-from backends.kafka.queue.client import group_options
+from backends.kafka.queue.client import read_hints
 from backends.kafka.queue.config import (
     HEADER_ATTEMPT,
     HEADER_ORIGINAL_ID,
@@ -222,17 +223,13 @@ class RedeliveryTracker(AsyncResource):
             await self._shutdown()
 
     def _markers_consumer(self) -> LogConsumer:
-        from backends.kafka.log import KafkaLog
-
+        # Markers are a few dozen bytes: with the connection's fetch settings the broker could hold
+        # the last ones for its fetch wait (0.5 s on Kafka), and redeliveries would be that late. At
+        # most 0.1 s late, and in chunks of a few KiB when markers flow fast (not one by one). The
+        # session follows the redelivery timeout: a crashed tracker's partitions move on.
+        hints = replace(read_hints(self.config, min_bytes=4096), max_wait=0.1)
         group, topics = self.config.tracker_group, [self.config.marker_topic]
-        if isinstance(self._log, KafkaLog):
-            # Markers are a few dozen bytes: with the connection's fetch settings the broker could
-            # hold the last ones for fetch_max_wait (0.5 s), and redeliveries would be that late. At
-            # most 0.1 s late, and in chunks of a few KiB when markers flow fast (not one by one).
-            # The session follows the redelivery timeout: a crashed tracker's partitions move on.
-            options = group_options(self._log, self.config, fetch_min_bytes=4096)
-            return self._log.consumer(group, topics, listener=self, fetch_max_wait=0.1, **options)
-        return self._log.consumer(group, topics, listener=self)
+        return self._log.consumer(group, topics, listener=self, hints=hints)
 
     async def _partitions_of_message_topic(self) -> int:
         try:

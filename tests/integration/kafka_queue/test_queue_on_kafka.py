@@ -25,6 +25,7 @@ import broker
 from backends.kafka.backend import KafkaBackend
 from backends.kafka.log import KafkaLog
 from backends.kafka.queue import Consumer, QueueConfig, QueueService, RedeliveryTracker
+from backends.kafka.queue.source import RawSource, RecordSource
 from broker.errors import Timeout
 from broker.log import OFFSET_BEGINNING, TopicPartition
 from broker.message import Message, Record
@@ -166,6 +167,9 @@ async def test_ack_prevents_redelivery(log: KafkaLog, marker_format: str) -> Non
             producer.send_async(str(i).encode(), key=f"k{i}", attributes={"n": str(i)})
         await producer.flush()
         got = await receive_all(consumer, count)
+        # Batched markers read Kafka's own messages through the port's RawBatches (no Record each).
+        wanted = RawSource if marker_format == "batched" else RecordSource
+        assert type(consumer.client.source) is wanted
         assert sorted(int(m.data) for m in got) == list(range(count))
         assert all(m.delivery_attempt == 1 and m.key == f"k{int(m.data)}" for m in got)
         assert all(m.attributes == {"n": m.data.decode()} for m in got)

@@ -10,7 +10,15 @@ from typing import Any
 import broker
 from backends.inmem import InmemBackend, InmemLog
 from broker.errors import PublishError
-from broker.log import Log, LogConsumer, LogReader, RebalanceListener, StartPosition, TopicPartition
+from broker.log import (
+    Log,
+    LogConsumer,
+    LogReader,
+    ReadHints,
+    RebalanceListener,
+    StartPosition,
+    TopicPartition,
+)
 
 
 def inmem_backend() -> InmemBackend:
@@ -78,15 +86,18 @@ class FlakyLog:
         start: StartPosition = "earliest",
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
+        hints: ReadHints | None = None,
     ) -> LogConsumer:
         if client_id is not None:
             self.client_ids.append((f"consumer:{group}", client_id))
-        return self.inner.consumer(group, topics, start=start, listener=listener, client_id=client_id)
+        return self.inner.consumer(
+            group, topics, start=start, listener=listener, client_id=client_id, hints=hints
+        )
 
-    def reader(self, *, client_id: str | None = None) -> LogReader:
+    def reader(self, *, client_id: str | None = None, hints: ReadHints | None = None) -> LogReader:
         if client_id is not None:
             self.client_ids.append(("reader", client_id))
-        return self.inner.reader(client_id=client_id)
+        return self.inner.reader(client_id=client_id, hints=hints)
 
     async def committed(
         self, group: str, partitions: Sequence[TopicPartition]
