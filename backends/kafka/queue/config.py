@@ -54,8 +54,11 @@ class QueueConfig:
     max_messages_per_poll: int = 1000
     #: Consumer group of queue consumers: ``group_prefix + queue id``.
     group_prefix: str = "kafka-mq-"
-    #: Consumer group of the redelivery trackers (kafka-mq-go's is fixed: ``kafka-mq-redelivery``).
-    tracker_group: str = GO_TRACKER_GROUP
+    #: Consumer group of the redelivery trackers. None: ``kafka-mq-redelivery-<marker_topic>``, a
+    #: group per markers topic (trackers of unrelated queues never rebalance each other, and a
+    #: kafka-mq-go tracker, whose group is fixed, never takes our markers partitions); with
+    #: ``go_fleet``, kafka-mq-go's own ``kafka-mq-redelivery``.
+    tracker_group: str = None  # type: ignore[assignment]  # resolved in __post_init__
     #: Seconds after the last marker seen in a partition before the tracker's clock runs on local time
     #: (until then "now" is the newest marker's timestamp). kafka-mq-go documents 60 s, which holds a
     #: quiet partition's redeliveries back by up to a minute; 1 s keeps them on time.
@@ -103,6 +106,11 @@ class QueueConfig:
             raise ConfigError(f"redelivery_timeout must be in (0, 12h], got {self.redelivery_timeout}")
         if self.marker_format is None:
             object.__setattr__(self, "marker_format", "per-message" if self.go_fleet else "batched")
+        if self.tracker_group is None:
+            group = GO_TRACKER_GROUP if self.go_fleet else f"{GO_TRACKER_GROUP}-{self.marker_topic}"
+            object.__setattr__(self, "tracker_group", group)
+        if not self.tracker_group:
+            raise ConfigError("tracker_group must be a non-empty name")
         if self.marker_format not in ("batched", "per-message"):
             raise ConfigError(f"marker_format is 'batched' or 'per-message', got {self.marker_format!r}")
         if self.go_fleet:
@@ -157,12 +165,6 @@ def queue_config_for_topic(topic: str, options: dict[str, Any]) -> QueueConfig:
                 raise ConfigError(f"give {portable!r} or {own!r}, not both")
             values[own] = values.pop(portable)
     values.setdefault("marker_topic", f"{topic}.markers")
-    # Trackers of unrelated topics must not share a group: each join would stall the others
-    # (a Go fleet's trackers share kafka-mq-go's fixed group, so ours join it).
-    flag = values.get("go_fleet", values.get("go-fleet", False))
-    go_fleet = str(flag).lower() in ("1", "true", "yes", "on")
-    if not go_fleet:
-        values.setdefault("tracker_group", f"{GO_TRACKER_GROUP}-{values['marker_topic']}")
     if "message_topic" in values:
         raise ConfigError("the message topic is the topic being consumed; do not set message_topic")
     values["message_topic"] = topic
