@@ -36,7 +36,7 @@ from nats.aio.msg import Msg
 
 from backends.jetstream.errors import translate
 from backends.jetstream.settings import ConsumerOptions
-from broker.errors import AckError, BrokerError, ClosedError
+from broker.errors import AckError, ClosedError
 from broker.message import Message, Record, claim_ack, release_claim
 
 __all__ = ["DeadLetterer", "JetStreamAcker", "JetStreamCommitter", "nak_quietly"]
@@ -53,10 +53,9 @@ DeadLetterer = Callable[[Message, str], Awaitable[None]]
 
 
 def _failure(exc: BaseException, doing: str) -> BaseException:
-    error = translate(exc, doing)
-    if type(error) is BrokerError:
-        return AckError(str(error))
-    return error
+    if isinstance(exc, asyncio.CancelledError):
+        return exc  # a cancelled settle stays a cancellation
+    return translate(exc, doing, AckError)
 
 
 class JetStreamAcker:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import nats.errors
 import nats.js.errors
 
@@ -29,13 +27,13 @@ _NOT_FOUND_CODES = {10014, 10059}
 _BAD_REQUEST_CODES = {10012, 10013, 10025, 10052, 10058, 10065, 10100}
 
 
-def translate(exc: BaseException, doing: str) -> BaseException:
+def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
     """The :mod:`broker.errors` exception for an SDK exception raised while ``doing`` something.
 
-    Exceptions that already are broker errors, and cancellations, are returned unchanged.
-    Raise the result ``from exc``.
+    Exceptions that name their own kind get the matching class, anything else ``default``;
+    broker errors are returned unchanged. Raise the result ``from exc``.
     """
-    if isinstance(exc, BrokerError | asyncio.CancelledError):
+    if isinstance(exc, BrokerError):
         return exc
     detail = str(exc) or type(exc).__name__
     message = f"{doing}: {detail}"
@@ -58,7 +56,9 @@ def translate(exc: BaseException, doing: str) -> BaseException:
             return Throttled(message)
         if exc.code == 503:
             return ConnectionFailed(f"{doing}: JetStream is not available ({detail})")
-        return PublishError(message) if "publish" in doing else BrokerError(message)
+        if default is BrokerError and "publish" in doing:
+            return PublishError(message)
+        return default(message)
     if isinstance(exc, nats.errors.AuthorizationError):
         return AuthenticationFailed(message)
     if isinstance(exc, nats.errors.Error) and "permissions violation" in detail.lower():
@@ -79,4 +79,4 @@ def translate(exc: BaseException, doing: str) -> BaseException:
         return ConnectionFailed(message)
     if isinstance(exc, nats.errors.BadSubjectError | nats.errors.BadHeaderError):
         return ConfigError(message)
-    return BrokerError(message)
+    return default(message)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backends.kafka import sdk
-from backends.kafka.errors import error_of, wrap
+from backends.kafka.errors import error_of, translate
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import TopicPartition
 
@@ -43,7 +43,7 @@ class KafkaAdmin:
             try:
                 self._client = admin.AdminClient(self._config)
             except sdk.confluent().KafkaException as exc:
-                raise wrap(exc, "cannot create a Kafka admin client") from exc
+                raise translate(exc, "cannot create a Kafka admin client") from exc
         return self._client
 
     def _sent(self, futures: dict[Any, Any]) -> dict[Any, Any]:
@@ -59,9 +59,9 @@ class KafkaAdmin:
             async with asyncio.timeout(self.timeout + 1):
                 return await asyncio.wrap_future(future)
         except TimeoutError:
-            raise wrap(TimeoutError(f"no answer within {self.timeout}s"), what, default) from None
+            raise translate(TimeoutError(f"no answer within {self.timeout}s"), what, default) from None
         except sdk.confluent().KafkaException as exc:
-            raise wrap(exc, what, default) from exc
+            raise translate(exc, what, default) from exc
 
     async def create_topic(
         self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
@@ -83,7 +83,7 @@ class KafkaAdmin:
         except sdk.confluent().KafkaException as exc:
             error = error_of(exc)
             if error is None or error.name() != "TOPIC_ALREADY_EXISTS":
-                raise wrap(exc, f"cannot create topic {name!r}", ConfigError) from exc
+                raise translate(exc, f"cannot create topic {name!r}", ConfigError) from exc
             existing = await self.partitions(name)
             if existing != partitions:
                 raise ConfigError(

@@ -28,7 +28,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Final
 
 from backends.kafka import sdk
-from backends.kafka.errors import error_of, receive_error, wrap
+from backends.kafka.errors import error_of, receive_error, translate
 from backends.kafka.mapping import to_records
 from backends.kafka.threads import SdkThread
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, UnknownTopic
@@ -109,7 +109,7 @@ class _CoreBase(abc.ABC):
         try:
             self.consumer = ck.Consumer(config)
         except ck.KafkaException as exc:
-            raise wrap(exc, "cannot create a Kafka consumer") from exc
+            raise translate(exc, "cannot create a Kafka consumer") from exc
         self.name = name
         self.prefetch = prefetch
         self.close_timeout = close_timeout
@@ -201,7 +201,7 @@ class _CoreBase(abc.ABC):
         if isinstance(exc, RuntimeError) and self.closing:
             return ClosedError(f"the Kafka consumer {self.name} is closed")
         if isinstance(exc, sdk.confluent().KafkaException):
-            return wrap(exc, "consuming failed", ReceiveError)
+            return translate(exc, "consuming failed", ReceiveError)
         return exc
 
     def _take(self, count: int) -> list[Any]:
@@ -643,12 +643,12 @@ class GroupCore(_CoreBase):
                         self._send_read_ahead()  # queued behind the commit, never before it
                         for result in await job:
                             if result.error is not None:
-                                failed[(result.topic, result.partition)] = wrap(
+                                failed[(result.topic, result.partition)] = translate(
                                     result.error, "commit failed", AckError
                                 )
                     except Exception as exc:
                         error: BaseException = (
-                            wrap(exc, "commit failed", AckError)
+                            translate(exc, "commit failed", AckError)
                             if error_of(exc) is not None
                             else AckError(f"commit failed: {exc!r}")
                         )

@@ -14,7 +14,7 @@ from broker.errors import (
     UnknownTopic,
 )
 
-__all__ = ["error_of", "kafka_error_class", "receive_error", "wrap"]
+__all__ = ["error_of", "kafka_error_class", "receive_error", "translate"]
 
 _TOO_LARGE = {"MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE"}
 _UNKNOWN = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID"}
@@ -50,19 +50,22 @@ def kafka_error_class(error: Any, default: type[BrokerError]) -> type[BrokerErro
     return default
 
 
-def wrap(exc: BaseException | Any, what: str, default: type[BrokerError] = BrokerError) -> BrokerError:
-    """A broker error for ``exc`` (a KafkaException, KafkaError or other SDK error).
+def translate(exc: BaseException | Any, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+    """A broker error for ``exc`` (a KafkaException, KafkaError or other SDK error) raised while ``doing``.
 
-    Raise it ``from exc`` when ``exc`` is an exception, so the SDK's error stays chained.
+    Raise it ``from exc`` when ``exc`` is an exception, so the SDK's error stays chained. Broker
+    errors are returned unchanged.
     """
+    if isinstance(exc, BrokerError):
+        return exc
     error = error_of(exc)
     cls = kafka_error_class(error, default)
     detail = f"{error.name()}: {error.str()}" if error is not None else str(exc)
-    wrapped = cls(f"{what}: {detail}")
+    wrapped = cls(f"{doing}: {detail}")
     wrapped.kafka_error = error  # type: ignore[attr-defined]
     return wrapped
 
 
 def receive_error(error: Any) -> BrokerError:
     """The error a failed fetch becomes."""
-    return wrap(error, "consuming failed", ReceiveError)
+    return translate(error, "consuming failed", ReceiveError)

@@ -20,7 +20,7 @@ from typing import Any, Self
 from backends.kafka import sdk
 from backends.kafka.admin import KafkaAdmin
 from backends.kafka.consumer import GroupCore, ReaderCore
-from backends.kafka.errors import wrap
+from backends.kafka.errors import translate
 from backends.kafka.mapping import produce, raw_fields
 from backends.kafka.producer import AsyncProducer
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
@@ -67,7 +67,7 @@ class _RecordDelivery:
         # self-pipe write), or by a flush on a worker thread (hand over thread-safely).
         on_loop = asyncio._get_running_loop() is self.loop
         if err is not None:
-            exc = wrap(err, f"producing to {self.topic!r} failed", PublishError)
+            exc = translate(err, f"producing to {self.topic!r} failed", PublishError)
             if on_loop:
                 _fail(self.future, exc)
             else:
@@ -305,7 +305,7 @@ class KafkaLog:
             task.add_done_callback(self._later.discard)
             return delivery.future
         except ck.KafkaException as exc:
-            raise wrap(exc, f"cannot produce to {topic!r}", PublishError) from exc
+            raise translate(exc, f"cannot produce to {topic!r}", PublishError) from exc
         owner.kick()
         return delivery.future
 
@@ -326,7 +326,7 @@ class KafkaLog:
             except BufferError:
                 continue
             except Exception as exc:
-                _fail(delivery.future, wrap(exc, f"cannot produce to {topic!r}", PublishError))
+                _fail(delivery.future, translate(exc, f"cannot produce to {topic!r}", PublishError))
                 return
             owner.kick()
             return

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Final
 
 from backends.kafka import sdk
-from backends.kafka.errors import wrap
+from backends.kafka.errors import translate
 from backends.kafka.threads import SdkThread
 from broker.errors import ClosedError, PublishError, Timeout
 
@@ -66,7 +66,7 @@ class AsyncProducer:
         try:
             self.producer = ck.Producer(config)
         except ck.KafkaException as exc:
-            raise wrap(exc, "cannot create a Kafka producer") from exc
+            raise translate(exc, "cannot create a Kafka producer") from exc
         self.name = name
         self.close_timeout = close_timeout
         self.closed = False
@@ -138,7 +138,7 @@ class AsyncProducer:
                         f"{what}: no delivery report within {timeout}s (the records may still be delivered)"
                     ) from None
         if batch.error is not None:
-            raise wrap(batch.error, what, PublishError)
+            raise translate(batch.error, what, PublishError)
 
     async def flush(self, timeout: float | None = None) -> int:
         """Wait until every queued record was delivered (or failed); returns how many remain."""

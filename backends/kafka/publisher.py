@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from backends.kafka import sdk
-from backends.kafka.errors import error_of, wrap
+from backends.kafka.errors import error_of, translate
 from backends.kafka.mapping import produce
 from backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
@@ -109,7 +109,7 @@ class KafkaPublisher:
                 if not sent & 4095:
                     poll(0)
         except sdk.confluent().KafkaException as exc:
-            raise wrap(exc, f"cannot publish to {topic!r}", PublishError) from exc
+            raise translate(exc, f"cannot publish to {topic!r}", PublishError) from exc
         finally:
             if sent:
                 owner.kick()
@@ -172,7 +172,7 @@ class KafkaTransactionalPublisher(KafkaPublisher):
         try:
             return await self._producer.thread.submit(fn, *args)
         except sdk.confluent().KafkaException as exc:
-            raise wrap(exc, what, TransactionError) from exc
+            raise translate(exc, what, TransactionError) from exc
 
     async def begin(self) -> None:
         """Start a transaction (the first call registers the ``transactional.id`` with the broker)."""
@@ -186,7 +186,7 @@ class KafkaTransactionalPublisher(KafkaPublisher):
         try:
             producer.begin_transaction()
         except sdk.confluent().KafkaException as exc:
-            raise wrap(exc, "begin_transaction failed", TransactionError) from exc
+            raise translate(exc, "begin_transaction failed", TransactionError) from exc
         self._open = True
 
     async def send_offsets(
@@ -240,7 +240,7 @@ class KafkaTransactionalPublisher(KafkaPublisher):
                     await self._abort_now()
                     return False
                 self._open = False
-                raise wrap(exc, "commit_transaction failed", TransactionError) from exc
+                raise translate(exc, "commit_transaction failed", TransactionError) from exc
             self._open = False
             return True
         await self._abort_now()
@@ -251,7 +251,7 @@ class KafkaTransactionalPublisher(KafkaPublisher):
         try:
             await owner.thread.submit(owner.producer.abort_transaction, self.operation_timeout)
         except sdk.confluent().KafkaException as exc:
-            raise wrap(exc, "abort_transaction failed", TransactionError) from exc
+            raise translate(exc, "abort_transaction failed", TransactionError) from exc
         finally:
             self._open = False
             await owner.flush(0)

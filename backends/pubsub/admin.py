@@ -102,14 +102,14 @@ class Admin:
             if not self.create_missing:
                 raise UnknownTopic(f"topic {path} does not exist (and create_missing is off)") from exc
         except Exception as exc:
-            raise translate(exc, BrokerError, f"looking up topic {path}") from exc
+            raise translate(exc, f"looking up topic {path}", BrokerError) from exc
         try:
             await client.create_topic(name=path, timeout=_RPC_TIMEOUT)
             log.info("created topic %s", path)
         except api_exceptions.AlreadyExists:
             pass  # created by someone else meanwhile
         except Exception as exc:
-            raise translate(exc, BrokerError, f"creating topic {path}") from exc
+            raise translate(exc, f"creating topic {path}", BrokerError) from exc
         return path
 
     async def ensure_subscription(self, topic: str, name: str, options: ConsumerOptions) -> SubscriptionInfo:
@@ -132,7 +132,7 @@ class Admin:
             if not self.create_missing:
                 raise UnknownTopic(f"subscription {path} does not exist (and create_missing is off)") from exc
         except Exception as exc:
-            raise translate(exc, BrokerError, f"looking up subscription {path}") from exc
+            raise translate(exc, f"looking up subscription {path}", BrokerError) from exc
         topic_path = await self.ensure_topic(topic)
         request = Subscription(
             name=path,
@@ -151,7 +151,7 @@ class Admin:
         except api_exceptions.AlreadyExists:
             created = await client.get_subscription(subscription=path, timeout=_RPC_TIMEOUT)
         except Exception as exc:
-            raise translate(exc, BrokerError, f"creating subscription {path}") from exc
+            raise translate(exc, f"creating subscription {path}", BrokerError) from exc
         return SubscriptionInfo.of(created)
 
     def _checked(self, info: SubscriptionInfo, options: ConsumerOptions) -> SubscriptionInfo:

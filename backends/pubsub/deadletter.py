@@ -56,6 +56,6 @@ async def forward_dead_letter(
         await clients.admin_publisher().publish(topic=info.dead_letter_topic, messages=[copy], timeout=30.0)
     except Exception as exc:
         raise translate(
-            exc, AckError, f"dead-lettering message {message.id} to {info.dead_letter_topic}"
+            exc, f"dead-lettering message {message.id} to {info.dead_letter_topic}", AckError
         ) from exc
     return True

@@ -28,11 +28,11 @@ from broker.errors import (
 __all__ = ["translate"]
 
 
-def translate(exc: BaseException, fallback: type[BrokerError], what: str) -> BrokerError:
-    """The :mod:`broker.errors` error for SDK error ``exc`` raised while doing ``what``.
+def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+    """The :mod:`broker.errors` error for SDK error ``exc`` raised while ``doing``.
 
     Errors that name their own kind (not found, too large, unreachable, ...) get the matching
-    class; anything else becomes ``fallback``. Broker errors pass through unchanged.
+    class; anything else becomes ``default``. Broker errors pass through unchanged.
     """
     if isinstance(exc, BrokerError):
         return exc
@@ -40,33 +40,33 @@ def translate(exc: BaseException, fallback: type[BrokerError], what: str) -> Bro
     if isinstance(exc, api_exceptions.RetryError) and isinstance(cause, api_exceptions.GoogleAPICallError):
         # retried until the deadline: the last error says why (quota, permission, ...)
         if not isinstance(cause, api_exceptions.DeadlineExceeded | api_exceptions.ServiceUnavailable):
-            last = translate(cause, fallback, f"{what} (retried until its deadline)")
+            last = translate(cause, f"{doing} (retried until its deadline)", default)
             last.__cause__ = exc
             return last
     error: BrokerError
     if isinstance(exc, api_exceptions.NotFound):
-        error = UnknownTopic(f"{what}: not found ({exc.message})")
+        error = UnknownTopic(f"{doing}: not found ({exc.message})")
     elif isinstance(exc, publisher_exceptions.MessageTooLargeError):
-        error = MessageTooLarge(f"{what}: {exc}")
+        error = MessageTooLarge(f"{doing}: {exc}")
     elif isinstance(exc, api_exceptions.InvalidArgument) and "too large" in str(exc).lower():
-        error = MessageTooLarge(f"{what}: {exc.message}")
+        error = MessageTooLarge(f"{doing}: {exc.message}")
     elif isinstance(exc, api_exceptions.InvalidArgument) and "name" in str(exc.message).lower():
-        error = ConfigError(f"{what}: invalid name ({exc.message})")
+        error = ConfigError(f"{doing}: invalid name ({exc.message})")
     elif isinstance(exc, api_exceptions.InvalidArgument):
-        error = fallback(f"{what}: invalid argument ({exc.message})")
+        error = default(f"{doing}: invalid argument ({exc.message})")
     elif isinstance(exc, api_exceptions.Unauthenticated):
-        error = AuthenticationFailed(f"{what}: the credentials were refused ({exc.message})")
+        error = AuthenticationFailed(f"{doing}: the credentials were refused ({exc.message})")
     elif isinstance(exc, api_exceptions.PermissionDenied):
-        error = PermissionDenied(f"{what}: permission denied ({exc.message})")
+        error = PermissionDenied(f"{doing}: permission denied ({exc.message})")
     elif isinstance(exc, api_exceptions.ResourceExhausted | api_exceptions.TooManyRequests):
-        error = Throttled(f"{what}: quota or rate limit exceeded ({exc.message})")
+        error = Throttled(f"{doing}: quota or rate limit exceeded ({exc.message})")
     elif isinstance(exc, api_exceptions.ServiceUnavailable):
-        error = ConnectionFailed(f"{what}: {type(exc).__name__} ({exc.message})")
+        error = ConnectionFailed(f"{doing}: {type(exc).__name__} ({exc.message})")
     elif isinstance(exc, api_exceptions.DeadlineExceeded | api_exceptions.RetryError | TimeoutError):
-        error = Timeout(f"{what}: timed out ({exc})")
+        error = Timeout(f"{doing}: timed out ({exc})")
     elif isinstance(exc, RuntimeError) and "stopped" in str(exc):
-        error = ClosedError(f"{what}: the client is closed")
+        error = ClosedError(f"{doing}: the client is closed")
     else:
-        error = fallback(f"{what}: {type(exc).__name__}: {exc}")
+        error = default(f"{doing}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error

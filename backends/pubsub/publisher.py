@@ -286,7 +286,7 @@ class PubsubPublisher(AsyncResource):
                 )
             return self.client.publish(path, data, key or "")
         except Exception as exc:
-            raise translate(exc, PublishError, f"publishing to {path}") from exc
+            raise translate(exc, f"publishing to {path}", PublishError) from exc
 
     def _resume(self, path: str, messages: Sequence[OutboundMessage]) -> None:
         """Resume the ordering keys of ``messages`` after a failure (the SDK paused them)."""
@@ -328,7 +328,7 @@ class PubsubPublisher(AsyncResource):
             raise
         except Exception as exc:
             self._resume(path, [message])
-            raise translate(exc, PublishError, f"publishing to {path}") from exc
+            raise translate(exc, f"publishing to {path}", PublishError) from exc
 
     async def _publish_many(
         self, path: str, messages: Sequence[OutboundMessage], sizes: Sequence[int]
@@ -374,7 +374,7 @@ class PubsubPublisher(AsyncResource):
             raise
         except Exception as exc:
             self._resume(path, messages)
-            raise translate(exc, PublishError, f"publishing to {path}") from exc
+            raise translate(exc, f"publishing to {path}", PublishError) from exc
 
     async def _publish_direct(self, path: str, messages: Sequence[OutboundMessage], size: int) -> None:
         """Publish with Publish RPCs of up to 1000 messages each, bypassing the batcher."""
@@ -395,7 +395,7 @@ class PubsubPublisher(AsyncResource):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise translate(exc, PublishError, f"publishing to {path}") from exc
+            raise translate(exc, f"publishing to {path}", PublishError) from exc
         finally:
             self._flow.release(len(messages), size)
 

@@ -190,7 +190,7 @@ class PullSettler:
                     what = (
                         "acknowledging" if seconds is None else f"setting the ack deadline to {seconds}s of"
                     )
-                    error = translate(exc, AckError, f"{what} {len(ack_ids)} message(s) of {path}")
+                    error = translate(exc, f"{what} {len(ack_ids)} message(s) of {path}", AckError)
                 for _, future in chunk:
                     if future.done():
                         continue
@@ -353,7 +353,7 @@ class _PullConsumer(AsyncResource):
         except api_exceptions.DeadlineExceeded:
             return time.monotonic(), []  # an idle long poll
         except Exception as exc:
-            raise translate(exc, ReceiveError, f"pulling from {info.path}") from exc
+            raise translate(exc, f"pulling from {info.path}", ReceiveError) from exc
         pulled_at = time.monotonic()
         received = PullResponse.pb(response).received_messages
         if not received:

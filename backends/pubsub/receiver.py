@@ -388,7 +388,7 @@ class PubsubReceiver(AsyncResource):
                 await_callbacks_on_shutdown=False,
             )
         except Exception as exc:
-            raise translate(exc, ReceiveError, f"subscribing to {info.path}") from exc
+            raise translate(exc, f"subscribing to {info.path}", ReceiveError) from exc
         streaming.add_done_callback(on_end)
         self._running += 1
         self._idle.clear()
@@ -402,7 +402,7 @@ class PubsubReceiver(AsyncResource):
             if ended.done() and ended.result() is not None:
                 error = ended.result()
                 assert error is not None
-                raise translate(error, ReceiveError, f"receiving from {info.path}") from error
+                raise translate(error, f"receiving from {info.path}", ReceiveError) from error
         finally:
             scheduler.detach()
             with contextlib.suppress(asyncio.CancelledError):

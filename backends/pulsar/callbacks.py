@@ -13,7 +13,7 @@ from typing import Any
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.errors import wrap
+from backends.pulsar.errors import translate
 from broker.errors import BrokerError, Timeout
 
 __all__ = ["error_or_value", "outcome", "settle", "wait"]
@@ -82,7 +82,7 @@ async def wait(
         async with asyncio.timeout(timeout):
             return await future
     except _Failure as exc:
-        raise wrap(exc.failure, doing, default) from None
+        raise translate(exc.failure, doing, default) from None
     except TimeoutError as exc:
         if isinstance(exc, BrokerError):
             raise

@@ -30,7 +30,7 @@ import _pulsar  # type: ignore[import-not-found]
 import pulsar  # type: ignore[import-untyped]
 
 from backends.pulsar.callbacks import error_or_value, outcome, wait
-from backends.pulsar.errors import wrap
+from backends.pulsar.errors import translate
 from backends.pulsar.fetcher import Fetcher
 from backends.pulsar.mapping import to_message, to_messages
 from backends.pulsar.settings import ConsumerOptions
@@ -246,7 +246,7 @@ class PulsarAcker:
         try:
             consumer.acknowledge(message.raw)
         except _pulsar.PulsarException as exc:
-            raise wrap(exc, f"acknowledging {message.id}", AckError) from None
+            raise translate(exc, f"acknowledging {message.id}", AckError) from None
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Acknowledge this consumer's pending messages among ``messages``; returns the others."""
@@ -260,7 +260,7 @@ class PulsarAcker:
                     acknowledge(message.raw)
                 except _pulsar.PulsarException as exc:
                     release_claim(message)
-                    raise wrap(exc, f"acknowledging {message.id}", AckError) from None
+                    raise translate(exc, f"acknowledging {message.id}", AckError) from None
         return others
 
     async def nack(self, message: Message, delay: float | None) -> None:
@@ -275,7 +275,7 @@ class PulsarAcker:
         try:
             self._consumer().negative_acknowledge(message.raw)
         except _pulsar.PulsarException as exc:
-            raise wrap(exc, f"nacking {message.id}", AckError) from None
+            raise translate(exc, f"nacking {message.id}", AckError) from None
 
     async def in_progress(self, message: Message) -> None:
         """Not supported: Pulsar cannot extend one message's ack timeout."""
@@ -294,7 +294,7 @@ class PulsarAcker:
         try:
             consumer.acknowledge(raw)
         except _pulsar.PulsarException as exc:
-            raise wrap(exc, f"acknowledging dead-lettered {message.id}", AckError) from None
+            raise translate(exc, f"acknowledging dead-lettered {message.id}", AckError) from None
 
 
 class _Consuming(AsyncResource):

@@ -19,7 +19,7 @@ from broker.errors import (
     UnknownTopic,
 )
 
-__all__ = ["as_exception", "is_closed", "is_timeout", "wrap"]
+__all__ = ["as_exception", "is_closed", "is_timeout", "translate"]
 
 _BY_NAME: dict[str, type[BrokerError]] = {
     "Timeout": Timeout,
@@ -80,7 +80,7 @@ def is_closed(failure: Any) -> bool:
     return _name(failure) in ("AlreadyClosed", "ConsumerNotInitialized", "ProducerNotInitialized")
 
 
-def wrap(failure: Any, doing: str, default: type[BrokerError]) -> BrokerError:
+def translate(failure: Any, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
     """A broker error for ``failure`` while ``doing`` something; the client's exception is its cause.
 
     ``default`` is the class used when no more specific one fits (``PublishError`` for sends, ...).

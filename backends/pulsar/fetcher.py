@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.errors import is_closed, is_timeout, wrap
+from backends.pulsar.errors import is_closed, is_timeout, translate
 from broker.errors import ClosedError, ReceiveError, Timeout
 
 __all__ = ["Fetcher"]
@@ -154,7 +154,7 @@ class Fetcher:
             raise ClosedError(f"the Pulsar consumer of {self._name} is closed")
         error = self._error
         if error is not None:
-            raise wrap(error, f"receiving from {self._name}", ReceiveError)
+            raise translate(error, f"receiving from {self._name}", ReceiveError)
 
     async def _wait(self, timeout: float | None) -> bool:
         """Wait until something arrives (True) or ``timeout`` passes (False)."""

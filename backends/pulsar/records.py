@@ -20,7 +20,7 @@ import _pulsar  # type: ignore[import-not-found]
 
 from backends.pulsar.callbacks import error_or_value, outcome, wait
 from backends.pulsar.consumer import CLOSE_TIMEOUT, MAX_CHUNK, Subscription, log
-from backends.pulsar.errors import wrap
+from backends.pulsar.errors import translate
 from backends.pulsar.fetcher import Fetcher
 from backends.pulsar.mapping import message_id, message_id_text, to_records
 from backends.pulsar.settings import ConsumerOptions
@@ -46,7 +46,7 @@ class _CumulativeCommit:
         try:
             consumer.acknowledge_cumulative(record.raw)
         except _pulsar.PulsarException as exc:
-            raise wrap(
+            raise translate(
                 exc, f"committing {record.topic}[{record.partition}]@{record.offset}", AckError
             ) from None
 

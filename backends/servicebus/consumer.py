@@ -96,7 +96,7 @@ class _Settler:
             async with consumer.settle_lock:
                 await operation
         except ServiceBusError as exc:
-            raise translate(exc, AckError, f"cannot {what} message {message.id}") from exc
+            raise translate(exc, f"cannot {what} message {message.id}", AckError) from exc
         finally:
             consumer.settling_ended()
             consumer.stop_renewing(message)
@@ -175,7 +175,7 @@ class _Settler:
                 else:
                     await self.receiver.renew_message_lock(message.raw)
         except ServiceBusError as exc:
-            raise translate(exc, AckError, f"cannot renew the lock of message {message.id}") from exc
+            raise translate(exc, f"cannot renew the lock of message {message.id}", AckError) from exc
         finally:
             consumer.settling_ended()
 
@@ -308,7 +308,7 @@ class _Receiving(AsyncResource):
             try:
                 await self._ready()
             except MessagingEntityNotFoundError as exc:
-                raise translate(exc, ReceiveError, f"cannot receive from {self.entity}") from exc
+                raise translate(exc, f"cannot receive from {self.entity}", ReceiveError) from exc
             except Exception as exc:  # reported by the first receive, which opens again
                 log.debug("opening the receiver of %s failed: %r", self.entity, exc)
         return self
@@ -471,7 +471,7 @@ class _Receiving(AsyncResource):
             failure = self._failure
             if failure is not None:
                 self._failure = None
-                raise translate(failure, ReceiveError, f"receiving from {self.entity} failed") from failure
+                raise translate(failure, f"receiving from {self.entity} failed", ReceiveError) from failure
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise Timeout(f"no message from {self.entity} within {timeout}s")

@@ -19,9 +19,12 @@ from broker.errors import (
 __all__ = ["translate"]
 
 
-def translate(exc: BaseException, default: type[BrokerError], what: str) -> BrokerError:
-    """The broker error for SDK exception ``exc`` raised while doing ``what``; raise it ``from exc``."""
-    message = f"{what}: {exc}"
+def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+    """The broker error for SDK exception ``exc`` raised while ``doing``; raise it ``from exc``.
+
+    Exceptions that name their own kind get the matching class, anything else ``default``.
+    """
+    message = f"{doing}: {exc}"
     if isinstance(exc, BrokerError):
         return exc
     if isinstance(exc, sb.MessagingEntityNotFoundError):

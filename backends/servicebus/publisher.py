@@ -73,7 +73,7 @@ class ServiceBusTopic:
                 except MessagingEntityNotFoundError as exc:
                     admin = self._publisher._admin
                     if admin is None or not admin.enabled:
-                        raise translate(exc, PublishError, f"cannot open a sender for {self.name!r}") from exc
+                        raise translate(exc, f"cannot open a sender for {self.name!r}", PublishError) from exc
                     # Nothing of that name: create it as a topic (consumers subscribe to it), retry once.
                     async with asyncio.timeout(_remaining(deadline)):
                         await admin.ensure_topic(self.name)
@@ -81,7 +81,7 @@ class ServiceBusTopic:
                         sender = await self._open_sender(deadline)
                     except MessagingEntityNotFoundError as again:
                         what = f"cannot open a sender for {self.name!r}"
-                        raise translate(again, PublishError, what) from again
+                        raise translate(again, what, PublishError) from again
                 self._sender = sender
                 self._publisher._senders.append(sender)
             return self._sender
@@ -98,7 +98,7 @@ class ServiceBusTopic:
             if isinstance(exc, MessagingEntityNotFoundError):
                 raise
             if isinstance(exc, ServiceBusError | TimeoutError):
-                raise translate(exc, PublishError, f"cannot open a sender for {self.name!r}") from exc
+                raise translate(exc, f"cannot open a sender for {self.name!r}", PublishError) from exc
             raise
         return sender
 
@@ -118,7 +118,7 @@ class ServiceBusTopic:
                 f"a message of {len(message.data)} bytes is larger than {self.name!r} accepts: {exc}"
             ) from exc
         except ServiceBusError as exc:
-            raise translate(exc, PublishError, f"publishing to {self.name!r} failed") from exc
+            raise translate(exc, f"publishing to {self.name!r} failed", PublishError) from exc
 
     async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
         """Send all messages in as few size-bounded batches as fit, in order."""
@@ -137,7 +137,7 @@ class ServiceBusTopic:
         except MessageTooLarge:
             raise
         except ServiceBusError as exc:
-            raise translate(exc, PublishError, f"publishing to {self.name!r} failed") from exc
+            raise translate(exc, f"publishing to {self.name!r} failed", PublishError) from exc
 
     async def _send_batches(
         self,

@@ -20,7 +20,7 @@ from typing import Any
 
 from backends.kafka import sdk
 from backends.kafka.backend import KafkaBackend
-from backends.kafka.errors import wrap
+from backends.kafka.errors import translate
 from backends.kafka.rdkafka_config import reader_config
 from broker.errors import ConfigError, ReceiveError, Timeout
 from broker.log import TopicPartition
@@ -107,7 +107,7 @@ def commit_group(options: Options, group: str, offsets: Offsets) -> None:
         if tps:
             consumer.commit(offsets=tps, asynchronous=False)
     except ck.KafkaException as exc:
-        raise wrap(exc, f"committing offsets of group {group!r}") from exc
+        raise translate(exc, f"committing offsets of group {group!r}") from exc
     finally:
         consumer.close()
 
@@ -169,7 +169,7 @@ def read_range(options: Options, part: Range) -> Iterator[Any]:
                     low, _ = consumer.get_watermark_offsets(ck.TopicPartition(part.topic, part.partition))
                     consumer.seek(ck.TopicPartition(part.topic, part.partition, max(low, position)))
                 else:
-                    raise wrap(error, f"reading {part.topic}[{part.partition}]", ReceiveError)
+                    raise translate(error, f"reading {part.topic}[{part.partition}]", ReceiveError)
             if data:
                 if data[-1].offset() >= end:
                     data = [m for m in data if m.offset() < end]

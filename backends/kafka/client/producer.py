@@ -17,7 +17,7 @@ from typing import Any
 from backends.kafka import sdk
 from backends.kafka.client.codecs import resolve_codec
 from backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
-from backends.kafka.errors import wrap
+from backends.kafka.errors import translate
 from backends.kafka.producer import AsyncProducer
 from broker.codecs import Codec
 from broker.errors import BrokerError, EncodeError, PublishError, Timeout
@@ -49,7 +49,7 @@ DeliveryCallback = Callable[[DeliveryReport], None]
 
 def _report(err: Any, msg: Any) -> DeliveryReport:
     topic = msg.topic() or ""
-    error = wrap(err, f"delivery to {topic!r} failed", PublishError) if err is not None else None
+    error = translate(err, f"delivery to {topic!r} failed", PublishError) if err is not None else None
     partition = msg.partition()
     offset = msg.offset()
     return DeliveryReport(
@@ -149,7 +149,7 @@ class Producer:
                 f"the record for {topic!r} could not be enqueued: the local queue is full"
             ) from exc
         except ck.KafkaException as exc:
-            raise wrap(exc, f"the record for {topic!r} could not be enqueued", PublishError) from exc
+            raise translate(exc, f"the record for {topic!r} could not be enqueued", PublishError) from exc
         owner.kick()
 
     def produce(

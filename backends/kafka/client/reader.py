@@ -20,7 +20,7 @@ from backends.kafka import sdk
 from backends.kafka.client.consumer import ErrorCallback, MessageHandler
 from backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
 from backends.kafka.consumer import ReaderCore
-from backends.kafka.errors import wrap
+from backends.kafka.errors import translate
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
@@ -178,7 +178,9 @@ class Reader:
                 )
                 out[tp] = Watermarks(int(low), int(high))
             except Exception as exc:
-                out[tp] = Watermarks(-1, -1, wrap(exc, f"cannot read the watermarks of {tp}", UnknownTopic))
+                out[tp] = Watermarks(
+                    -1, -1, translate(exc, f"cannot read the watermarks of {tp}", UnknownTopic)
+                )
         return out
 
     async def close(self) -> None:

@@ -416,10 +416,10 @@ def test_google_api_errors_are_typed(google_error: str, expected: str, retryable
     from broker import errors
 
     sdk_error = getattr(api_exceptions, google_error)("no")
-    error = translate(sdk_error, errors.ReceiveError, "pulling")
+    error = translate(sdk_error, "pulling", errors.ReceiveError)
     assert type(error) is getattr(errors, expected)
     assert error.retryable is retryable
     assert error.__cause__ is sdk_error
     retried = api_exceptions.RetryError("deadline", sdk_error)
     if google_error not in ("ServiceUnavailable",):
-        assert type(translate(retried, errors.ReceiveError, "pulling")) is getattr(errors, expected)
+        assert type(translate(retried, "pulling", errors.ReceiveError)) is getattr(errors, expected)

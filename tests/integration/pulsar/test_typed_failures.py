@@ -5,7 +5,7 @@ from __future__ import annotations
 import _pulsar  # type: ignore[import-not-found]
 import pytest
 
-from backends.pulsar.errors import wrap
+from backends.pulsar.errors import translate
 from broker.errors import AuthenticationFailed, BrokerError, PermissionDenied, Throttled
 
 
@@ -21,5 +21,5 @@ from broker.errors import AuthenticationFailed, BrokerError, PermissionDenied, T
     ],
 )
 def test_refusals_are_typed(sdk: str, expected: type[BrokerError], retryable: bool) -> None:
-    error = wrap(getattr(_pulsar, sdk)("refused"), "publishing", BrokerError)
+    error = translate(getattr(_pulsar, sdk)("refused"), "publishing", BrokerError)
     assert type(error) is expected and error.retryable is retryable

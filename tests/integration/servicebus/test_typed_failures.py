@@ -20,5 +20,5 @@ from broker.errors import AuthenticationFailed, BrokerError, ConnectionFailed, P
     ],
 )
 def test_refusals_are_typed(sdk: type[Exception], expected: type[BrokerError], retryable: bool) -> None:
-    error = translate(sdk(message="refused"), BrokerError, "publishing")
+    error = translate(sdk(message="refused"), "publishing", BrokerError)
     assert type(error) is expected and error.retryable is retryable

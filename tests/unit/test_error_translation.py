@@ -1,0 +1,40 @@
+"""Every backend translates SDK errors with one function of one shape:
+``translate(exc, doing, default=BrokerError) -> BrokerError`` in ``backends/<name>/errors.py``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+from broker.errors import AckError, BrokerError
+
+ROOT = Path(__file__).resolve().parents[2]
+WITH_SDK_ERRORS = sorted(p.parent.name for p in (ROOT / "backends").glob("*/errors.py"))
+
+
+def test_every_backend_with_sdk_errors_is_checked() -> None:
+    assert {"jetstream", "kafka", "pubsub", "pulsar", "servicebus"} <= set(WITH_SDK_ERRORS)
+
+
+@pytest.mark.parametrize("backend", WITH_SDK_ERRORS)
+def test_translate_has_one_signature(backend: str) -> None:
+    module = importlib.import_module(f"backends.{backend}.errors")
+    translate = module.translate
+    parameters = list(inspect.signature(translate).parameters.values())
+    assert [p.name for p in parameters] == [parameters[0].name, "doing", "default"]
+    assert parameters[2].default is BrokerError
+    assert "translate" in module.__all__
+    assert not hasattr(module, "wrap"), "one name per concept: translate"
+
+
+@pytest.mark.parametrize("backend", WITH_SDK_ERRORS)
+def test_translate_keeps_broker_errors_and_falls_back_to_default(backend: str) -> None:
+    translate = importlib.import_module(f"backends.{backend}.errors").translate
+    mine = AckError("already typed")
+    assert translate(mine, "acking") is mine
+    error = translate(ValueError("something odd"), "acking message 7", AckError)
+    assert isinstance(error, BrokerError)
+    assert "acking message 7" in str(error)
