@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple, Protocol, Self, runtime_checkable
+from typing import Any, Final, Literal, NamedTuple, Protocol, runtime_checkable
 
 from broker.errors import ConfigError
 from broker.interfaces import Closeable
 from broker.message import Record
+from broker.resources import AsyncResource
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -265,7 +265,7 @@ class Log(Closeable, Protocol):
         """The committed offsets of ``group`` (None where nothing was committed)."""
 
 
-class _ClientIdLog:
+class _ClientIdLog(AsyncResource):
     """A :class:`Log` that passes one ``client_id`` to every producer, consumer and reader it makes."""
 
     def __init__(self, inner: Log, client_id: str) -> None:
@@ -362,14 +362,6 @@ class _ClientIdLog:
 
     async def close(self) -> None:
         """Nothing of its own to close: the wrapped log belongs to whoever made it."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 def with_client_id(log: Log, client_id: str | None) -> Log:

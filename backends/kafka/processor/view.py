@@ -305,13 +305,16 @@ class View:
             else:
                 await self._shutdown()
 
-    async def _pause(self) -> None:
-        """A restartable view's run ended: stop following, keep the stores open and readable."""
+    async def _stop_following(self) -> None:
         self._caught_up = False
         if self._follower is not None:
             with contextlib.suppress(Exception):
                 await self._follower.close()
             self._follower = None
+
+    async def _pause(self) -> None:
+        """A restartable view's run ended: stop following, keep the stores open and readable."""
+        await self._stop_following()
         for table in self._tables:
             with contextlib.suppress(Exception):
                 table.storage.flush()
@@ -319,11 +322,7 @@ class View:
         await self._set_state(ViewState.IDLE)
 
     async def _reset(self) -> None:
-        self._caught_up = False
-        if self._follower is not None:
-            with contextlib.suppress(Exception):
-                await self._follower.close()
-            self._follower = None
+        await self._stop_following()
         await self._set_state(ViewState.CONNECTING if self._tables else ViewState.IDLE)
 
     async def _shutdown(self) -> None:
