@@ -1,9 +1,9 @@
-"""Publishing to Kafka: ``Publisher``/``Topic`` and the ``TransactionalPublisher``.
+"""Publishing to Kafka: the publish driver under ``broker.publishing``, and the ``TransactionalPublisher``.
 
 ``publish`` returns once the broker acknowledged the record (its delivery report arrived);
 ``batch_publish`` enqueues every record first and then waits once for all their reports, so a
-batch costs one wait, not one round trip per record. Records are validated before the first one
-is enqueued. A ``timeout`` stops the wait, not the delivery.
+batch costs one wait, not one round trip per record. Records are validated (by the portable
+layer) before the first one is enqueued. A ``timeout`` stops the wait, not the delivery.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
-from types import TracebackType
-from typing import Any, Protocol, Self
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from backends.kafka import sdk
 from backends.kafka.errors import error_of, translate
@@ -22,71 +21,30 @@ from backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage, Record
-from broker.outbound import check_batch
+from broker.publishing import DriverPublisher, DriverTopic
 
-__all__ = ["GroupMetadataSource", "KafkaPublisher", "KafkaTopic", "KafkaTransactionalPublisher"]
+__all__ = ["GroupMetadataSource", "KafkaPublishDriver", "KafkaPublisher", "KafkaTransactionalPublisher"]
 
 log = logging.getLogger("backends.kafka")
 
 
-class KafkaTopic:
-    """A publishing handle for one Kafka topic."""
+class KafkaPublishDriver:
+    """Produces through one librdkafka producer shared by every topic handle."""
 
-    __slots__ = ("_publisher", "name")
-
-    def __init__(self, publisher: KafkaPublisher, name: str) -> None:
-        self._publisher = publisher
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<KafkaTopic {self.name!r}>"
-
-    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
-        """Publish one record; returns when the broker has it."""
-        await self._publisher._publish(self.name, (message,), timeout)
-
-    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
-        """Enqueue every record, then wait once until the broker has all of them."""
-        if messages:
-            await self._publisher._publish(self.name, messages, timeout)
-
-
-class KafkaPublisher:
-    """A Publisher: one librdkafka producer shared by every topic handle."""
+    __slots__ = ("producer", "transaction_open")
 
     def __init__(self, producer: AsyncProducer) -> None:
-        self._producer = producer
-        self._topics: dict[str, KafkaTopic] = {}
+        self.producer = producer
+        #: None: not transactional; else whether a transaction is open (publishing needs one).
+        self.transaction_open: bool | None = None
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._producer.name}>"
-
-    @property
-    def producer(self) -> Any:
-        """The confluent-kafka ``Producer`` underneath (escape hatch)."""
-        return self._producer.producer
-
-    def topic(self, name: str) -> KafkaTopic:
-        """The handle for topic ``name`` (cached)."""
-        self._producer.check_open("get a topic")
-        topic = self._topics.get(name)
-        if topic is None:
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"a topic name must be a non-empty string, got {name!r}")
-            topic = self._topics[name] = KafkaTopic(self, name)
-        return topic
-
-    def _before_publish(self) -> None:
-        """Hook: transactional publishers check their state here."""
-
-    async def _publish(
-        self, topic: str, messages: tuple[OutboundMessage, ...], timeout: float | None
-    ) -> None:
-        owner = self._producer
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """Enqueue every record, then wait once until the broker has all of them."""
+        owner = self.producer
         if owner.closed:
             raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
-        check_batch(messages)
-        self._before_publish()
+        if self.transaction_open is False:
+            raise TransactionError("publish on a transactional publisher needs begin() first")
         loop = asyncio.get_running_loop()
         batch = DeliveryBatch(loop, len(messages))
         on_delivery = batch.on_delivery
@@ -115,21 +73,35 @@ class KafkaPublisher:
                 owner.kick()
         await owner.wait(batch, timeout, f"publishing to {topic!r}")
 
+    async def close(self) -> None:
+        """Flush what is queued, then release the producer."""
+        await self.producer.close()
+
+
+class KafkaPublisher(DriverPublisher):
+    """A Publisher: one librdkafka producer shared by every topic handle."""
+
+    def __init__(self, producer: AsyncProducer) -> None:
+        self._kafka = KafkaPublishDriver(producer)
+        self._producer = producer
+        super().__init__(self._kafka)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._producer.name}>"
+
+    @property
+    def producer(self) -> Any:
+        """The confluent-kafka ``Producer`` underneath (escape hatch)."""
+        return self._producer.producer
+
+    def topic(self, name: str) -> DriverTopic:
+        """The handle for topic ``name`` (cached)."""
+        self._producer.check_open("get a topic")
+        return super().topic(name)
+
     async def flush(self, timeout: float | None = None) -> int:
         """Wait until every enqueued record was delivered; returns how many are still queued."""
         return await self._producer.flush(timeout)
-
-    async def close(self) -> None:
-        """Flush what is queued, then release the producer. Idempotent."""
-        await self._producer.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 class GroupMetadataSource(Protocol):
@@ -149,10 +121,18 @@ class KafkaTransactionalPublisher(KafkaPublisher):
 
     def __init__(self, producer: AsyncProducer, transactional_id: str, operation_timeout: float) -> None:
         super().__init__(producer)
+        self._kafka.transaction_open = False
         self.transactional_id = transactional_id
         self.operation_timeout = operation_timeout
         self._initialized = False
-        self._open = False
+
+    @property
+    def _open(self) -> bool:
+        return bool(self._kafka.transaction_open)
+
+    @_open.setter
+    def _open(self, value: bool) -> None:
+        self._kafka.transaction_open = value
 
     @staticmethod
     def new_id() -> str:
@@ -163,10 +143,6 @@ class KafkaTransactionalPublisher(KafkaPublisher):
     def in_transaction(self) -> bool:
         """True between ``begin()`` and ``commit()``/``abort()``."""
         return self._open
-
-    def _before_publish(self) -> None:
-        if not self._open:
-            raise TransactionError("publish on a transactional publisher needs begin() first")
 
     async def _call(self, what: str, fn: Any, *args: Any) -> Any:
         try:

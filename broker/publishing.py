@@ -1,0 +1,135 @@
+"""The portable publishing layer: ``Publisher`` and ``Topic`` written once over a backend's driver.
+
+A backend supplies a :class:`PublishDriver` (send validated messages to one topic; close); this
+module does the rest once for every backend: the topic-handle cache, name and message
+validation (typed errors from :mod:`broker.outbound`), the closed state, and the publish
+interceptors (:class:`PublishInterceptor`) where cross-cutting features such as tracing and
+metrics hook in. A backend with more to offer (transactions, a flush, an escape hatch to its SDK)
+subclasses :class:`DriverPublisher` and adds it.
+
+How a message flows: ``Topic.publish`` -> validation -> interceptors -> ``driver.send`` -> the
+backend's mapping -> its SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from broker.errors import ClosedError, ConfigError
+from broker.message import OutboundMessage
+from broker.outbound import check_batch, check_outbound, is_plain
+from broker.resources import AsyncResource
+
+__all__ = ["DriverPublisher", "DriverTopic", "PublishDriver", "PublishInterceptor"]
+
+#: Called with the topic name and the validated messages before they are sent; it returns the
+#: messages to send instead (for example with trace context added to their attributes), or
+#: ``None`` to send them unchanged. A failure raised here fails the publish.
+PublishInterceptor = Callable[[str, Sequence[OutboundMessage]], Sequence[OutboundMessage] | None]
+
+
+class PublishDriver(Protocol):
+    """A backend's half of publishing.
+
+    ``send`` gets messages that are already validated, in the order given, at least one; it
+    returns once the broker has every one of them and raises a :mod:`broker.errors` error (the
+    backend's ``translate``) otherwise. ``close`` flushes what is in flight and releases the
+    client; it is called once.
+    """
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """Send ``messages`` to ``topic``; return when the broker has all of them."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and release the client."""
+        ...
+
+
+class DriverTopic:
+    """A publishing handle for one topic (``broker.Topic``), the same on every backend."""
+
+    __slots__ = ("_publisher", "name")
+
+    def __init__(self, publisher: DriverPublisher, name: str) -> None:
+        self._publisher = publisher
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.name!r} of {self._publisher!r}>"
+
+    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
+        """Publish one message; returns once the broker has it."""
+        if not is_plain(message):
+            check_outbound(message)
+        publisher = self._publisher
+        if publisher._closed or publisher.interceptors:
+            await publisher._send(self.name, (message,), timeout)
+        else:  # the common case, one await less
+            await publisher._driver.send(self.name, (message,), timeout)
+
+    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
+        """Publish many messages in order; returns once the broker has all of them."""
+        check_batch(messages)
+        if messages:
+            await self._publisher._send(self.name, messages, timeout)
+
+
+class DriverPublisher(AsyncResource):
+    """A ``broker.Publisher`` over a :class:`PublishDriver`: topic handles, closed state, interceptors."""
+
+    def __init__(self, driver: PublishDriver, *, interceptors: Sequence[PublishInterceptor] = ()) -> None:
+        self._driver = driver
+        self._topics: dict[str, DriverTopic] = {}
+        self._closed = False
+        #: Run in order on every publish (see :data:`PublishInterceptor`); add with :meth:`intercept`.
+        self.interceptors: list[PublishInterceptor] = list(interceptors)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}{' closed' if self._closed else ''}>"
+
+    @property
+    def driver(self) -> PublishDriver:
+        """The backend's driver underneath."""
+        return self._driver
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def intercept(self, interceptor: PublishInterceptor) -> None:
+        """Run ``interceptor`` on every publish from now on (after those added before)."""
+        self.interceptors.append(interceptor)
+
+    def topic(self, name: str) -> DriverTopic:
+        """The handle for topic ``name`` (one per name, cached)."""
+        topic = self._topics.get(name)
+        if topic is None:
+            if self._closed:
+                raise ClosedError("the publisher is closed")
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"a topic name must be a non-empty string, got {name!r}")
+            topic = self._topics[name] = DriverTopic(self, name)
+        elif self._closed:
+            raise ClosedError("the publisher is closed")
+        return topic
+
+    async def _send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        if self._closed:
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        for interceptor in self.interceptors:
+            changed = interceptor(topic, messages)
+            if changed is not None:
+                check_batch(changed)
+                messages = changed
+        if messages:
+            await self._driver.send(topic, messages, timeout)
+
+    async def close(self) -> None:
+        """Flush what is in flight and release the client; later publishes raise ``ClosedError``."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._driver.close()
