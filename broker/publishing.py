@@ -34,9 +34,14 @@ class PublishDriver(Protocol):
 
     ``send`` gets messages that are already validated, in the order given, at least one; it
     returns once the broker has every one of them and raises a :mod:`broker.errors` error (the
-    backend's ``translate``) otherwise. ``close`` flushes what is in flight and releases the
-    client; it is called once.
+    backend's ``translate``) otherwise. ``check_topic`` refuses names the broker cannot take
+    (the layer already refused empty and non-text ones). ``close`` flushes what is in flight and
+    releases the client; it is called once.
     """
+
+    def check_topic(self, name: str) -> None:
+        """Raise ``ConfigError`` for a non-empty name the broker cannot take (called once per name)."""
+        ...
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Send ``messages`` to ``topic``; return when the broker has all of them."""
@@ -111,6 +116,7 @@ class DriverPublisher(AsyncResource):
                 raise ClosedError("the publisher is closed")
             if not isinstance(name, str) or not name:
                 raise ConfigError(f"a topic name must be a non-empty string, got {name!r}")
+            self._driver.check_topic(name)
             topic = self._topics[name] = DriverTopic(self, name)
         elif self._closed:
             raise ClosedError("the publisher is closed")

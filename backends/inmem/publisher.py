@@ -44,6 +44,9 @@ class InmemPublishDriver:
         else:
             self._broker.append(state, messages, self._partitioner)
 
+    def check_topic(self, name: str) -> None:
+        """Every non-empty name is a topic here."""
+
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Append at once."""
         self.append(topic, messages)

@@ -27,16 +27,14 @@ from typing import Any, Final
 from nats.aio.msg import Msg
 
 from backends.jetstream.settings import MSG_ID_HEADER
-from broker.attributes import validate_attributes
-from broker.errors import InvalidAttributes, InvalidMessage, ReceiveError
-from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage, Message, OutboundMessage, Record
+from broker.errors import InvalidAttributes, ReceiveError
+from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage, Message, Record
 
 __all__ = [
     "ENCODED_HEADER",
     "KEY_HEADER",
     "Delivery",
     "JetStreamMessage",
-    "check_outbound",
     "decode_headers",
     "encode_headers",
     "parse_reply",
@@ -55,18 +53,6 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 def _plain_value(value: str) -> bool:
     return "\r" not in value and "\n" not in value and value == value.strip()
-
-
-def check_outbound(message: Any) -> None:
-    """Raise ``TypeError`` (``InvalidAttributes`` for attributes) unless ``message`` can be published."""
-    if not isinstance(message, OutboundMessage):
-        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
-    if not isinstance(message.data, bytes | bytearray | memoryview):
-        raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
-    if message.key is not None and not isinstance(message.key, str):
-        raise InvalidMessage(f"message key must be str or None, got {type(message.key).__name__}")
-    if message.attributes:
-        validate_attributes(message.attributes)
 
 
 def encode_headers(

@@ -19,9 +19,7 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
-from types import TracebackType
-from typing import Self
+from collections.abc import Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -29,7 +27,7 @@ from nats.aio.subscription import Subscription
 
 from backends.jetstream.connection import Connection
 from backends.jetstream.errors import translate
-from backends.jetstream.mapping import check_outbound, encode_headers
+from backends.jetstream.mapping import encode_headers
 from backends.jetstream.provisioning import Provisioner
 from backends.jetstream.settings import JetStreamSettings, check_subject
 from broker.errors import (
@@ -43,8 +41,9 @@ from broker.errors import (
     UnknownTopic,
 )
 from broker.message import OutboundMessage
+from broker.publishing import DriverPublisher
 
-__all__ = ["JetStreamPublisher", "JetStreamTopic", "PubAckError"]
+__all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 
 log = logging.getLogger("backends.jetstream")
 
@@ -78,36 +77,15 @@ def _pub_ack_error(msg: Msg) -> BrokerError:
     return PubAckError(text, code, err_code)
 
 
-class JetStreamTopic:
-    """A handle for publishing to one subject."""
-
-    __slots__ = ("_publisher", "_ready", "name")
-
-    def __init__(self, publisher: JetStreamPublisher, name: str) -> None:
-        self._publisher = publisher
-        self.name = name
-        self._ready = False
-
-    def __repr__(self) -> str:
-        return f"<JetStreamTopic {self.name!r}>"
-
-    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
-        """Publish one message; returns once the stream stored it (its PubAck came back)."""
-        await self._publisher._publish_one(self, message, timeout)
-
-    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
-        """Publish many messages, pipelined; returns once all are stored (raises on the first failure)."""
-        await self._publisher._publish_many(self, messages, timeout)
-
-
-class JetStreamPublisher:
-    """A Publisher over the backend's shared connection; its PubAcks come to one inbox."""
+class JetStreamPublishDriver:
+    """Publishes over the backend's shared connection; its PubAcks come to one inbox."""
 
     def __init__(self, connection: Connection, provisioner: Provisioner, settings: JetStreamSettings) -> None:
         self._connection = connection
         self._provisioner = provisioner
         self.settings = settings
-        self._topics: dict[str, JetStreamTopic] = {}
+        #: Subjects whose stream was found or made.
+        self._ready: set[str] = set()
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         #: Subject of each publish waiting for its PubAck (a refusal names only the subject).
         self._subjects: dict[str, str] = {}
@@ -121,22 +99,24 @@ class JetStreamPublisher:
         self._lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
-        return f"<JetStreamPublisher topics={len(self._topics)} in_flight={len(self._pending)}>"
+        return f"<JetStreamPublishDriver subjects={len(self._ready)} in_flight={len(self._pending)}>"
 
-    def topic(self, name: str) -> JetStreamTopic:
-        """The handle for subject ``name`` (its stream is found or created on first publish)."""
-        if self._closed:
-            raise ClosedError("the publisher is closed")
-        topic = self._topics.get(name)
-        if topic is None:
-            check_subject(name, wildcards=False)
-            topic = self._topics[name] = JetStreamTopic(self, name)
-        return topic
+    def check_topic(self, name: str) -> None:
+        """A NATS subject without wildcards (its stream is found or created on first publish)."""
+        check_subject(name, wildcards=False)
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """One message: publish and wait for its PubAck (retried when it has a de-duplication id);
+        more: pipelined within ``publish_window``."""
+        if len(messages) == 1:
+            await self._publish_one(topic, messages[0], timeout)
+        else:
+            await self._publish_many(topic, messages, timeout)
 
     # -- plumbing ------------------------------------------------------------------------------
-    async def _prepare(self, topic: JetStreamTopic) -> Client:
+    async def _prepare(self, topic: str) -> Client:
         if self._closed:
-            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
         client = self._client
         if client is None or client.is_closed or self._sub is None:
             if self._lock is None:
@@ -156,11 +136,11 @@ class JetStreamPublisher:
                     self._client = client
                     if self._unlisten is None:
                         self._unlisten = self._connection.on_permission_denied(self._on_denied)
-        if not topic._ready:
-            await self._provisioner.stream_for(topic.name)
-            topic._ready = True
+        if topic not in self._ready:
+            await self._provisioner.stream_for(topic)
+            self._ready.add(topic)
         if self._closed:
-            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
         assert self._client is not None
         return self._client
 
@@ -227,13 +207,7 @@ class JetStreamPublisher:
         return bool(attributes) and bool(attributes.get(self.settings.msg_id_attribute))
 
     # -- publishing ----------------------------------------------------------------------------
-    async def _publish_one(
-        self, topic: JetStreamTopic, message: OutboundMessage, timeout: float | None
-    ) -> None:
-        if type(message) is not OutboundMessage or type(message.data) is not bytes or message.attributes:
-            check_outbound(message)
-        elif message.key is not None and type(message.key) is not str:
-            check_outbound(message)
+    async def _publish_one(self, topic: str, message: OutboundMessage, timeout: float | None) -> None:
         client = await self._prepare(topic)
         loop = asyncio.get_running_loop()
         wait = self.settings.publish_timeout if timeout is None else timeout
@@ -242,7 +216,7 @@ class JetStreamPublisher:
         remade = False
         while True:
             attempt += 1
-            token, future = await self._send(client, topic.name, message, loop)
+            token, future = await self._send(client, topic, message, loop)
             try:
                 async with asyncio.timeout(wait):
                     await future
@@ -252,20 +226,20 @@ class JetStreamPublisher:
                 # deleted, or lost by a server with memory storage. Make it again, once.
                 self._abandon(token, future)
                 if remade or not self.settings.create_streams:
-                    exc.add_note(f"subject: {topic.name}")
+                    exc.add_note(f"subject: {topic}")
                     raise
                 remade = True
                 attempt -= 1
-                topic._ready = False
-                self._provisioner.forget_stream(topic.name)
-                log.info("no stream stores %r any more; making it again", topic.name)
+                self._ready.discard(topic)
+                self._provisioner.forget_stream(topic)
+                log.info("no stream stores %r any more; making it again", topic)
                 client = await self._prepare(topic)
                 continue
             except TimeoutError as exc:
                 self._abandon(token, future)
                 if attempt == attempts:
                     raise Timeout(
-                        f"no PubAck for the publish to {topic.name!r} within {wait}s"
+                        f"no PubAck for the publish to {topic!r} within {wait}s"
                         + (f" ({attempts} attempts)" if attempts > 1 else "")
                     ) from exc
             except ConnectionFailed:
@@ -274,31 +248,24 @@ class JetStreamPublisher:
                     raise
             except BrokerError as exc:
                 self._abandon(token, future)
-                exc.add_note(f"subject: {topic.name}")
+                exc.add_note(f"subject: {topic}")
                 raise
             except BaseException:
                 self._abandon(token, future)
                 raise
-            log.info("retrying the publish of a message with a de-duplication id to %r", topic.name)
+            log.info("retrying the publish of a message with a de-duplication id to %r", topic)
             client = await self._prepare(topic)
 
     async def _publish_many(
-        self, topic: JetStreamTopic, messages: tuple[OutboundMessage, ...], timeout: float | None
+        self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None
     ) -> None:
-        for message in messages:
-            if type(message) is not OutboundMessage or type(message.data) is not bytes or message.attributes:
-                check_outbound(message)
-            elif message.key is not None and type(message.key) is not str:
-                check_outbound(message)
-        if not messages:
-            return
         client = await self._prepare(topic)
         loop = asyncio.get_running_loop()
         window = self.settings.publish_window
         wait = self.settings.publish_timeout if timeout is None else timeout
         in_flight: deque[tuple[str, asyncio.Future[bytes]]] = deque()
         send = self._send
-        subject = topic.name
+        subject = topic
         try:
             async with asyncio.timeout(wait):
                 for message in messages:
@@ -321,7 +288,7 @@ class JetStreamPublisher:
 
     # -- closing -------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Close the publisher: publishes still waiting for a PubAck raise ``ClosedError``. Idempotent."""
+        """Publishes still waiting for a PubAck raise ``ClosedError``. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -341,10 +308,9 @@ class JetStreamPublisher:
             except Exception as exc:
                 log.debug("unsubscribing the PubAck inbox failed: %r", exc)
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
+class JetStreamPublisher(DriverPublisher):
+    """A Publisher over the backend's shared connection (``broker.publishing`` over its driver)."""
+
+    def __init__(self, connection: Connection, provisioner: Provisioner, settings: JetStreamSettings) -> None:
+        super().__init__(JetStreamPublishDriver(connection, provisioner, settings))
