@@ -25,15 +25,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from broker.attributes import validate_attributes
-from broker.errors import InvalidAttributes, InvalidMessage
+from broker.errors import InvalidAttributes
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 
 __all__ = [
     "EMPTY_MARKER",
     "KEY_ATTRIBUTE",
     "RESERVED_ATTRIBUTE_NAMES",
-    "check_outbound",
+    "check_reserved",
     "from_received",
     "from_streamed",
     "ordering_key",
@@ -70,22 +69,12 @@ def wire_attributes(message: OutboundMessage, ordering: bool) -> Mapping[str, st
     return EMPTY_ATTRIBUTES if message.data else _EMPTY_MARKER_ATTRIBUTES
 
 
-def check_outbound(message: Any) -> None:
-    """Raise ``InvalidMessage`` / ``InvalidAttributes`` unless ``message`` can be published."""
-    if not isinstance(message, OutboundMessage):
-        raise InvalidMessage(f"publish takes an OutboundMessage, got {type(message).__name__}")
-    if type(message.data) is not bytes:
-        if not isinstance(message.data, bytes | bytearray | memoryview):
-            raise InvalidMessage(f"message data must be bytes, got {type(message.data).__name__}")
-    if message.attributes:
-        validate_attributes(message.attributes)
-        if KEY_ATTRIBUTE in message.attributes:
-            raise InvalidAttributes(
-                f"the attribute name {KEY_ATTRIBUTE!r} is reserved: it carries OutboundMessage.key on Pub/Sub"
-            )
-    key = message.key
-    if key is not None and type(key) is not str:
-        raise InvalidMessage(f"message key must be str or None, got {type(key).__name__}")
+def check_reserved(message: OutboundMessage) -> None:
+    """Raise ``InvalidAttributes`` when a (validated) message uses the attribute that carries keys."""
+    if message.attributes and KEY_ATTRIBUTE in message.attributes:
+        raise InvalidAttributes(
+            f"the attribute name {KEY_ATTRIBUTE!r} is reserved: it carries OutboundMessage.key on Pub/Sub"
+        )
 
 
 def outbound_size(message: OutboundMessage) -> int:

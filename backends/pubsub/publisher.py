@@ -40,7 +40,7 @@ from backends.pubsub.errors import translate
 from backends.pubsub.futures import CompletionGroup, post
 from backends.pubsub.mapping import (
     RESERVED_ATTRIBUTE_NAMES,
-    check_outbound,
+    check_reserved,
     ordering_key,
     outbound_size,
     wire_attributes,
@@ -48,9 +48,9 @@ from backends.pubsub.mapping import (
 from backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
 from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.resources import AsyncResource
+from broker.publishing import DriverPublisher
 
-__all__ = ["PubsubPublisher", "PubsubTopic"]
+__all__ = ["PubsubPublishDriver", "PubsubPublisher"]
 
 log = logging.getLogger("backends.pubsub")
 
@@ -130,90 +130,8 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class PubsubTopic:
-    """A Topic of the Pub/Sub backend: publishes through its publisher's batching client."""
-
-    __slots__ = ("_path", "_publisher", "_ready", "name")
-
-    def __init__(self, publisher: PubsubPublisher, name: str) -> None:
-        self._publisher = publisher
-        #: The topic's name as given (a short id or a full ``projects/P/topics/T``).
-        self.name = name
-        self._path = publisher._clients.topic_path(name)
-        self._ready = False
-
-    def __repr__(self) -> str:
-        return f"<PubsubTopic {self._path}>"
-
-    @property
-    def path(self) -> str:
-        """The full topic name, ``projects/P/topics/T``."""
-        return self._path
-
-    async def _prepare(self) -> None:
-        if self._publisher._settings.create_missing:
-            await self._publisher._admin.ensure_topic(self.name)
-        self._ready = True
-
-    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
-        """Publish one message; returns once Pub/Sub assigned it a message id."""
-        publisher = self._publisher
-        publisher._check_open(self.name)
-        check_outbound(message)
-        size = outbound_size(message)
-        if size > MAX_MESSAGE_BYTES:
-            raise MessageTooLarge(
-                f"a {size}-byte message is larger than Pub/Sub's limit of {MAX_MESSAGE_BYTES} bytes"
-            )
-        if timeout is None:
-            if not self._ready:
-                await self._prepare()
-            await publisher._publish_one(self._path, message, size)
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                if not self._ready:
-                    await self._prepare()
-                await publisher._publish_one(self._path, message, size)
-        except TimeoutError as exc:
-            if isinstance(exc, Timeout):
-                raise
-            raise Timeout(f"publishing to {self._path} took longer than {timeout}s") from exc
-
-    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
-        """Publish all messages with the client's batching; returns once Pub/Sub has every one.
-
-        Every message is checked before any is published. The first failure is raised (the
-        messages the server already accepted stay published).
-        """
-        publisher = self._publisher
-        publisher._check_open(self.name)
-        sizes: list[int] = []
-        for message in messages:
-            check_outbound(message)
-            size = outbound_size(message)
-            if size > MAX_MESSAGE_BYTES:
-                raise MessageTooLarge(
-                    f"a {size}-byte message is larger than Pub/Sub's limit of {MAX_MESSAGE_BYTES} bytes"
-                )
-            sizes.append(size)
-        if not messages:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                if not self._ready:
-                    await self._prepare()
-                await publisher._publish_many(self._path, messages, sizes)
-        except TimeoutError as exc:
-            if isinstance(exc, Timeout):
-                raise
-            raise Timeout(
-                f"publishing {len(messages)} messages to {self._path} took longer than {timeout}s"
-            ) from exc
-
-
-class PubsubPublisher(AsyncResource):
-    """A Publisher on one ``pubsub_v1.PublisherClient`` (made on first publish)."""
+class PubsubPublishDriver:
+    """Publishes through one ``pubsub_v1.PublisherClient`` (made on first publish)."""
 
     def __init__(self, clients: Clients, admin: Admin, settings: PubsubSettings) -> None:
         self._clients = clients
@@ -222,18 +140,67 @@ class PubsubPublisher(AsyncResource):
         #: Whether ordering keys are published (``message_ordering``).
         self.ordering = settings.message_ordering
         self._client: Any = None
-        self._topics: dict[str, PubsubTopic] = {}
+        #: Full topic paths by the name given, and the topics known to exist (or not created here).
+        self._paths: dict[str, str] = {}
+        self._ready: set[str] = set()
         self._flow = _Outstanding(
             settings.publish_max_outstanding_messages, settings.publish_max_outstanding_bytes
         )
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<PubsubPublisher {self._settings.project} {'closed' if self._closed else 'open'}>"
+        return f"<PubsubPublishDriver {self._settings.project} {'closed' if self._closed else 'open'}>"
 
     def _check_open(self, topic: str) -> None:
         if self._closed:
             raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+
+    def check_topic(self, name: str) -> None:
+        """A short topic id or ``projects/P/topics/T`` (made into its full path here)."""
+        self._paths[name] = self._clients.topic_path(name)
+
+    def path(self, name: str) -> str:
+        """The full topic name, ``projects/P/topics/T``."""
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = self._clients.topic_path(name)
+        return path
+
+    async def _prepare(self, name: str) -> None:
+        if self._settings.create_missing:
+            await self._admin.ensure_topic(name)
+        self._ready.add(name)
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """Publish with the client's batching; return once Pub/Sub assigned every message an id.
+
+        Every message's size is checked before any is published. The first failure is raised (the
+        messages the server already accepted stay published).
+        """
+        self._check_open(topic)
+        sizes: list[int] = []
+        for message in messages:
+            check_reserved(message)
+            size = outbound_size(message)
+            if size > MAX_MESSAGE_BYTES:
+                raise MessageTooLarge(
+                    f"a {size}-byte message is larger than Pub/Sub's limit of {MAX_MESSAGE_BYTES} bytes"
+                )
+            sizes.append(size)
+        path = self.path(topic)
+        try:
+            async with asyncio.timeout(timeout):
+                if topic not in self._ready:
+                    await self._prepare(topic)
+                if len(messages) == 1:
+                    await self._publish_one(path, messages[0], sizes[0])
+                else:
+                    await self._publish_many(path, messages, sizes)
+        except TimeoutError as exc:
+            if isinstance(exc, Timeout):
+                raise
+            what = "publishing" if len(messages) == 1 else f"publishing {len(messages)} messages"
+            raise Timeout(f"{what} to {path} took longer than {timeout}s") from exc
 
     @property
     def client(self) -> Any:
@@ -261,17 +228,6 @@ class PubsubPublisher(AsyncResource):
             )
             self._client = self._clients.publisher(batch, options)
         return self._client
-
-    def topic(self, name: str) -> PubsubTopic:
-        """The handle for topic ``name`` (a short id, or ``projects/P/topics/T``)."""
-        if self._closed:
-            raise ClosedError("the publisher is closed")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a topic name must be a non-empty string, got {name!r}")
-        topic = self._topics.get(name)
-        if topic is None:
-            topic = self._topics[name] = PubsubTopic(self, name)
-        return topic
 
     # -- publishing -----------------------------------------------------------------------
     def _submit(self, path: str, message: OutboundMessage) -> Any:
@@ -418,3 +374,25 @@ class PubsubPublisher(AsyncResource):
             )
         with contextlib.suppress(Exception):
             client.transport.close()
+
+
+class PubsubPublisher(DriverPublisher):
+    """A Publisher on one ``pubsub_v1.PublisherClient`` (``broker.publishing`` over its driver)."""
+
+    def __init__(self, clients: Clients, admin: Admin, settings: PubsubSettings) -> None:
+        self._pubsub = PubsubPublishDriver(clients, admin, settings)
+        super().__init__(self._pubsub)
+
+    @property
+    def ordering(self) -> bool:
+        """Whether ordering keys are published (``message_ordering``)."""
+        return self._pubsub.ordering
+
+    @property
+    def client(self) -> Any:
+        """The SDK's ``pubsub_v1.PublisherClient`` (an escape hatch)."""
+        return self._pubsub.client
+
+    def path(self, name: str) -> str:
+        """The full name of topic ``name``, ``projects/P/topics/T``."""
+        return self._pubsub.path(name)
