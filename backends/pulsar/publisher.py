@@ -21,9 +21,9 @@ from backends.pulsar.mapping import build
 from backends.pulsar.settings import PulsarSettings
 from broker.errors import BrokerError, ClosedError, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.resources import AsyncResource
+from broker.publishing import DriverPublisher
 
-__all__ = ["PulsarPublisher", "PulsarTopic", "producer_configuration"]
+__all__ = ["PulsarPublishDriver", "PulsarPublisher", "producer_configuration"]
 
 _OK: Final = _pulsar.Result.Ok
 _COMPRESSION: Final = {
@@ -135,81 +135,46 @@ class _Sending:
             settle(self.future, None, None)
 
 
-class PulsarTopic:
-    """A Topic handle of a :class:`PulsarPublisher`."""
-
-    __slots__ = ("_producer", "_publisher", "name")
-
-    def __init__(self, publisher: PulsarPublisher, name: str) -> None:
-        self._publisher = publisher
-        self.name = name
-        self._producer: _Producer | None = None
-
-    def __repr__(self) -> str:
-        return f"<PulsarTopic {self.name!r}>"
-
-    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
-        """Publish one message; returns once the broker stored it."""
-        await self._publisher._send(self, (build(message),), timeout)
-
-    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
-        """Publish all messages (in order) with one wait for every receipt; raises on the first failure.
-
-        Every message is checked before any is sent. On a failure, messages the broker already
-        accepted stay published.
-        """
-        built = [build(m) for m in messages]
-        if built:
-            await self._publisher._send(self, built, timeout)
-
-
-class PulsarPublisher(AsyncResource):
-    """A Publisher on one Pulsar client; topics are cheap handles, producers are made on first publish."""
+class PulsarPublishDriver:
+    """Publishes through one Pulsar client; a producer per topic, made on its first publish."""
 
     def __init__(self, client: Any, settings: PulsarSettings) -> None:
         self._client = client
         self._settings = settings
         self._limit = settings.max_pending_messages
-        self._topics: dict[str, PulsarTopic] = {}
+        #: Producers made, by topic, and those being made.
+        self._made: dict[str, _Producer] = {}
         self._producers: dict[str, asyncio.Future[_Producer]] = {}
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<PulsarPublisher {len(self._producers)} producers{' closed' if self._closed else ''}>"
+        return f"<PulsarPublishDriver {len(self._producers)} producers{' closed' if self._closed else ''}>"
 
-    def topic(self, name: str) -> PulsarTopic:
-        """The handle for topic ``name`` (its producer is created on the first publish)."""
-        if self._closed:
-            raise ClosedError("the publisher is closed")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a topic name must be a non-empty string, got {name!r}")
-        topic = self._topics.get(name)
-        if topic is None:
-            topic = self._topics[name] = PulsarTopic(self, name)
-        return topic
+    def check_topic(self, name: str) -> None:
+        """Any non-empty name (short names live in the default tenant and namespace)."""
 
-    async def _producer(self, topic: PulsarTopic) -> _Producer:
-        producer = topic._producer
+    async def _producer(self, topic: str) -> _Producer:
+        producer = self._made.get(topic)
         if producer is not None:
             return producer
         loop = asyncio.get_running_loop()
-        created = self._producers.get(topic.name)
+        created = self._producers.get(topic)
         if created is None:
             future: asyncio.Future[Any] = loop.create_future()
             conf = producer_configuration(self._settings)
-            self._client.create_producer_async_v2(topic.name, conf, error_or_value(future))
-            created = self._producers[topic.name] = loop.create_task(self._wrap(future, topic.name, loop))
+            self._client.create_producer_async_v2(topic, conf, error_or_value(future))
+            created = self._producers[topic] = loop.create_task(self._wrap(future, topic, loop))
         try:
             producer = await asyncio.shield(created)
         except asyncio.CancelledError:
             raise
         except BaseException:
-            if self._producers.get(topic.name) is created:
-                del self._producers[topic.name]
+            if self._producers.get(topic) is created:
+                del self._producers[topic]
             raise
         if self._closed:
-            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
-        topic._producer = producer
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        self._made[topic] = producer
         return producer
 
     async def _wrap(
@@ -222,39 +187,53 @@ class PulsarPublisher(AsyncResource):
             raise ClosedError(f"cannot publish to {name!r}: the publisher is closed")
         return producer
 
-    async def _send(self, topic: PulsarTopic, messages: Sequence[Any], timeout: float | None) -> None:
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """Publish in order with one wait for every receipt; raises on the first failure.
+
+        Every message is built before any is sent. On a failure, messages the broker already
+        accepted stay published.
+        """
         if self._closed:
-            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        built = [build(m) for m in messages]
         try:
             async with asyncio.timeout(timeout):
                 producer = await self._producer(topic)
-                sending = _Sending(producer, len(messages))
+                sending = _Sending(producer, len(built))
                 send = producer.producer.send_async
                 receipt = sending.receipt
                 limit = self._limit
-                for message in messages:
+                for message in built:
                     if producer.sent - producer.acked >= limit:
                         await producer.wait_for_room(limit)
                         if self._closed:
-                            raise ClosedError(f"cannot publish to {topic.name!r}: the publisher is closed")
+                            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
                     producer.sent += 1
                     send(message, receipt)
-                await wait(sending.future, f"publishing to {topic.name!r}", PublishError)
+                await wait(sending.future, f"publishing to {topic!r}", PublishError)
         except TimeoutError as exc:
             if isinstance(exc, BrokerError):
                 raise
-            raise Timeout(f"publishing to {topic.name!r} took longer than {timeout}s") from None
+            raise Timeout(f"publishing to {topic!r} took longer than {timeout}s") from None
 
     async def close(self) -> None:
-        """Flush and close every producer; later publishes raise ClosedError. Idempotent."""
+        """Flush and close every producer. Idempotent."""
         if self._closed:
             return
         self._closed = True
         creations = list(self._producers.values())
         self._producers.clear()
+        self._made.clear()
         if not creations:
             return
         # A producer still being created closes itself when it arrives (see _wrap).
         done, _ = await asyncio.wait(creations, timeout=CLOSE_TIMEOUT)
         producers = [t.result() for t in done if not t.cancelled() and t.exception() is None]
         await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+
+
+class PulsarPublisher(DriverPublisher):
+    """A Publisher on one Pulsar client (``broker.publishing`` over its driver)."""
+
+    def __init__(self, client: Any, settings: PulsarSettings) -> None:
+        super().__init__(PulsarPublishDriver(client, settings))

@@ -11,6 +11,7 @@ import pytest
 
 import broker
 from backends.pulsar.backend import PulsarBackend
+from backends.pulsar.publisher import PulsarPublishDriver
 from broker import OutboundMessage
 from broker.errors import ClosedError, NotSupported
 from broker.testing import collect, drain
@@ -169,10 +170,12 @@ async def test_one_producer_per_topic(backend: PulsarBackend, name: Name) -> Non
     for i in range(20):
         await publisher.topic(topic).publish(OutboundMessage(str(i).encode()))
     await asyncio.gather(*(publisher.topic(topic).publish(OutboundMessage(b"c")) for _ in range(20)))
-    assert len(publisher._producers) == 1
-    producer = publisher.topic(topic)._producer
+    driver = publisher.driver
+    assert isinstance(driver, PulsarPublishDriver)
+    assert len(driver._producers) == 1
+    producer = driver._made[topic]
     await publisher.topic(topic).batch_publish(OutboundMessage(b"b"), OutboundMessage(b"b"))
-    assert publisher.topic(topic)._producer is producer
+    assert driver._made[topic] is producer and len(driver._producers) == 1
 
 
 async def test_client_batching_delivers_every_message_once(pulsar: object, name: Name) -> None:
