@@ -356,8 +356,8 @@ async def queue_tracker(args: argparse.Namespace) -> int:
         requested = stop.is_set()
         streak, last_error = tracker.failure_streak, tracker.last_error
         await tracker.close()
-        if task in done and not task.cancelled() and task.exception() is not None:
-            raise CommandFailed(f"the tracker stopped: {task.exception()}")
+        # The supervised task never ends with an error (it restarts the loop after each failure,
+        # counting them): failures end the command through --max-failures, a closed log below.
         if give_up.is_set() and not requested:
             raise CommandFailed(f"the tracker failed {streak} times in a row; giving up: {last_error!r}")
         if task in done and not requested:

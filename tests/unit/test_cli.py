@@ -103,13 +103,16 @@ class _TrackerBackend:
         self.log = log
         self.fail = fail
         self.trackers: list[object] = []
+        self.options: list[dict[str, object]] = []
 
     def queue_tracker(self, topic: str, **options: object) -> object:
-        from backends.kafka.queue import QueueConfig, RedeliveryTracker
+        from backends.kafka.queue import RedeliveryTracker
+        from backends.kafka.queue.config import queue_config_for_topic
 
+        self.options.append(dict(options))
         tracker = RedeliveryTracker(
             self.log,  # type: ignore[arg-type]
-            QueueConfig(message_topic=topic, marker_topic=f"{topic}.markers"),
+            queue_config_for_topic(topic, dict(options)),  # as the Kafka backend builds it
         )
         tracker.restart_backoff = 0.01
         self.trackers.append(tracker)
@@ -186,3 +189,32 @@ def test_queue_tracker_rejects_a_negative_failure_limit(
     monkeypatch.setattr(commands, "_connect", lambda url: _TrackerBackend(_UnreachableLog(), fail=True))
     assert run(["queue", "tracker", "fake://x", "orders", "--max-failures", "-1"]) == 2
     assert "--max-failures" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "options", "group"),
+    [
+        (["--go-fleet"], {"go_fleet": True}, "kafka-mq-redelivery"),
+        (["--group", "mine"], {"tracker_group": "mine"}, "mine"),
+        ([], {}, "kafka-mq-redelivery-orders.markers"),
+    ],
+)
+def test_queue_tracker_passes_go_fleet_and_group_to_the_tracker_config(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    options: dict[str, object],
+    group: str,
+) -> None:
+    from broker.cli import commands
+
+    backend = _TrackerBackend(_UnreachableLog(), fail=True)
+    monkeypatch.setattr(commands, "_connect", lambda url: backend)
+    assert run(["queue", "tracker", "fake://x", "orders", "--max-failures", "1", *flags]) == 1
+    assert backend.options == [options]
+    [tracker] = backend.trackers
+    config = tracker.config  # type: ignore[attr-defined]
+    assert config.tracker_group == group
+    assert config.go_fleet is bool(options.get("go_fleet"))
+    assert config.marker_format == ("per-message" if config.go_fleet else "batched")
+    assert f"group {group!r}" in capsys.readouterr().err

@@ -151,6 +151,12 @@ class ProcessorOptions:
     #: recovery reads only what the standby had not read yet instead of the whole table.
     #: Costs reading (and storing) every table partition on every member.
     hot_standby: bool = False
+    #: Recover every table partition (the group table and joined tables) *before* joining the
+    #: consumer group (goka's ``WithRecoverAhead``), then keep them up to date as with
+    #: ``hot_standby`` (which it implies): joining and rebalancing do not wait for a full
+    #: recovery, an assignment reads only what arrived since. Costs reading (and storing) every
+    #: table partition on every member, and a start-up that waits for all of them.
+    recover_ahead: bool = False
     #: Called with the group graph when the processor is made (goka's ``WithGroupGraphHook``).
     graph_hook: Callable[[GroupGraph], None] | None = None
     #: Partitions whose records async callbacks handle at once (records of one partition stay in

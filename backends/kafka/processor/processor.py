@@ -4,6 +4,8 @@ Start-up follows goka's order: check that inputs and joins are co-partitioned (e
 counts), create the loop and table topics when missing (the table compacted), recover every
 lookup view, then join the consumer group. On each assignment the owned partitions' group
 table and joined tables are recovered (in parallel) before any of their input is processed.
+With ``recover_ahead`` (goka's ``WithRecoverAhead``) every partition's tables are recovered
+before joining and then followed as hot standbys, so an assignment recovers only their tail.
 
 Processing is batched: one poll returns up to ``batch_size`` records and each is handled
 sequentially (so per partition in offset order) by its callback. Emits and loopbacks are sent
@@ -250,7 +252,7 @@ class Processor:
         return {state.partition: state.stats() for state in self._opening}
 
     def standby_stats(self) -> dict[int, dict[str, TableStats]]:
-        """With ``hot_standby``: the tables followed for each partition not owned (a snapshot)."""
+        """With ``hot_standby`` (or ``recover_ahead``): the tables followed per partition not owned."""
         return {
             p: {t.topic: TableStats(t.status, t.recovery, t.writes) for t in tables}
             for p, tables in sorted(self._standby.items())
@@ -306,6 +308,8 @@ class Processor:
         self._start_lookups()
         self._state = ProcessorState.SETUP
         await self._recover_lookups()
+        if self.options.recover_ahead:
+            await self._recover_ahead()
         self._consumer = self._log.consumer(
             graph.group, list(graph.consumed_topics), start=self.options.start, listener=_Listener(self)
         )
@@ -362,7 +366,7 @@ class Processor:
                 await self._commit()
         for p in gone:
             state = self._parts.pop(p)
-            if self.options.hot_standby and self._error is None:
+            if self._keeps_standby and self._error is None:
                 self._to_standby(state)
             else:
                 self._close_partition(state, flush=self._error is None)
@@ -434,6 +438,30 @@ class Processor:
             self._joins.add(state.joins.values())
 
     # -- hot standby ----------------------------------------------------------------------
+    @property
+    def _keeps_standby(self) -> bool:
+        return self.options.hot_standby or self.options.recover_ahead
+
+    async def _recover_ahead(self) -> None:
+        """``recover_ahead``: recover every partition's tables now, before joining the group.
+
+        They become standbys (followed from here on), so each assignment reads only their tail.
+        """
+        tables: list[PartitionTable] = []
+        for p in range(self._npar):
+            if p in self._parts or p in self._standby:
+                continue
+            partition_tables = self._standby_tables(p)
+            if partition_tables:
+                self._standby[p] = partition_tables  # closed by the teardown if recovery fails
+                tables += partition_tables
+        if not tables:
+            return
+        placement = KeyPlacement(self._partitioner, partitioner_name(self.options.partitioner), self._npar)
+        await recover(self._log, tables, placement=placement, owner=f"processor {self.graph.group!r}")
+        self._standby_follower.add(tables)
+        self._sync_standby()  # starts following them
+
     def _standby_tables(self, p: int) -> list[PartitionTable]:
         build = self.options.storage
         update = self.options.update_callback
@@ -455,8 +483,8 @@ class Processor:
                 await asyncio.sleep(1.0)
 
     def _sync_standby(self) -> None:
-        """With ``hot_standby``: follow the tables of every partition this member does not own."""
-        if not self.options.hot_standby or not self._npar:
+        """With ``hot_standby`` (or ``recover_ahead``): follow the tables of every partition not owned."""
+        if not self._keeps_standby or not self._npar:
             return
         if self._standby_task is None and not self._manual:
             self._standby_task = asyncio.get_running_loop().create_task(
@@ -495,7 +523,7 @@ class Processor:
 
     @property
     def standby_partitions(self) -> frozenset[int]:
-        """Partitions whose tables this member keeps up to date without owning them (``hot_standby``)."""
+        """Partitions whose tables this member keeps up to date without owning them (hot standby)."""
         return frozenset(self._standby)
 
     def _close_partition(self, state: PartitionState, *, flush: bool) -> None:

@@ -245,14 +245,18 @@ async def recover(
 
     ``placement`` checks where the first keys of each partition are (``PartitionerMismatch``).
     Tables kept in memory (the default storage) are read from the beginning at every start:
-    ``owner`` (``"processor 'g'"``) names who does that in the warning that says so.
+    ``owner`` (``"processor 'g'"``) names who does that in the warning that says so (not logged
+    for a store that already holds a part of its table, such as a hot standby's).
     """
     targets: dict[TopicPartition, int] = {}
     positions: dict[TopicPartition, int] = {}
     by_tp: dict[TopicPartition, PartitionTable] = {}
+    from_start: set[TopicPartition] = set()
     for table in tables:
         table.status = TableStatus.CONNECTING
         start, high = await _start_offset(log_port, table)
+        if table.storage.offset() is None:  # an empty store: not a standby's tail
+            from_start.add(table.tp)
         table.recovery = RecoveryStats(start, start, high, time.time())
         if start >= high:
             if table.storage.offset() is None or high > (table.storage.offset() or 0):
@@ -265,7 +269,9 @@ async def recover(
         by_tp[table.tp] = table
     if not targets:
         return
-    volatile = [tp for tp, table in by_tp.items() if isinstance(table.storage, MemoryStorage)]
+    volatile = [
+        tp for tp, table in by_tp.items() if isinstance(table.storage, MemoryStorage) and tp in from_start
+    ]
     if volatile:
         in_memory = sorted({tp.topic for tp in volatile})
         again = sum(targets[tp] - positions[tp] for tp in volatile)

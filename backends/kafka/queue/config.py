@@ -131,6 +131,19 @@ class QueueConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.handout_window < 0:
             raise ConfigError(f"handout_window must be >= 0, got {self.handout_window}")
+        if not self.tracker_poll_interval > 0:  # also refuses NaN
+            raise ConfigError(
+                "tracker_poll_interval must be > 0 (0 would spin the tracker loop), "
+                f"got {self.tracker_poll_interval}"
+            )
+        if self.dead_letter_topic is not None and self.dead_letter_topic in (
+            self.message_topic,
+            self.marker_topic,
+        ):
+            raise ConfigError(
+                "dead_letter_topic must differ from message_topic and marker_topic, "
+                f"got {self.dead_letter_topic!r}"
+            )
         if self.next_message_timeout <= 0:
             raise ConfigError(f"next_message_timeout must be > 0, got {self.next_message_timeout}")
         if self.use_now_if_no_marker_seen < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal, Self
 
 from backends.kafka.queue.client import MqClient
@@ -16,6 +17,8 @@ from broker.message import Message
 from broker.resources import BatchedMessageIteration, MessageIteration
 
 __all__ = ["QueueBatchedMessageIterator", "QueueMessageIterator", "QueueService", "open_messages"]
+
+log = logging.getLogger("backends.kafka.queue.service")
 
 
 class QueueService:
@@ -41,12 +44,23 @@ class QueueService:
         """A consumer of queue ``queue_id`` (call ``start()`` or ``receive()`` to begin).
 
         ``keepalive_received`` keeps received messages alive until settled (kafka-mq-go); without
-        it only buffered ones are, and received ones follow the redelivery timeout.
+        it only buffered ones are, and received ones follow the redelivery timeout. Topic mode
+        refuses ``go_fleet`` (``ConfigError``) and logs a warning with per-message markers.
         """
         if mode == "topic" and self.config.go_fleet:
             raise ConfigError(
                 "go_fleet supports queue mode only: a kafka-mq-go tracker's redelivered copies carry no "
                 "subscription, so in topic mode they would reach every subscription of the topic"
+            )
+        if mode == "topic" and self.config.marker_format == "per-message":
+            log.warning(
+                "queue %r: topic mode with per-message markers (marker_format='per-message' without "
+                "go_fleet): a kafka-mq-go tracker watching %r can read them, and its redelivered copies "
+                "name no subscription, so they would reach every subscription of %r; topic mode is safe "
+                "with the default batched markers",
+                queue_id,
+                self.config.marker_topic,
+                self.config.message_topic,
             )
         client = MqClient(self.log, self.config, queue_id, mode=mode)
         return Consumer(client, self.metrics, keepalive_received=keepalive_received)

@@ -18,8 +18,17 @@ application saw it (counted as ``released``).
 A tracker started with :meth:`RedeliveryTracker.start` is supervised: when its loop fails, the
 error is logged at ERROR, counted (``tracker_failures`` in :class:`QueueMetrics`), kept in
 :attr:`RedeliveryTracker.last_error`, and the loop is restarted after a bounded exponential
-backoff (``restart_backoff`` seconds, doubling up to ``max_restart_backoff``). ``last_error``
-is cleared once a restarted loop polls again. ``failure_streak`` counts failures since then.
+backoff (``restart_backoff`` seconds, doubling up to ``max_restart_backoff``). ``last_error`` and
+``failure_streak`` (failures in a row) are cleared once a restarted loop completes a whole pass
+(poll, track, commit, start redeliveries) without failing, and no redelivery it started is still
+pending (or one has succeeded): a failure that always happens after polling adds up. The
+supervised task itself never ends with an error: it ends when the tracker is closed, or when the
+log underneath is closed (``ClosedError``); who runs it decides when a streak is too long.
+
+Writes and reads of a redelivery are retried with backoff while they fail with retryable errors;
+a permanent one (``ConfigError``, ``AuthenticationFailed``, ``PermissionDenied``) fails the loop
+instead, so it is logged, counted and restarted like any other failure (and ``broker queue
+tracker --max-failures`` can end on it).
 """
 
 from __future__ import annotations
@@ -46,7 +55,14 @@ from backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
 from backends.kafka.queue.metrics import QueueMetrics
 from backends.kafka.queue.producer import MarkerProducer, MessageSender
 from backends.kafka.queue.reader import QueueTopicReader
-from broker.errors import ClosedError, ConfigError, DecodeError, UnknownTopic
+from broker.errors import (
+    AuthenticationFailed,
+    ClosedError,
+    ConfigError,
+    DecodeError,
+    PermissionDenied,
+    UnknownTopic,
+)
 from broker.log import Log, LogConsumer, TopicPartition
 from broker.message import Record
 from broker.resources import AsyncResource
@@ -55,6 +71,9 @@ __all__ = ["AssignedPartition", "RedeliveryTracker"]
 
 log = logging.getLogger("backends.kafka.queue.tracker")
 
+
+#: Errors a retry cannot fix: a redelivery failing with one fails the tracker's loop instead.
+_PERMANENT: tuple[type[Exception], ...] = (ConfigError, AuthenticationFailed, PermissionDenied)
 
 #: A message to write back: (offset of the expired copy, key, value, headers, its delivery attempt).
 _Copy = tuple[int, str | None, bytes, dict[str, str], int]
@@ -116,6 +135,10 @@ def _forget(tasks: dict[Started, asyncio.Task[None]], entry: Started, _task: asy
     tasks.pop(entry, None)
 
 
+def _is_permanent(exc: BaseException) -> bool:
+    return isinstance(exc, _PERMANENT)
+
+
 class RedeliveryTracker(AsyncResource):
     """Tracks markers and redelivers expired messages. Run it as a task or ``async with``."""
 
@@ -147,8 +170,12 @@ class RedeliveryTracker(AsyncResource):
         self.shutdown_grace = 5.0
         #: The error that ended the loop last (None while it runs healthy).
         self.last_error: BaseException | None = None
-        #: Loop failures since the loop last polled successfully.
+        #: Loop failures in a row (reset by a pass completed without failure, see the module doc).
         self.failure_streak = 0
+        #: A permanent error of a redelivery task, raised by the loop's next pass.
+        self._failure: BaseException | None = None
+        #: Whether a redelivery of the current loop has succeeded.
+        self._redelivered = False
         #: First delay before a failed loop is restarted, doubled per failure up to the maximum.
         self.restart_backoff = 0.1
         self.max_restart_backoff = 10.0
@@ -201,14 +228,11 @@ class RedeliveryTracker(AsyncResource):
         """Track until cancelled or closed."""
         await self._create_topics()
         self._consumer = self._markers_consumer()
-        polled = False
+        self._failure, self._redelivered = None, False
         try:
             while not self._closed:
+                self._raise_failure()
                 records = await self._consumer.poll(1000, self._poll_timeout())
-                if not polled:
-                    polled = True
-                    self.last_error = None
-                    self.failure_streak = 0
                 for record in records:
                     state = self.partitions.get(TopicPartition(record.topic, record.partition))
                     if state is not None:
@@ -217,10 +241,37 @@ class RedeliveryTracker(AsyncResource):
                 if self._adds >= self.config.num_offsets_per_commit:
                     await self.commit(list(self.partitions))
                 self._redeliver_expired()
+                self._raise_failure()
+                self._pass_completed()
         except ClosedError:
             pass
         finally:
             await self._shutdown()
+
+    def _raise_failure(self) -> None:
+        """Fail the loop with a redelivery's permanent error (the supervisor counts it)."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _pass_completed(self) -> None:
+        """End the failure streak: a pass completed, and no redelivery is pending or one succeeded."""
+        if not self.failure_streak and self.last_error is None:
+            return
+        if self._redelivered or not any(state.tasks for state in self.partitions.values()):
+            self.last_error = None
+            self.failure_streak = 0
+
+    def _redelivery_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            self._redelivered = True
+        elif self._failure is None:
+            self._failure = error
+        else:
+            log.debug("another redelivery failed too: %r", error)
 
     def _markers_consumer(self) -> LogConsumer:
         # Markers are a few dozen bytes: with the connection's fetch settings the broker could hold
@@ -265,6 +316,7 @@ class RedeliveryTracker(AsyncResource):
                 task = asyncio.get_running_loop().create_task(self._redeliver(entry, offsets))
                 state.tasks[entry] = task
                 task.add_done_callback(functools.partial(_forget, state.tasks, entry))
+                task.add_done_callback(self._redelivery_done)
 
     async def _retry(
         self, what: str, attempt: Callable[[], Awaitable[object]], *, max_backoff: float | None = None
@@ -278,6 +330,9 @@ class RedeliveryTracker(AsyncResource):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if _is_permanent(exc):
+                    log.error("%s failed: %r; not retried (a permanent error)", what, exc)
+                    raise
                 log.warning("%s failed: %r; retrying in %.2fs", what, exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, ceiling)
@@ -467,7 +522,10 @@ class RedeliveryTracker(AsyncResource):
 
     # -- as a resource --------------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
-        """Run in a background task, restarted with backoff whenever it fails (see the module doc)."""
+        """Run in a background task, restarted with backoff whenever it fails (see the module doc).
+
+        The task never ends with an error: it ends when the tracker is closed or its log is.
+        """
         if self._closed:
             raise ClosedError("the redelivery tracker is closed")
         if self._task is None:

@@ -153,8 +153,26 @@ async def test_the_consumer_repairs_itself_and_loses_nothing(log: InmemLog) -> N
         ("next_message_timeout", 0, "next_message_timeout"),
         ("use_now_if_no_marker_seen", -1, "use_now_if_no_marker_seen"),
         ("max_deliveries", 0, "max_deliveries"),
+        ("tracker_poll_interval", 0, "tracker_poll_interval"),
+        ("tracker_poll_interval", -0.5, "tracker_poll_interval"),
+        ("tracker_poll_interval", float("nan"), "tracker_poll_interval"),
+        ("dead_letter_topic", "q", "dead_letter_topic"),
+        ("dead_letter_topic", "q-markers", "dead_letter_topic"),
     ],
 )
 def test_bad_queue_settings_are_config_errors_naming_the_setting(field: str, value: Any, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         config(**{field: value})
+
+
+async def test_topic_mode_with_per_message_markers_warns_that_go_copies_reach_every_subscription(
+    log: InmemLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="backends.kafka.queue.service")
+    QueueService(log, config()).consumer("subs", mode="topic")  # batched: silent
+    QueueService(log, config(marker_format="per-message")).consumer("jobs")  # queue mode: silent
+    assert not caplog.records
+    QueueService(log, config(marker_format="per-message")).consumer("subs", mode="topic")
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert "per-message" in record.getMessage() and "every subscription" in record.getMessage()

@@ -81,7 +81,7 @@ async def test_topic_mode_is_refused(log: InmemLog) -> None:
 async def test_queue_mode_writes_only_markers_a_go_tracker_reads_and_redelivers_once(log: InmemLog) -> None:
     service = QueueService(log, go_config())
     await service.create_topics(partitions=2)
-    count = 10
+    count = 30  # enough that the chance of every redelivery landing in one partition is negligible
     # two trackers in the one Go group share the markers' partitions: each message comes back once
     async with service.tracker(), service.tracker(), service.consumer("jobs") as consumer:
         producer = service.producer("jobs")
@@ -96,6 +96,10 @@ async def test_queue_mode_writes_only_markers_a_go_tracker_reads_and_redelivers_
         with pytest.raises(Timeout):
             await consumer.receive(timeout=1.0)
     assert sorted(int(m.data) for m in again) == list(range(count)), "redelivered exactly once each"
+    assert {m.delivery_attempt for m in again} == {2}
+    # Every queue record is keyed by the queue id: written back by key, every redelivery would land
+    # in one partition, on one consumer; per-message redeliveries spread like batched ones.
+    assert len({m.raw.partition for m in again}) > 1, "every redelivery went to one partition"
     Go = go_marker_class()
     reader = log.reader()
     reader.assign({TopicPartition("q-markers", p): 0 for p in range(2)})
@@ -104,6 +108,11 @@ async def test_queue_mode_writes_only_markers_a_go_tracker_reads_and_redelivers_
         markers.extend(batch)
     await reader.close()
     assert markers
+    kinds = set()
     for record in markers:
         parsed = Go.FromString(record.value)  # every marker is one a Go tracker reads as its own
         assert parsed.version == 0 and parsed.HasField("message_id")
+        # kafka-mq-go keys its markers by the queue id: its tracker reads the queue from the key
+        assert record.key == "jobs", (parsed.type, record.key)
+        kinds.add(parsed.type)
+    assert {0, 1} <= kinds  # START and END markers both present (and both keyed)

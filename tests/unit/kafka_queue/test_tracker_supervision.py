@@ -13,7 +13,13 @@ import broker
 from backends.inmem import InmemBackend, InmemLog
 from backends.kafka.queue import QueueConfig, RedeliveryTracker, open_messages
 from backends.kafka.queue.reader import QueueTopicReader
-from broker.errors import ReceiveError
+from broker.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    ConnectionFailed,
+    PermissionDenied,
+    ReceiveError,
+)
 from broker.testing import wait_until
 
 
@@ -105,6 +111,113 @@ async def test_a_tracker_failing_while_running_is_restarted(
         again = await iterator.next_message(timeout=5)
         assert again.data == b"x" and again.delivery_attempt == 2
         await again.ack()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [PermissionDenied("no write access"), AuthenticationFailed("expired"), ConfigError("bad topic")],
+    ids=lambda e: type(e).__name__,
+)
+async def test_a_permanent_redelivery_error_fails_the_loop_instead_of_being_retried_forever(
+    log: InmemLog, error: Exception
+) -> None:
+    await log.create_topic("q", 2)
+    iterator = open_messages(log, config(), "sub")
+    tracker = iterator.tracker
+    assert tracker is not None
+    tracker.restart_backoff = 0.01
+    sends: list[str] = []
+
+    def refused(topic: str, value: bytes, **kwargs: Any) -> Any:
+        sends.append(topic)
+
+        async def fail() -> Any:
+            raise error
+
+        return fail()
+
+    tracker._sender.send = refused  # type: ignore[method-assign]
+    async with iterator:
+        await log.produce("q", b"x")
+        first = await iterator.next_message(timeout=5)
+        await first.nack()
+        await wait_until(lambda: tracker.metrics.counts["tracker_failures"] >= 1, 5)
+        assert tracker.last_error is error
+        assert len(sends) == 1, "a permanent error was retried"
+
+
+async def test_a_retryable_redelivery_error_is_retried_and_never_fails_the_loop(log: InmemLog) -> None:
+    await log.create_topic("q", 2)
+    iterator = open_messages(log, config(), "sub")
+    tracker = iterator.tracker
+    assert tracker is not None
+    tracker._max_backoff = 0.02
+    original = tracker._sender.send
+    sends: list[str] = []
+
+    def flaky(topic: str, value: bytes, **kwargs: Any) -> Any:
+        sends.append(topic)
+        if len(sends) < 3:
+
+            async def fail() -> Any:
+                raise ConnectionFailed("broker gone for a moment")
+
+            return fail()
+        return original(topic, value, **kwargs)
+
+    tracker._sender.send = flaky  # type: ignore[method-assign]
+    async with iterator:
+        await log.produce("q", b"x")
+        first = await iterator.next_message(timeout=5)
+        await first.nack()
+        again = await iterator.next_message(timeout=5)
+        assert again.data == b"x" and again.delivery_attempt == 2
+        await again.ack()
+    assert len(sends) == 3 and tracker.metrics.counts["tracker_failures"] == 0
+
+
+async def test_a_failure_after_every_poll_adds_up_and_a_clean_pass_ends_the_streak(
+    log: InmemLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await log.create_topic("q", 2)
+    tracker = RedeliveryTracker(log, config())
+    tracker.restart_backoff = tracker.max_restart_backoff = 0.01
+    broken = {"on": True}
+    original = RedeliveryTracker._redeliver_expired
+
+    def failing(self: RedeliveryTracker) -> None:
+        if broken["on"]:
+            raise RuntimeError("fails after every poll")
+        original(self)
+
+    monkeypatch.setattr(RedeliveryTracker, "_redeliver_expired", failing)
+    async with tracker:
+        # Every run polls successfully, then fails: the streak must still grow.
+        await wait_until(lambda: tracker.failure_streak >= 4, 5)
+        assert isinstance(tracker.last_error, RuntimeError)
+        broken["on"] = False
+        await wait_until(lambda: tracker.failure_streak == 0, 5)
+        assert tracker.last_error is None
+        assert tracker._task is not None and not tracker._task.done()
+
+
+async def test_the_supervised_task_never_ends_with_an_error(log: InmemLog) -> None:
+    """What ``broker queue tracker`` relies on: failures are counted, never raised from the task."""
+
+    class Refusing:
+        def __getattr__(self, name: str) -> Any:
+            async def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise PermissionDenied("no access")
+
+            return refuse
+
+    tracker = RedeliveryTracker(Refusing(), config())
+    tracker.restart_backoff = tracker.max_restart_backoff = 0.01
+    task = tracker.start()
+    await wait_until(lambda: tracker.failure_streak >= 3, 5)
+    assert not task.done() and isinstance(tracker.last_error, PermissionDenied)
+    await tracker.close()
+    assert task.done() and (task.cancelled() or task.exception() is None)
 
 
 async def test_concurrent_read_backs_share_one_sweep(log: InmemLog) -> None:

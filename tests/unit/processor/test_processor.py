@@ -331,6 +331,30 @@ async def test_async_callbacks_of_different_partitions_run_at_once_in_order_with
     assert not overlapped, "two records of one partition were handled at once"
 
 
+async def test_partition_concurrency_bounds_the_partitions_handled_at_once(log: InmemLog) -> None:
+    await log.create_topic("in", 4)
+    for i in range(3):
+        for p in range(4):
+            await log.produce("in", b"%d" % i, key=f"p{p}-{i}", partition=p)
+    running = peak = 0
+    handled: list[tuple[int, int]] = []
+
+    async def cb(ctx: Context, msg: Any) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        handled.append((ctx.partition, int(msg)))
+        running -= 1
+
+    graph = define_group("g", input("in", "str", cb))
+    async with Processor(log, graph, partition_concurrency=2):
+        await wait_until(lambda: len(handled) == 12, 5)
+    assert peak == 2, f"{peak} partitions were handled at once with partition_concurrency=2"
+    for p in range(4):
+        assert [i for q, i in handled if q == p] == [0, 1, 2]
+
+
 async def test_a_failing_partition_stops_the_others_and_nothing_is_committed(log: InmemLog) -> None:
     await log.create_topic("in", 2)
     await log.produce("in", b"boom", key="a", partition=0)
@@ -400,6 +424,64 @@ async def test_hot_standby_keeps_other_partitions_tables_so_a_failover_reads_onl
     warm = await takeover("warm", with_standby=True)
     # the standby had read the table up to the last checkpoints: the new owner reads only their tail
     assert all(0 < start <= hwm for start, hwm in warm.values()), warm
+
+
+async def test_recover_ahead_recovers_every_table_before_joining_so_the_assignment_reads_only_the_tail(
+    log: InmemLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await log.create_topic("in", 2)
+    murmur2 = partitioner_by_name("murmur2")
+
+    async def first_assignment(group: str, ahead: bool) -> dict[int, tuple[int, int, int]]:
+        """Per partition at the first assignment: (table end at start-up, recovery start, its end)."""
+        graph = define_group(group, input("in", "str", count), persist("int64"))
+        table_codec = graph.table_edge.codec  # type: ignore[union-attr]
+        keys = [f"{group}-{i}" for i in range(40)]
+        async with Processor(log, graph) as earlier:  # a previous run filled the table
+            for i in range(200):
+                await log.produce("in", b"x", key=keys[i % 40])
+            await wait_until(lambda: all(earlier.get(k) == 5 for k in keys), 5)
+        table_topic = f"{group}-table"
+        filled = {p: (await log.watermarks(TopicPartition(table_topic, p)))[1] for p in (0, 1)}
+        assert all(filled.values())
+        proc = Processor(log, graph, recover_ahead=ahead)
+        at_join: dict[int, int | None] = {}
+        join = log.consumer
+
+        def consumer(*args: Any, **kwargs: Any) -> Any:
+            # Joining the group: note what the standbys hold; then table records arrive (the tail).
+            for p, tables in proc._standby.items():
+                at_join[p] = tables[0].storage.offset()
+            for key in keys[:10]:
+                p = murmur2(key.encode(), 2)
+                log.send(table_topic, table_codec.encode(7), key=key, partition=p)
+            return join(*args, **kwargs)
+
+        monkeypatch.setattr(log, "consumer", consumer)
+        try:
+            async with proc:
+                await wait_until(lambda: proc.partitions == {0, 1}, 5)
+                assert [proc.get(k) for k in keys] == [7] * 10 + [5] * 30
+                stats = await proc.stats()
+        finally:
+            monkeypatch.setattr(log, "consumer", join)
+        if ahead:
+            assert at_join == filled, "the tables were not recovered before joining the group"
+        else:
+            assert not at_join
+        out = {}
+        for p in (0, 1):
+            table = stats.group[p].table
+            assert table is not None
+            out[p] = (filled[p], table.recovery.start_offset, table.recovery.hwm)
+        return out
+
+    cold = await first_assignment("cold-start", ahead=False)
+    assert all(start == 0 and hwm > filled for filled, start, hwm in cold.values()), cold  # everything
+    ahead = await first_assignment("ahead", ahead=True)
+    # recovered before joining: the assignment reads at most the records that arrived since
+    assert all(filled <= start <= hwm for filled, start, hwm in ahead.values()), ahead
+    assert sum(hwm - filled for filled, _, hwm in ahead.values()) == 10
 
 
 def standby_caught_up(proc: Processor) -> bool:

@@ -11,13 +11,18 @@ import pytest
 
 from backends.inmem import InmemLog
 from backends.kafka.processor import (
+    Context,
     Emitter,
     EmitterClosed,
     PartitionerMismatch,
+    Processor,
     TableNotReady,
     View,
     ViewState,
+    define_group,
+    input,
     lmdb_storage,
+    persist,
 )
 from backends.kafka.processor.storage import Storage
 from broker.errors import PublishError
@@ -181,6 +186,43 @@ async def test_recovery_into_memory_says_that_every_restart_reads_the_table_agai
     with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
         async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
             await view.wait_running(5)
+    assert not [r for r in caplog.records if "in memory" in r.getMessage()], "on disk: no warning"
+
+
+def _count(ctx: Context, msg: object) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+async def test_a_processor_recovering_into_memory_says_that_every_restart_reads_the_table_again(
+    log: InmemLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await log.create_topic("in", 3)
+    for i in range(12):
+        await log.produce("in", b"x", key=f"k{i}")
+    graph = define_group("counts", input("in", "str", _count), persist("int64"))
+    async with Processor(log, graph) as first:  # fills counts-table: nothing to recover yet
+        await wait_until(lambda: all(first.get(f"k{i}") == 1 for i in range(12)), 5)
+    assert not [r for r in caplog.records if "in memory" in r.getMessage()]
+    written = sum([(await log.watermarks(TopicPartition("counts-table", p)))[1] for p in range(3)])
+    assert written >= 12
+    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        async with Processor(log, graph) as proc:
+            await wait_until(lambda: proc.recovered, 5)
+    (warning,) = [r.getMessage() for r in caplog.records if "in memory" in r.getMessage()]
+    assert "processor 'counts'" in warning and "counts-table" in warning
+    assert f"{written} records from the beginning" in warning and "every restart" in warning
+    assert "lmdb_storage" in warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        # Recovered ahead, the tables are read once; the assignment reads only their tail: one warning.
+        async with Processor(log, graph, recover_ahead=True) as proc:
+            await wait_until(lambda: proc.recovered, 5)
+    (warning,) = [r.getMessage() for r in caplog.records if "in memory" in r.getMessage()]
+    assert "processor 'counts'" in warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        async with Processor(log, graph, storage=lmdb_storage(tmp_path)) as proc:
+            await wait_until(lambda: proc.recovered, 5)
     assert not [r for r in caplog.records if "in memory" in r.getMessage()], "on disk: no warning"
 
 
