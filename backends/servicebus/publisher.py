@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import TracebackType
-from typing import Self
+from collections.abc import Sequence
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
@@ -29,8 +28,9 @@ from backends.servicebus.mapping import to_sdk
 from backends.servicebus.settings import ServiceBusSettings
 from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
+from broker.publishing import DriverPublisher
 
-__all__ = ["ServiceBusPublisher", "ServiceBusTopic"]
+__all__ = ["ServiceBusPublishDriver", "ServiceBusPublisher"]
 
 
 def _remaining(deadline: float | None) -> float | None:
@@ -42,12 +42,12 @@ def _remaining(deadline: float | None) -> float | None:
     return left
 
 
-class ServiceBusTopic:
-    """A queue or topic to publish to (Service Bus sends to both the same way)."""
+class _Link:
+    """The sending link to one queue or topic (Service Bus sends to both the same way)."""
 
     __slots__ = ("_opening", "_publisher", "_sender", "_sending", "name")
 
-    def __init__(self, publisher: ServiceBusPublisher, name: str) -> None:
+    def __init__(self, publisher: ServiceBusPublishDriver, name: str) -> None:
         self._publisher = publisher
         self.name = name
         self._sender: ServiceBusSender | None = None
@@ -57,7 +57,7 @@ class ServiceBusTopic:
         self._sending = asyncio.Lock()
 
     def __repr__(self) -> str:
-        return f"<ServiceBusTopic {self.name!r}>"
+        return f"<ServiceBus link {self.name!r}>"
 
     async def _open(self, timeout: float | None) -> ServiceBusSender:
         sender = self._sender
@@ -102,7 +102,7 @@ class ServiceBusTopic:
             raise
         return sender
 
-    async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
+    async def send_one(self, message: OutboundMessage, timeout: float | None) -> None:
         """Send one message; returns once Service Bus has accepted it."""
         publisher = self._publisher
         publisher._check_open(self.name)
@@ -120,7 +120,7 @@ class ServiceBusTopic:
         except ServiceBusError as exc:
             raise translate(exc, f"publishing to {self.name!r} failed", PublishError) from exc
 
-    async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
+    async def send_many(self, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Send all messages in as few size-bounded batches as fit, in order."""
         publisher = self._publisher
         publisher._check_open(self.name)
@@ -143,7 +143,7 @@ class ServiceBusTopic:
         self,
         sender: ServiceBusSender,
         outgoing: list[ServiceBusMessage],
-        originals: tuple[OutboundMessage, ...],
+        originals: Sequence[OutboundMessage],
         deadline: float | None,
     ) -> None:
         # Fill every batch before sending any, so that a message too large for any batch fails
@@ -174,8 +174,8 @@ class ServiceBusTopic:
         )
 
 
-class ServiceBusPublisher:
-    """A Publisher: topic handles sharing one SDK client."""
+class ServiceBusPublishDriver:
+    """Sends through one SDK client; a sender per queue or topic, opened on first use."""
 
     def __init__(
         self, settings: ServiceBusSettings, shutdowns: Shutdowns, admin: EntityAdmin | None = None
@@ -186,12 +186,12 @@ class ServiceBusPublisher:
         self._id_attribute = settings.message_id_attribute
         self._shutdowns = shutdowns
         self._sdk_client: ServiceBusClient | None = None
-        self._topics: dict[str, ServiceBusTopic] = {}
+        self._links: dict[str, _Link] = {}
         self._senders: list[ServiceBusSender] = []
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<ServiceBusPublisher topics={sorted(self._topics)}>"
+        return f"<ServiceBusPublishDriver links={sorted(self._links)}>"
 
     def _check_open(self, name: str) -> None:
         if self._closed:
@@ -202,19 +202,22 @@ class ServiceBusPublisher:
             self._sdk_client = make_client(self._settings)
         return self._sdk_client
 
-    def topic(self, name: str) -> ServiceBusTopic:
-        """The handle for queue or topic ``name`` (its sender opens on first publish)."""
-        if self._closed:
-            raise ClosedError("the publisher is closed")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a topic name must be a non-empty string, got {name!r}")
-        topic = self._topics.get(name)
-        if topic is None:
-            topic = self._topics[name] = ServiceBusTopic(self, name)
-        return topic
+    def check_topic(self, name: str) -> None:
+        """Any non-empty name (a queue, or a topic made on first publish where allowed)."""
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """One message: sent as it is; more: in size-bounded batches, all filled before any is sent."""
+        self._check_open(topic)
+        link = self._links.get(topic)
+        if link is None:
+            link = self._links[topic] = _Link(self, topic)
+        if len(messages) == 1:
+            await link.send_one(messages[0], timeout)
+        else:
+            await link.send_many(messages, timeout)
 
     async def close(self) -> None:
-        """Close the publisher; later publishes raise ClosedError. Idempotent.
+        """Close the links; later sends raise ClosedError. Idempotent.
 
         The SDK senders and connection finish closing in the background (the backend waits for them).
         """
@@ -231,10 +234,11 @@ class ServiceBusPublisher:
         await asyncio.gather(*(close_quietly(s, "a sender") for s in senders))
         await close_quietly(client, "the publisher's client")
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+class ServiceBusPublisher(DriverPublisher):
+    """A Publisher: topic handles sharing one SDK client (``broker.publishing`` over its driver)."""
+
+    def __init__(
+        self, settings: ServiceBusSettings, shutdowns: Shutdowns, admin: EntityAdmin | None = None
     ) -> None:
-        await self.close()
+        super().__init__(ServiceBusPublishDriver(settings, shutdowns, admin))
