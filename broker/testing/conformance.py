@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 try:
     import pytest
@@ -22,6 +23,7 @@ from broker import adapt
 from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
 from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage
+from broker.publishing import DriverPublisher
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
 
@@ -65,6 +67,32 @@ class ConformanceSuite(LifecycleSuite):
             assert dict(received.attributes) == dict(out.attributes)
             assert isinstance(received.id, str) and received.id
             assert received.publish_time is None or received.publish_time > 0
+
+    async def test_publish_interceptors_run_on_every_publish(self, harness: Harness) -> None:
+        """The portable layer's publish hook (where tracing and metrics attach) works the same on
+        every backend: what an interceptor returns is what is sent, for publish and batch publish."""
+        need(harness, "messages")
+        publisher = harness.backend.publisher()
+        assert isinstance(publisher, DriverPublisher), "every backend publishes through broker.publishing"
+        seen: list[tuple[str, int]] = []
+
+        def stamp(topic: str, messages: Sequence[OutboundMessage]) -> list[OutboundMessage]:
+            seen.append((topic, len(messages)))
+            return [
+                OutboundMessage(m.data, key=m.key, attributes={**m.attributes, "stamped": topic})
+                for m in messages
+            ]
+
+        publisher.intercept(stamp)
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            await publisher.topic(topic).publish(OutboundMessage(b"one", attributes={"a": "1"}))
+            await publisher.topic(topic).batch_publish(OutboundMessage(b"two"), OutboundMessage(b"three"))
+            got = await collect(consumer, 3, harness.patience)
+        assert seen == [(topic, 1), (topic, 2)]
+        assert sorted(m.data for m in got) == [b"one", b"three", b"two"]
+        assert all(m.attributes.get("stamped") == topic for m in got)
+        assert next(m for m in got if m.data == b"one").attributes.get("a") == "1"
 
     async def test_large_payload(self, harness: Harness) -> None:
         need(harness, "messages")
