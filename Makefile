@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck java browser bench docs clean
+.PHONY: demo test lint typecheck java browser bench docs clean test-minimums
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ test: lint typecheck java browser
 
 bench: $(STAMP) java
 	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md
+
+# The unit and conformance suites with every SDK at the minimum pyproject.toml declares, in a venv of its own;
+# the test tools, docs toolchain and test servers stay at their pins (docs/supported-versions.md).
+VENV_MIN := .venv-minimums
+
+test-minimums: $(UV) java browser
+	$(UV) venv --quiet --clear --python $(PYTHON) $(VENV_MIN)
+	$(PYTHON) tests/unit/test_supported_versions.py --overrides > $(VENV_MIN)/overrides.txt
+	$(UV) pip install --quiet --python $(VENV_MIN)/bin/python --overrides $(VENV_MIN)/overrides.txt -e '.[test]'
+	$(VENV_MIN)/bin/python tests/unit/test_supported_versions.py --check-installed
+	$(VENV_MIN)/bin/python -m pytest tests/unit tests/conformance
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000   # the documentation site (mkdocs.yml, docs/)
