@@ -14,14 +14,14 @@ backend's mapping -> its SDK.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from broker.errors import ClosedError, ConfigError
 from broker.message import OutboundMessage
 from broker.outbound import check_batch, check_outbound, is_plain
 from broker.resources import AsyncResource
 
-__all__ = ["DriverPublisher", "DriverTopic", "PublishDriver", "PublishInterceptor"]
+__all__ = ["DriverPublisher", "DriverTopic", "ImmediatePublishDriver", "PublishDriver", "PublishInterceptor"]
 
 #: Called with the topic name and the validated messages before they are sent; it returns the
 #: messages to send instead (for example with trace context added to their attributes), or
@@ -52,6 +52,18 @@ class PublishDriver(Protocol):
         ...
 
 
+@runtime_checkable
+class ImmediatePublishDriver(Protocol):
+    """Optional part of a :class:`PublishDriver` whose sends complete without waiting (in memory).
+
+    ``send_now`` does what ``send`` does, synchronously; ``publish`` then costs no extra await.
+    """
+
+    def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
+        """Send validated messages to ``topic`` at once."""
+        ...
+
+
 class DriverTopic:
     """A publishing handle for one topic (``broker.Topic``), the same on every backend."""
 
@@ -71,7 +83,9 @@ class DriverTopic:
         publisher = self._publisher
         if publisher._closed or publisher.interceptors:
             await publisher._send(self.name, (message,), timeout)
-        else:  # the common case, one await less
+        elif publisher._send_now is not None:  # the common cases, one await less, or none
+            publisher._send_now(self.name, (message,))
+        else:
             await publisher._driver.send(self.name, (message,), timeout)
 
     async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
@@ -86,6 +100,7 @@ class DriverPublisher(AsyncResource):
 
     def __init__(self, driver: PublishDriver, *, interceptors: Sequence[PublishInterceptor] = ()) -> None:
         self._driver = driver
+        self._send_now = driver.send_now if isinstance(driver, ImmediatePublishDriver) else None
         self._topics: dict[str, DriverTopic] = {}
         self._closed = False
         #: Run in order on every publish (see :data:`PublishInterceptor`); add with :meth:`intercept`.

@@ -47,9 +47,17 @@ class InmemPublishDriver:
     def check_topic(self, name: str) -> None:
         """Every non-empty name is a topic here."""
 
+    def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
+        """Append at once (``broker.publishing.ImmediatePublishDriver``: no await per publish)."""
+        state = self._states.get(topic) or self.state(topic)
+        if len(messages) == 1:
+            self._broker.append_one(state, messages[0], self._partitioner)
+        else:
+            self._broker.append(state, messages, self._partitioner)
+
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Append at once."""
-        self.append(topic, messages)
+        self.send_now(topic, messages)
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -65,11 +73,15 @@ class InmemTransactionDriver(InmemPublishDriver):
         self.pending: list[tuple[str, Sequence[OutboundMessage]]] | None = None
         self.offsets: dict[str, dict[TopicPartition, int]] = {}
 
-    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+    def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
         """Buffer until commit."""
         if self.pending is None:
             raise TransactionError("publish on a transactional publisher needs begin() first")
         self.pending.append((topic, messages))
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """Buffer until commit."""
+        self.send_now(topic, messages)
 
     def commit(self) -> None:
         """Append every buffered message, then commit the offsets sent with the transaction."""

@@ -91,3 +91,24 @@ async def test_close_is_idempotent_and_final() -> None:
 async def test_every_backend_here_publishes_through_the_portable_layer() -> None:
     async with broker.connect("inmem://layer") as backend:
         assert isinstance(backend.publisher(), DriverPublisher)
+
+
+async def test_a_driver_that_sends_at_once_is_called_without_an_await_and_transactions_still_buffer() -> None:
+    class Immediate(RecordingDriver):
+        def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
+            self.sent.append((topic, [m.data for m in messages], -1.0))
+
+    driver = Immediate()
+    await DriverPublisher(driver).topic("t").publish(OutboundMessage(b"a"), timeout=3)
+    assert driver.sent == [("t", [b"a"], -1.0)]
+    async with broker.connect("inmem://layer-txn") as backend:
+        async with backend.messages("t", "s") as consumer:
+            txn = backend.transactional_publisher()
+            with pytest.raises(broker.errors.TransactionError):
+                await txn.topic("t").publish(OutboundMessage(b"outside"))
+            await txn.begin()
+            await txn.topic("t").publish(OutboundMessage(b"inside"))
+            with pytest.raises(TimeoutError):
+                await consumer.next_message(timeout=0.2)
+            await txn.commit()
+            assert (await consumer.next_message(timeout=2)).data == b"inside"
