@@ -18,7 +18,7 @@ queue (per-message acknowledgement)
     (``queue_tracker(topic)``) runs all along in the same process, reading every marker; it joins
     its group before the clock starts (an embedded one would still be joining during a short run).
     How long it needs after the last END to read everything is printed too. ``--queue-option
-    NAME=VALUE`` sets a QueueConfig field of the queue side (defaults otherwise).
+    NAME=VALUE`` sets a QueueSettings field of the queue side (defaults otherwise).
 
 Both sides use ``linger=0.001`` (kafka-mq-go's marker producer uses ``linger.ms=1``; only the queue
 side produces). Throughput: the clock starts at the first non-empty batch (group joins are not
@@ -264,7 +264,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a QueueConfig setting for the queue side (e.g. max_messages_per_poll=500)",
+        help="a QueueSettings setting for the queue side (e.g. max_messages_per_poll=500)",
     )
     parser.add_argument("--url", default=None, help="an existing broker (default: start a local Tansu)")
     parser.add_argument("--profile", default=None, help="write a cProfile of the queue side here")

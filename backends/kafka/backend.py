@@ -17,7 +17,7 @@ from backends.kafka.queue import (
     RedeliveryTracker,
     open_messages,
 )
-from backends.kafka.queue.config import queue_config_for_topic
+from backends.kafka.queue.settings import queue_settings_for_topic
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
 from backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
 from backends.kafka.settings import ConsumerOptions, KafkaSettings
@@ -205,7 +205,7 @@ class KafkaBackend(BackendBase):
         (``embedded_tracker=False`` to run them apart: ``queue_tracker()`` / ``broker queue
         tracker``). Other options: ``marker_topic`` (default ``<topic>.markers``),
         ``max_attempts`` + ``dead_letter_topic``, ``marker_format`` (``"batched"``, or kafka-mq-go's
-        ``"per-message"``), and the rest of :class:`~backends.kafka.queue.QueueConfig`.
+        ``"per-message"``), and the rest of :class:`~backends.kafka.queue.QueueSettings`.
 
         Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out, and
         marks messages handed out (a KEEPALIVE written a little ahead of the application: about four
@@ -249,7 +249,7 @@ class KafkaBackend(BackendBase):
         embedded = options.pop("embedded_tracker", True)
         if not isinstance(embedded, bool):
             embedded = str(embedded).lower() in ("1", "true", "yes", "on")
-        config = queue_config_for_topic(topic, options)
+        config = queue_settings_for_topic(topic, options)
         iterator = open_messages(
             self.log(),
             config,
@@ -263,7 +263,7 @@ class KafkaBackend(BackendBase):
     def queue_tracker(self, topic: str, **options: Any) -> RedeliveryTracker:
         """A redelivery tracker for the marker queue on ``topic`` (options as for :meth:`messages`)."""
         self._check_open()
-        tracker = RedeliveryTracker(self.log(), queue_config_for_topic(topic, options))
+        tracker = RedeliveryTracker(self.log(), queue_settings_for_topic(topic, options))
         return self._track(tracker)  # type: ignore[no-any-return]
 
     def log(self) -> KafkaLog:

@@ -48,7 +48,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from backends.kafka.processor.context import Context
 from backends.kafka.processor.errors import CallbackFailed, ProcessorError
 from backends.kafka.processor.graph import GroupGraph
-from backends.kafka.processor.options import NilHandling
+from backends.kafka.processor.settings import NilHandling
 from broker.errors import ConfigError
 from broker.message import EMPTY_ATTRIBUTES, Record
 from contrib.spark import runtime

@@ -59,7 +59,8 @@ from backends.kafka.processor.graph import (
     visitor,
 )
 from backends.kafka.processor.lmdb_storage import LmdbStorage, lmdb_storage
-from backends.kafka.processor.options import (
+from backends.kafka.processor.processor import Processor
+from backends.kafka.processor.settings import (
     Assignment,
     NilHandling,
     ProcessorOptions,
@@ -68,7 +69,6 @@ from backends.kafka.processor.options import (
     RestartBackoff,
     RetryDelay,
 )
-from backends.kafka.processor.processor import Processor
 from backends.kafka.processor.stats import (
     InputStats,
     OutputStats,

@@ -16,7 +16,7 @@ from typing import Any, Self
 
 from backends.kafka.processor.codecs import resolve_codec
 from backends.kafka.processor.errors import EmitterClosed
-from backends.kafka.processor.options import resolve_partitioner
+from backends.kafka.processor.settings import resolve_partitioner
 from broker.codecs import Codec
 from broker.errors import UnknownTopic
 from broker.log import Log, TopicPartition, with_client_id

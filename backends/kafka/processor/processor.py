@@ -45,7 +45,8 @@ from backends.kafka.processor.errors import (
     VisitAborted,
 )
 from backends.kafka.processor.graph import Edge, GroupGraph
-from backends.kafka.processor.options import (
+from backends.kafka.processor.partition import PartitionState
+from backends.kafka.processor.settings import (
     Assignment,
     NilHandling,
     ProcessorOptions,
@@ -53,7 +54,6 @@ from backends.kafka.processor.options import (
     RestartBackoff,
     resolve_partitioner,
 )
-from backends.kafka.processor.partition import PartitionState
 from backends.kafka.processor.stats import (
     InputStats,
     OutputStats,

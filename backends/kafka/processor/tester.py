@@ -34,8 +34,8 @@ from backends.kafka.processor.codecs import resolve_codec
 from backends.kafka.processor.emitter import Emitter
 from backends.kafka.processor.errors import NotOwned, ProcessorError
 from backends.kafka.processor.graph import GroupGraph
-from backends.kafka.processor.options import ProcessorOptions, ProcessorState, resolve_partitioner
 from backends.kafka.processor.processor import Processor
+from backends.kafka.processor.settings import ProcessorOptions, ProcessorState, resolve_partitioner
 from backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.errors import ConfigError, UnknownTopic

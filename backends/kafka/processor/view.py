@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from backends.kafka.processor.codecs import resolve_codec
 from backends.kafka.processor.errors import TableNotReady
-from backends.kafka.processor.options import RetryDelay, resolve_partitioner
+from backends.kafka.processor.settings import RetryDelay, resolve_partitioner
 from backends.kafka.processor.stats import TableStats, ViewStats
 from backends.kafka.processor.storage import Storage, StorageBuilder, memory_storage
 from backends.kafka.processor.table import (

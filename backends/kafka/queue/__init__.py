@@ -4,19 +4,19 @@ Runs on the ``broker.log`` port only, so it works on any partitioned log (Kafka,
 
 * :class:`QueueService`: many logical queues on one message topic and one markers topic;
   ``producer(queue_id)``, ``consumer(queue_id)``, ``tracker()``.
-* :class:`Consumer`: ``receive()``; messages carry ``ack()``, ``nack(delay)``, ``in_progress()``,
+* :class:`QueueConsumer`: ``receive()``; messages carry ``ack()``, ``nack(delay)``, ``in_progress()``,
   ``dead_letter()`` and ``delivery_attempt``.
 * :class:`RedeliveryTracker`: redelivers messages whose START has no END by the deadline.
 * :func:`open_messages`: the portable ``MessageIterator`` for ``Backend.messages()``.
 """
 
 from backends.kafka.queue.client import MqClient
-from backends.kafka.queue.config import QueueConfig
-from backends.kafka.queue.consumer import Consumer
+from backends.kafka.queue.consumer import QueueConsumer
 from backends.kafka.queue.markers import (
     BatchMarker,
     Handout,
     Marker,
+    MarkerProducer,
     MarkerType,
     MessageId,
     decode,
@@ -27,19 +27,19 @@ from backends.kafka.queue.markers import (
 )
 from backends.kafka.queue.markers_queue import MarkersQueue, Started
 from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import MarkerProducer, MessageSender, Producer
+from backends.kafka.queue.producer import MessageSender, QueueProducer
 from backends.kafka.queue.service import (
     QueueBatchedMessageIterator,
     QueueMessageIterator,
     QueueService,
     open_messages,
 )
+from backends.kafka.queue.settings import QueueSettings
 from backends.kafka.queue.tracker import AssignedPartition, RedeliveryTracker
 
 __all__ = [
     "AssignedPartition",
     "BatchMarker",
-    "Consumer",
     "Handout",
     "Marker",
     "MarkerProducer",
@@ -48,12 +48,13 @@ __all__ = [
     "MessageId",
     "MessageSender",
     "MqClient",
-    "Producer",
     "QueueBatchedMessageIterator",
-    "QueueConfig",
+    "QueueConsumer",
     "QueueMessageIterator",
     "QueueMetrics",
+    "QueueProducer",
     "QueueService",
+    "QueueSettings",
     "RedeliveryTracker",
     "Started",
     "decode",
@@ -63,3 +64,17 @@ __all__ = [
     "open_messages",
     "ranges_of",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``QueueConfig``: the deprecated name of :class:`QueueSettings` (warns once per use)."""
+    if name == "QueueConfig":
+        import warnings
+
+        warnings.warn(
+            "backends.kafka.queue.QueueConfig is deprecated: use QueueSettings",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return QueueSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

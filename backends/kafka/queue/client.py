@@ -14,25 +14,18 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, Literal
 
-from backends.kafka.queue.config import HEADER_ATTEMPT, QueueConfig
-from backends.kafka.queue.markers import (
-    Handout,
-    MessageId,
-    OffsetRange,
-    encode_start,
-)
-from backends.kafka.queue.producer import MarkerProducer
+from backends.kafka.queue.markers import Handout, MarkerFormat, MarkerProducer, OffsetRange, marker_format_for
+from backends.kafka.queue.settings import QueueSettings
 from backends.kafka.queue.source import QueueSource, source_for
 from broker.errors import BrokerError, ClosedError, ReceiveError
 from broker.log import OFFSET_BEGINNING, Log, LogConsumer, ReadHints, TopicPartition
-from broker.message import Record
 
 __all__ = ["MqClient"]
 
 log = logging.getLogger("backends.kafka.queue")
 
 
-def read_hints(config: QueueConfig, *, min_bytes: int = 1) -> ReadHints:
+def read_hints(config: QueueSettings, *, min_bytes: int = 1) -> ReadHints:
     """How queue consumers and trackers read (a log applies what it can, see ``broker.log.ReadHints``).
 
     * ``failure_timeout`` follows the redelivery timeout: a crashed member's partitions move to the
@@ -50,7 +43,7 @@ class MqClient:
     def __init__(
         self,
         log_port: Log,
-        config: QueueConfig,
+        config: QueueSettings,
         queue_id: str,
         *,
         mode: Literal["queue", "topic"] = "queue",
@@ -64,6 +57,8 @@ class MqClient:
         #: ``topic``: every record of the topic is the queue's (the portable ``messages()``).
         self.mode = mode
         self.markers = MarkerProducer(log_port, config)
+        #: How markers are written (batched, or one per message): chosen once, here.
+        self.marker_format: MarkerFormat = marker_format_for(config, self.markers, queue_id)
         self._consumer: LogConsumer | None = None
         #: Turns polled records into messages and offset ranges (set with the consumer).
         self.source: QueueSource | None = None
@@ -81,7 +76,7 @@ class MqClient:
                 hints=read_hints(self.config),
             )
             self.source = source_for(
-                self._consumer, self.queue_id, self.mode, raw=self.config.marker_format == "batched"
+                self._consumer, self.queue_id, self.mode, raw=self.marker_format.reads_raw
             )
         return self._consumer
 
@@ -117,22 +112,14 @@ class MqClient:
     async def start(self, items: list[Any], *, prefetched: bool = False) -> None:
         """Write the START markers of ``items`` (one batched START, or one per message) and wait.
 
-        ``prefetched`` (batched markers only): hand-out marks follow, see ``Consumer``.
+        ``prefetched`` (batched markers only): hand-out marks follow, see ``QueueConsumer``.
         """
         if not items:
             return
         source = self.source
         assert source is not None
         try:
-            if self.config.marker_format == "batched":
-                await self.markers.start_batch(
-                    self.queue_id,
-                    source.polled_ranges(items),
-                    self._timeout_ms,
-                    prefetched=prefetched and self.config.marks_handout,
-                )
-            else:  # per-message markers always read through the port: the items are Records
-                await self.markers.start(self.queue_id, [self.encoded_start(r) for r in items])
+            await self.marker_format.start(items, source.polled_ranges, prefetched=prefetched)
         except Exception as exc:
             self.needs_reset = True
             raise BrokerError(f"writing START markers failed: {exc}") from exc
@@ -148,20 +135,6 @@ class MqClient:
             self.needs_reset = True
             raise BrokerError(f"committing the queue position failed: {exc}") from exc
 
-    def encoded_start(self, record: Record) -> bytes:
-        """The encoded START marker of ``record``: its key, payload, attributes and delivery attempt."""
-        attributes = record.attributes
-        attempt = int(attributes.get(HEADER_ATTEMPT, "1") or 1) if attributes else 1
-        return encode_start(
-            record.partition,
-            record.offset,
-            self._timeout_ms,
-            (record.key or "").encode(),
-            record.value or b"",
-            attempt,
-            attributes,
-        )
-
     def keepalive_ranges(
         self, ranges: list[OffsetRange], redeliver_after: float | None = None
     ) -> list[Awaitable[tuple[TopicPartition, int]]]:
@@ -169,10 +142,7 @@ class MqClient:
         if not ranges:
             return []
         after = self._timeout_ms if redeliver_after is None else int(redeliver_after * 1000)
-        if self.config.marker_format == "batched":
-            return [self.markers.keepalive_batch(self.queue_id, ranges, after)]
-        ids = [MessageId(p, o) for p, first, last in ranges for o in range(first, last + 1)]
-        return self.markers.keepalive(self.queue_id, ids, after)
+        return self.marker_format.keepalive(ranges, after)
 
     def handout_ranges(
         self, ranges: list[OffsetRange], *, returned: bool = False, redeliver_after: float | None = None
@@ -189,10 +159,7 @@ class MqClient:
         """END for every message of ``ranges`` (pipelined)."""
         if not ranges:
             return []
-        if self.config.marker_format == "batched":
-            return [self.markers.end_batch(self.queue_id, ranges)]
-        ids = [MessageId(p, o) for p, first, last in ranges for o in range(first, last + 1)]
-        return self.markers.end(self.queue_id, ids)
+        return self.marker_format.end(ranges)
 
     async def reset(self) -> None:
         """Rewind every assigned partition to its committed offset (un-started messages are read again)."""

@@ -1,4 +1,4 @@
-"""The queue Consumer: a pipelined polling loop filling a bounded buffer, keep-alives, settlement.
+"""The QueueConsumer: a pipelined polling loop filling a bounded buffer, keep-alives, settlement.
 
 The loop polls the queue topic and hands each fetched batch to a finisher that writes its START
 markers, waits for the batch before it, commits the read position and only then puts its messages
@@ -10,11 +10,11 @@ batch is never committed past: the batches after it are dropped and read again a
 
 One keep-alive task writes KEEPALIVE markers each ``redelivery_timeout / 2`` — batched, never a
 timer per message: with ``keepalive_received=True`` (kafka-mq-go's behaviour) for every message
-from START until it is settled or :meth:`Consumer.interrupt` ed; with ``False`` (the portable
+from START until it is settled or :meth:`QueueConsumer.interrupt` ed; with ``False`` (the portable
 ``messages()``) only while it waits in the buffer, so a received message that is neither settled
 nor kept alive with ``in_progress()`` is redelivered after the timeout, as on every other broker.
 
-Hand-out marks (``QueueConfig.marks_handout``): batches are STARTed as prefetched, and a message
+Hand-out marks (``QueueSettings.marks_handout``): batches are STARTed as prefetched, and a message
 reaches the application only once a KEEPALIVE marking it handed out is written. Marks are written
 ahead, one marker for up to ``handout_window`` buffered messages, so receiving rarely waits for
 one. After a crash the tracker counts a delivery attempt only for marked messages: a message the
@@ -47,7 +47,7 @@ from broker.log import TopicPartition
 from broker.message import Message, claim_ack
 from broker.resources import AsyncResource
 
-__all__ = ["Consumer"]
+__all__ = ["QueueConsumer"]
 
 log = logging.getLogger("backends.kafka.queue")
 
@@ -76,7 +76,7 @@ class _InFlight:
         self.task: asyncio.Task[bool]
 
 
-class Consumer(AsyncResource):
+class QueueConsumer(AsyncResource):
     """Receives the messages of one logical queue; also their :class:`~broker.message.Acker`."""
 
     def __init__(
@@ -188,67 +188,89 @@ class Consumer(AsyncResource):
         commit succeeded and the batch before was handed out. A dropped batch is not lost: its
         records are read again after ``reset()``, or redelivered by the tracker.
         """
-        waiting: list[Any] = []
         handed = False
-        loop = asyncio.get_running_loop()
-        counted = self._counted_at_start(loop.time())
+        counted = self._counted_at_start(asyncio.get_running_loop().time())
         try:
-            started = True
-            try:
-                began = loop.time()
-                await self.client.start(mine, prefetched=not counted)  # overlaps earlier batches' commits
-                self._rtt = 0.7 * self._rtt + 0.3 * (loop.time() - began)
-            except Exception as exc:
-                log.warning("queue %r: %s", self.client.queue_id, exc)
-                started = False
-            if started and mine:
-                # Started: kept alive from now on, also while it waits for the batches before it.
-                waiting = mine
-                self._waiting[id(waiting)] = waiting
+            started = await self._write_start(mine, counted)  # overlaps earlier batches' commits
             if previous is not None and started:
                 started = await previous.started
             current.started.set_result(started)
-            committed = False
-            if started:
-                try:
-                    await self.client.commit(positions)
-                    committed = True
-                except Exception as exc:
-                    log.warning("queue %r: %s", self.client.queue_id, exc)
-            if previous is not None:
-                await asyncio.wait([previous.task])
-                if previous.task.cancelled() or previous.task.exception() is not None:
-                    return False
-                if not previous.task.result():
-                    return False
-            if not committed:
+            committed = started and await self._commit(positions)
+            if not await self._handed_out(previous) or not committed:
                 return False
-            source = self.client.source
-            assert source is not None
-            consumer = self.client.consumer
-            owned = consumer.assignment() if consumer is not None else frozenset()
-            if waiting and not owned.issuperset(positions):
-                # Revoked before the commit (which was skipped for it): the new owner reads those
-                # records again and its START takes them over; handing them out here too would
-                # process them twice.
-                topic = self.config.message_topic
-                keep = {tp.partition for tp in positions if tp in owned and tp.topic == topic}
-                waiting = [r for r in waiting if source.ident(r).partition in keep]
-                log.debug("queue %r: records of revoked partitions dropped", self.client.queue_id)
-            if waiting:
+            owned = self._still_owned(mine, positions)
+            if owned:
                 # Messages are made only now: short-lived objects are cheap for the collector.
-                await self._hand_out(source.messages(waiting, self, time.time()), counted)
+                source = self.client.source
+                assert source is not None
+                await self._hand_out(source.messages(owned, self, time.time()), counted)
             handed = True
             return True
         finally:
-            if not handed:
-                # Dropped (this batch, or one before it): the loop settles what is in flight, then
-                # rewinds to the committed offsets and reads the dropped records again.
-                self.client.needs_reset = True
-            if not current.started.done():
-                current.started.set_result(False)
-            self._waiting.pop(id(mine), None)
-            slots.release()
+            self._finished(mine, current, slots, handed=handed)
+
+    async def _write_start(self, mine: list[Any], counted: bool) -> bool:
+        """Write the batch's START markers; once written, its records are kept alive until handed out."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            await self.client.start(mine, prefetched=not counted)
+        except Exception as exc:
+            log.warning("queue %r: %s", self.client.queue_id, exc)
+            return False
+        self._rtt = 0.7 * self._rtt + 0.3 * (loop.time() - began)
+        if mine:
+            # Started: kept alive from now on, also while it waits for the batches before it.
+            self._waiting[id(mine)] = mine
+        return True
+
+    async def _commit(self, positions: dict[TopicPartition, int]) -> bool:
+        """Commit the read position of the batch (its START and every earlier one are written)."""
+        try:
+            await self.client.commit(positions)
+        except Exception as exc:
+            log.warning("queue %r: %s", self.client.queue_id, exc)
+            return False
+        return True
+
+    @staticmethod
+    async def _handed_out(previous: _InFlight | None) -> bool:
+        """Wait for the batch before; whether it was handed out (else this one is dropped too)."""
+        if previous is None:
+            return True
+        await asyncio.wait([previous.task])
+        task = previous.task
+        return not task.cancelled() and task.exception() is None and task.result()
+
+    def _still_owned(self, mine: list[Any], positions: dict[TopicPartition, int]) -> list[Any]:
+        """The batch's records whose partitions are still assigned to this member.
+
+        Revoked before the commit (which was skipped for it): the new owner reads those records
+        again and its START takes them over; handing them out here too would process them twice.
+        """
+        consumer = self.client.consumer
+        owned = consumer.assignment() if consumer is not None else frozenset()
+        if not mine or owned.issuperset(positions):
+            return mine
+        source = self.client.source
+        assert source is not None
+        topic = self.config.message_topic
+        keep = {tp.partition for tp in positions if tp in owned and tp.topic == topic}
+        log.debug("queue %r: records of revoked partitions dropped", self.client.queue_id)
+        return [r for r in mine if source.ident(r).partition in keep]
+
+    def _finished(
+        self, mine: list[Any], current: _InFlight, slots: asyncio.Semaphore, *, handed: bool
+    ) -> None:
+        """The batch left the pipeline (handed out, or dropped): release its slot."""
+        if not handed:
+            # Dropped (this batch, or one before it): the loop settles what is in flight, then
+            # rewinds to the committed offsets and reads the dropped records again.
+            self.client.needs_reset = True
+        if not current.started.done():
+            current.started.set_result(False)
+        self._waiting.pop(id(mine), None)
+        slots.release()
 
     async def _settle_pipeline(self) -> None:
         """Wait until every batch in flight was committed and handed out, or dropped."""

@@ -27,7 +27,7 @@ its tracker crashed. So batched markers carry, right after ``version``, a field 
 zero bytes), which protobuf decoders refuse: kafka-mq-go's tracker logs "Could not unmarshal
 marker" and skips them. Ours skip field 0 like any unknown field (older versions of this queue
 read these markers too). Sharing topics with a Go fleet needs per-message markers
-(``QueueConfig.go_fleet``).
+(``QueueSettings.go_fleet``).
 
 Hand-out marks (batched only): a consumer that writes them STARTs a fetched batch with
 ``prefetched`` set, and writes a KEEPALIVE with ``handout = HANDED`` for messages before its
@@ -38,27 +38,38 @@ message that was never marked handed without counting a delivery attempt. A STAR
 
 from __future__ import annotations
 
+import abc
+import asyncio
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
+from backends.kafka.queue.settings import HEADER_ATTEMPT, QueueSettings
 from broker.errors import DecodeError
+from broker.log import Log, TopicPartition
+from broker.message import Record
 
 __all__ = [
     "BatchMarker",
+    "BatchedMarkers",
     "Handout",
     "Marker",
+    "MarkerFormat",
+    "MarkerProducer",
     "MarkerType",
     "MessageId",
     "OffsetRange",
+    "PerMessageMarkers",
     "decode",
     "decode_marker",
     "encode_batch_marker",
     "encode_id_marker",
     "encode_marker",
     "encode_start",
+    "marker_format_for",
     "ranges_of",
+    "ranges_reader",
 ]
 
 
@@ -138,6 +149,29 @@ def ranges_of(ids: Iterable[tuple[int, int]]) -> list[OffsetRange]:
     if started:
         out.append((partition, first, last))
     return out
+
+
+def ranges_reader(
+    partition: Callable[[Any], int], offset: Callable[[Any], int]
+) -> Callable[[Sequence[Any]], list[OffsetRange]]:
+    """A function giving the offsets of distinct records as the fewest ranges (what ``ranges_of``
+    gives), reading each record's ``partition`` and ``offset`` with the functions given.
+
+    One range, without sorting, in the common case (one partition, contiguous offsets).
+    """
+
+    def ranges(items: Sequence[Any]) -> list[OffsetRange]:
+        if not items:
+            return []
+        partitions = {partition(r) for r in items}
+        if len(partitions) == 1:
+            offsets = [offset(r) for r in items]
+            low, high = min(offsets), max(offsets)
+            if high - low + 1 == len(offsets) and len(set(offsets)) == len(offsets):
+                return [(partitions.pop(), low, high)]
+        return ranges_of((partition(r), offset(r)) for r in items)
+
+    return ranges
 
 
 _BYTES = tuple(bytes((i,)) for i in range(0x80))
@@ -460,3 +494,204 @@ def decode_marker(data: bytes) -> Marker:
             raise
         raise DecodeError(f"malformed marker: {exc}") from exc
     return Marker(marker_type, MessageId(partition, offset), redeliver, key, value, attempt, headers)
+
+
+# -- writing markers ------------------------------------------------------------------------------
+
+
+class MarkerProducer:
+    """Writes START, KEEPALIVE and END markers, keyed by queue id so a queue's markers stay in order."""
+
+    def __init__(self, log_port: Log, config: QueueSettings) -> None:
+        self._log = log_port
+        self._config = config
+
+    def _send(self, queue_id: str, marker: bytes) -> Awaitable[tuple[TopicPartition, int]]:
+        return self._log.send(self._config.marker_topic, marker, key=queue_id)
+
+    async def start(self, queue_id: str, markers: Iterable[Marker | bytes]) -> None:
+        """Write START markers (or their encodings) for a fetched batch and wait for all together."""
+        send = self._send
+        sends = [send(queue_id, m if isinstance(m, bytes) else encode_marker(m)) for m in markers]
+        if all(isinstance(s, asyncio.Future) and s.done() for s in sends):
+            # Already written (an in-memory log): no yield, so polling, START and commit stay atomic.
+            for done in sends:
+                cast("asyncio.Future[tuple[TopicPartition, int]]", done).result()
+            return
+        await asyncio.gather(*sends)
+
+    def keepalive(
+        self, queue_id: str, ids: Iterable[MessageId], redeliver_after_ms: int
+    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """Queue KEEPALIVE markers: each message may go ``redeliver_after_ms`` more without settling."""
+        send, keepalive = self._send, MarkerType.KEEPALIVE
+        return [send(queue_id, encode_id_marker(keepalive, p, o, redeliver_after_ms)) for p, o in ids]
+
+    async def start_batch(
+        self,
+        queue_id: str,
+        ranges: Sequence[OffsetRange],
+        redeliver_after_ms: int,
+        *,
+        prefetched: bool = False,
+    ) -> None:
+        """Write one batched START for every message of ``ranges`` and wait until it is written.
+
+        ``prefetched``: hand-out marks follow (a redelivery counts only marked messages).
+        """
+        marker = encode_batch_marker(MarkerType.START, ranges, redeliver_after_ms, prefetched=prefetched)
+        sent = self._send(queue_id, marker)
+        if isinstance(sent, asyncio.Future) and sent.done():
+            sent.result()  # already written (an in-memory log): no yield
+            return
+        await sent
+
+    def keepalive_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one batched KEEPALIVE: the messages of ``ranges`` may go ``redeliver_after_ms`` more."""
+        return self._send(queue_id, encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms))
+
+    def handout_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int, handout: Handout
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one batched KEEPALIVE that marks the messages of ``ranges`` handed out (or returned)."""
+        marker = encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms, handout=handout)
+        return self._send(queue_id, marker)
+
+    def end_batch(
+        self, queue_id: str, ranges: Sequence[OffsetRange]
+    ) -> Awaitable[tuple[TopicPartition, int]]:
+        """Queue one batched END: the messages of ``ranges`` are done."""
+        return self._send(queue_id, encode_batch_marker(MarkerType.END, ranges))
+
+    def end(self, queue_id: str, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """Queue END markers: the messages are done and will not be redelivered."""
+        send, end = self._send, MarkerType.END
+        return [send(queue_id, encode_id_marker(end, p, o)) for p, o in ids]
+
+
+def _ids(ranges: Iterable[OffsetRange]) -> list[MessageId]:
+    return [MessageId(p, o) for p, first, last in ranges for o in range(first, last + 1)]
+
+
+class MarkerFormat(abc.ABC):
+    """How one queue consumer writes its markers: chosen once, from ``marker_format``.
+
+    :class:`BatchedMarkers` writes one marker per fetched batch or group of settlements;
+    :class:`PerMessageMarkers` writes kafka-mq-go's one marker per message.
+    """
+
+    #: Whether the consumer may read the log client's own records (``broker.log.RawBatches``).
+    reads_raw: ClassVar[bool]
+
+    def __init__(self, producer: MarkerProducer, queue_id: str, redeliver_after_ms: int) -> None:
+        self.producer = producer
+        self.queue_id = queue_id
+        self.redeliver_after_ms = redeliver_after_ms
+
+    @abc.abstractmethod
+    async def start(
+        self,
+        items: Sequence[Any],
+        polled_ranges: Callable[[Sequence[Any]], list[OffsetRange]],
+        *,
+        prefetched: bool,
+    ) -> None:
+        """Write the START markers of one poll's ``items`` and wait until they are written."""
+
+    @abc.abstractmethod
+    def keepalive(
+        self, ranges: list[OffsetRange], redeliver_after_ms: int
+    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """KEEPALIVE for every message of ``ranges`` (pipelined)."""
+
+    @abc.abstractmethod
+    def end(self, ranges: list[OffsetRange]) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """END for every message of ``ranges`` (pipelined)."""
+
+
+class BatchedMarkers(MarkerFormat):
+    """One START per fetched batch, one KEEPALIVE or END per group of messages (``version = 1``)."""
+
+    reads_raw = True
+
+    def __init__(
+        self, producer: MarkerProducer, queue_id: str, redeliver_after_ms: int, *, marks_handout: bool
+    ) -> None:
+        super().__init__(producer, queue_id, redeliver_after_ms)
+        self.marks_handout = marks_handout
+
+    async def start(
+        self,
+        items: Sequence[Any],
+        polled_ranges: Callable[[Sequence[Any]], list[OffsetRange]],
+        *,
+        prefetched: bool,
+    ) -> None:
+        """One batched START (``prefetched`` only where hand-out marks follow)."""
+        await self.producer.start_batch(
+            self.queue_id,
+            polled_ranges(items),
+            self.redeliver_after_ms,
+            prefetched=prefetched and self.marks_handout,
+        )
+
+    def keepalive(
+        self, ranges: list[OffsetRange], redeliver_after_ms: int
+    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """One batched KEEPALIVE."""
+        return [self.producer.keepalive_batch(self.queue_id, ranges, redeliver_after_ms)]
+
+    def end(self, ranges: list[OffsetRange]) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """One batched END."""
+        return [self.producer.end_batch(self.queue_id, ranges)]
+
+
+class PerMessageMarkers(MarkerFormat):
+    """kafka-mq-go's markers: one per message, START carrying the payload (items are Records)."""
+
+    reads_raw = False
+
+    async def start(
+        self,
+        items: Sequence[Any],
+        polled_ranges: Callable[[Sequence[Any]], list[OffsetRange]],
+        *,
+        prefetched: bool,
+    ) -> None:
+        """One START per record, with its key, payload, attributes and delivery attempt."""
+        await self.producer.start(self.queue_id, [self.encoded_start(r) for r in items])
+
+    def encoded_start(self, record: Record) -> bytes:
+        """The encoded START marker of ``record``."""
+        attributes = record.attributes
+        attempt = int(attributes.get(HEADER_ATTEMPT, "1") or 1) if attributes else 1
+        return encode_start(
+            record.partition,
+            record.offset,
+            self.redeliver_after_ms,
+            (record.key or "").encode(),
+            record.value or b"",
+            attempt,
+            attributes,
+        )
+
+    def keepalive(
+        self, ranges: list[OffsetRange], redeliver_after_ms: int
+    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """One KEEPALIVE per message."""
+        return self.producer.keepalive(self.queue_id, _ids(ranges), redeliver_after_ms)
+
+    def end(self, ranges: list[OffsetRange]) -> list[Awaitable[tuple[TopicPartition, int]]]:
+        """One END per message."""
+        return self.producer.end(self.queue_id, _ids(ranges))
+
+
+def marker_format_for(config: QueueSettings, producer: MarkerProducer, queue_id: str) -> MarkerFormat:
+    """The marker-format strategy ``config.marker_format`` names."""
+    if config.marker_format == "batched":
+        return BatchedMarkers(
+            producer, queue_id, config.redelivery_timeout_ms, marks_handout=config.marks_handout
+        )
+    return PerMessageMarkers(producer, queue_id, config.redelivery_timeout_ms)

@@ -1,102 +1,22 @@
-"""Writing to the two topics: markers (MarkerProducer), payloads (MessageSender), and the queue Producer."""
+"""Writing payloads: to a topic (MessageSender), and to one logical queue (QueueProducer).
+
+Markers are written by :class:`backends.kafka.queue.markers.MarkerProducer`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import cast
+from collections.abc import Awaitable, Mapping
 
-from backends.kafka.queue.config import HEADER_KEY, QueueConfig
-from backends.kafka.queue.markers import (
-    Handout,
-    Marker,
-    MarkerType,
-    MessageId,
-    OffsetRange,
-    encode_batch_marker,
-    encode_id_marker,
-    encode_marker,
-)
+from backends.kafka.queue.settings import HEADER_KEY, QueueSettings
 from broker.attributes import validate_attributes
 from broker.log import Log, TopicPartition
 
-__all__ = ["MarkerProducer", "MessageSender", "Producer"]
+__all__ = ["MessageSender", "QueueProducer"]
 
 log = logging.getLogger("backends.kafka.queue")
-
-
-class MarkerProducer:
-    """Writes START, KEEPALIVE and END markers, keyed by queue id so a queue's markers stay in order."""
-
-    def __init__(self, log_port: Log, config: QueueConfig) -> None:
-        self._log = log_port
-        self._config = config
-
-    def _send(self, queue_id: str, marker: bytes) -> Awaitable[tuple[TopicPartition, int]]:
-        return self._log.send(self._config.marker_topic, marker, key=queue_id)
-
-    async def start(self, queue_id: str, markers: Iterable[Marker | bytes]) -> None:
-        """Write START markers (or their encodings) for a fetched batch and wait for all together."""
-        send = self._send
-        sends = [send(queue_id, m if isinstance(m, bytes) else encode_marker(m)) for m in markers]
-        if all(isinstance(s, asyncio.Future) and s.done() for s in sends):
-            # Already written (an in-memory log): no yield, so polling, START and commit stay atomic.
-            for done in sends:
-                cast("asyncio.Future[tuple[TopicPartition, int]]", done).result()
-            return
-        await asyncio.gather(*sends)
-
-    def keepalive(
-        self, queue_id: str, ids: Iterable[MessageId], redeliver_after_ms: int
-    ) -> list[Awaitable[tuple[TopicPartition, int]]]:
-        """Queue KEEPALIVE markers: each message may go ``redeliver_after_ms`` more without settling."""
-        send, keepalive = self._send, MarkerType.KEEPALIVE
-        return [send(queue_id, encode_id_marker(keepalive, p, o, redeliver_after_ms)) for p, o in ids]
-
-    async def start_batch(
-        self,
-        queue_id: str,
-        ranges: Sequence[OffsetRange],
-        redeliver_after_ms: int,
-        *,
-        prefetched: bool = False,
-    ) -> None:
-        """Write one batched START for every message of ``ranges`` and wait until it is written.
-
-        ``prefetched``: hand-out marks follow (a redelivery counts only marked messages).
-        """
-        marker = encode_batch_marker(MarkerType.START, ranges, redeliver_after_ms, prefetched=prefetched)
-        sent = self._send(queue_id, marker)
-        if isinstance(sent, asyncio.Future) and sent.done():
-            sent.result()  # already written (an in-memory log): no yield
-            return
-        await sent
-
-    def keepalive_batch(
-        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int
-    ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Queue one batched KEEPALIVE: the messages of ``ranges`` may go ``redeliver_after_ms`` more."""
-        return self._send(queue_id, encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms))
-
-    def handout_batch(
-        self, queue_id: str, ranges: Sequence[OffsetRange], redeliver_after_ms: int, handout: Handout
-    ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Queue one batched KEEPALIVE that marks the messages of ``ranges`` handed out (or returned)."""
-        marker = encode_batch_marker(MarkerType.KEEPALIVE, ranges, redeliver_after_ms, handout=handout)
-        return self._send(queue_id, marker)
-
-    def end_batch(
-        self, queue_id: str, ranges: Sequence[OffsetRange]
-    ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Queue one batched END: the messages of ``ranges`` are done."""
-        return self._send(queue_id, encode_batch_marker(MarkerType.END, ranges))
-
-    def end(self, queue_id: str, ids: Iterable[MessageId]) -> list[Awaitable[tuple[TopicPartition, int]]]:
-        """Queue END markers: the messages are done and will not be redelivered."""
-        send, end = self._send, MarkerType.END
-        return [send(queue_id, encode_id_marker(end, p, o)) for p, o in ids]
 
 
 class MessageSender:
@@ -118,7 +38,7 @@ class MessageSender:
         return self._log.send(topic, value, key=key, partition=partition, attributes=headers)
 
 
-class Producer:
+class QueueProducer:
     """Sends messages to one logical queue (record key = queue id, as kafka-mq-go does).
 
     Records go to a random partition of the queue topic (kafka-mq-go's producer uses librdkafka's
@@ -127,7 +47,7 @@ class Producer:
     ``mq-key`` header; attributes become headers.
     """
 
-    def __init__(self, log_port: Log, config: QueueConfig, queue_id: str) -> None:
+    def __init__(self, log_port: Log, config: QueueSettings, queue_id: str) -> None:
         if not queue_id:
             raise ValueError("a queue id is needed")
         self._sender = MessageSender(log_port)

@@ -6,10 +6,10 @@ import logging
 from typing import Literal, Self
 
 from backends.kafka.queue.client import MqClient
-from backends.kafka.queue.config import QueueConfig
-from backends.kafka.queue.consumer import Consumer
+from backends.kafka.queue.consumer import QueueConsumer
 from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import Producer
+from backends.kafka.queue.producer import QueueProducer
+from backends.kafka.queue.settings import QueueSettings
 from backends.kafka.queue.tracker import RedeliveryTracker
 from broker.errors import ClosedError, ConfigError, ReceiveError, Timeout
 from broker.log import Log
@@ -24,7 +24,7 @@ log = logging.getLogger("backends.kafka.queue.service")
 class QueueService:
     """Many logical queues on one pair of topics (kafka-mq-go's ``Service``)."""
 
-    def __init__(self, log_port: Log, config: QueueConfig, metrics: QueueMetrics | None = None) -> None:
+    def __init__(self, log_port: Log, config: QueueSettings, metrics: QueueMetrics | None = None) -> None:
         self.log = log_port
         self.config = config
         self.metrics = metrics or QueueMetrics()
@@ -34,13 +34,13 @@ class QueueService:
         await self.log.create_topic(self.config.message_topic, partitions)
         await self.log.create_topic(self.config.marker_topic, partitions)
 
-    def producer(self, queue_id: str) -> Producer:
+    def producer(self, queue_id: str) -> QueueProducer:
         """A producer for queue ``queue_id``."""
-        return Producer(self.log, self.config, queue_id)
+        return QueueProducer(self.log, self.config, queue_id)
 
     def consumer(
         self, queue_id: str, *, mode: Literal["queue", "topic"] = "queue", keepalive_received: bool = True
-    ) -> Consumer:
+    ) -> QueueConsumer:
         """A consumer of queue ``queue_id`` (call ``start()`` or ``receive()`` to begin).
 
         ``keepalive_received`` keeps received messages alive until settled (kafka-mq-go); without
@@ -63,7 +63,7 @@ class QueueService:
                 self.config.message_topic,
             )
         client = MqClient(self.log, self.config, queue_id, mode=mode)
-        return Consumer(client, self.metrics, keepalive_received=keepalive_received)
+        return QueueConsumer(client, self.metrics, keepalive_received=keepalive_received)
 
     def tracker(self) -> RedeliveryTracker:
         """A redelivery tracker (``async with`` it, or ``start()`` it)."""
@@ -84,7 +84,7 @@ class QueueMessageIterator(MessageIteration):
     #: Consecutive tracker failures after which ``next_message`` raises once.
     tracker_failures_to_raise = 3
 
-    def __init__(self, consumer: Consumer, tracker: RedeliveryTracker | None = None) -> None:
+    def __init__(self, consumer: QueueConsumer, tracker: RedeliveryTracker | None = None) -> None:
         self.consumer = consumer
         self.tracker = tracker
         self._closed = False
@@ -148,7 +148,7 @@ class QueueBatchedMessageIterator(QueueMessageIterator, BatchedMessageIteration)
 
     def __init__(
         self,
-        consumer: Consumer,
+        consumer: QueueConsumer,
         tracker: RedeliveryTracker | None = None,
         *,
         batch_size: int = 100,
@@ -171,7 +171,7 @@ class QueueBatchedMessageIterator(QueueMessageIterator, BatchedMessageIteration)
 
 def open_messages(
     log_port: Log,
-    config: QueueConfig,
+    config: QueueSettings,
     subscription: str,
     *,
     embedded_tracker: bool = True,

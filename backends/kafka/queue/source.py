@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Literal
 
-from backends.kafka.queue.config import HEADER_ATTEMPT, HEADER_KEY, HEADER_ORIGINAL_ID, HEADER_REDELIVERY_FOR
-from backends.kafka.queue.markers import MessageId, OffsetRange, ranges_of
+from backends.kafka.queue.markers import MessageId, OffsetRange, ranges_reader
+from backends.kafka.queue.settings import (
+    HEADER_ATTEMPT,
+    HEADER_KEY,
+    HEADER_ORIGINAL_ID,
+    HEADER_REDELIVERY_FOR,
+)
 from broker.log import LogConsumer, RawBatches, RawFields, TopicPartition
 from broker.message import EMPTY_ATTRIBUTES, Acker, LazyMessage, Message, Record
 
@@ -75,6 +81,10 @@ def _message_class(
 class QueueSource(abc.ABC):
     """Polls one queue's records and turns them into messages and offset ranges."""
 
+    #: The offsets of ``items`` (distinct records) as the fewest ranges (a function made in
+    #: ``markers``, so that settling a message does not pass through this module).
+    ranges: Callable[[Sequence[Any]], list[OffsetRange]]
+
     def __init__(self, consumer: LogConsumer, queue_id: str, mode: Mode) -> None:
         self.consumer = consumer
         self.queue_id = queue_id
@@ -87,10 +97,6 @@ class QueueSource(abc.ABC):
     @abc.abstractmethod
     def ident(self, item: Any) -> MessageId:
         """The record's partition and offset in the queue topic."""
-
-    @abc.abstractmethod
-    def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
-        """The offsets of ``items`` (distinct records) as the fewest ranges."""
 
     def polled_ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
         """:meth:`ranges` of records as one poll returned them (ascending offsets per partition)."""
@@ -118,12 +124,16 @@ _RECORD_CLASSES = {
 }
 
 
+_RECORD_RANGES = ranges_reader(attrgetter("partition"), attrgetter("offset"))
+
+
 class RecordSource(QueueSource):
     """A queue's messages from any ``broker.log`` consumer (the in-memory log, tests)."""
 
     def __init__(self, consumer: LogConsumer, queue_id: str, mode: Mode) -> None:
         super().__init__(consumer, queue_id, mode)
         self._class: type[LazyMessage] = _RECORD_CLASSES[mode]
+        self.ranges = _RECORD_RANGES
 
     async def poll(self, max_records: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
         """This queue's records of one poll and the positions to commit."""
@@ -146,25 +156,21 @@ class RecordSource(QueueSource):
         """The record's partition and offset."""
         return MessageId(item.partition, item.offset)
 
-    def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
-        """The offsets of ``items`` as ranges."""
-        return ranges_of((r.partition, r.offset) for r in items)
-
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
         """A lazily decoded Message per record."""
         cls = self._class
         return [cls(r.value or b"", r, acker, now) for r in items]
 
 
-_RAW_CLASSES: dict[tuple[int, Mode], type[LazyMessage]] = {}
+_RAW_CLASSES: dict[tuple[RawFields, Mode], type[LazyMessage]] = {}
 
 
 def _raw_class(fields: RawFields, mode: Mode) -> type[LazyMessage]:
     """The message class of ``fields``' records in ``mode`` (made once per fields and mode)."""
-    made = _RAW_CLASSES.get((id(fields), mode))
+    made = _RAW_CLASSES.get((fields, mode))
     if made is None:
         partition, offset = fields.partition, fields.offset
-        made = _RAW_CLASSES[(id(fields), mode)] = _message_class(
+        made = _RAW_CLASSES[(fields, mode)] = _message_class(
             f"RawQueueMessage_{mode}",
             fields.attributes,
             fields.key,
@@ -172,7 +178,6 @@ def _raw_class(fields: RawFields, mode: Mode) -> type[LazyMessage]:
             fields.publish_time,
             mode,
         )
-        made.fields = fields  # type: ignore[attr-defined]  # keeps id(fields) from being reused
     return made
 
 
@@ -185,6 +190,7 @@ class RawSource(QueueSource):
         self._fields = fields = consumer.raw_fields
         self._class: type[LazyMessage] = _raw_class(fields, mode)
         self._key = queue_id.encode()
+        self.ranges = ranges_reader(fields.partition, fields.offset)
 
     async def poll(self, max_records: int, timeout: float) -> tuple[list[Any], dict[TopicPartition, int]]:
         """This queue's messages of one fetch and the positions to commit."""
@@ -229,19 +235,6 @@ class RawSource(QueueSource):
             if high - low + 1 == len(items) and partition(first) == partition(last):
                 return [(partition(first), low, high)]
         return self.ranges(items)
-
-    def ranges(self, items: Sequence[Any]) -> list[OffsetRange]:
-        """The offsets of ``items`` as ranges (one range, without sorting, in the common case)."""
-        if not items:
-            return []
-        partition, offset = self._fields.partition, self._fields.offset
-        partitions = {partition(r) for r in items}
-        if len(partitions) == 1:
-            offsets = [offset(r) for r in items]
-            low, high = min(offsets), max(offsets)
-            if high - low + 1 == len(offsets) and len(set(offsets)) == len(offsets):
-                return [(partitions.pop(), low, high)]
-        return ranges_of((partition(r), offset(r)) for r in items)
 
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
         """A lazily decoded Message per client record."""

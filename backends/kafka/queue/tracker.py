@@ -44,17 +44,17 @@ from dataclasses import replace
 from typing import Self
 
 from backends.kafka.queue.client import read_hints
-from backends.kafka.queue.config import (
+from backends.kafka.queue.markers import MarkerProducer, MessageId, decode
+from backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
+from backends.kafka.queue.metrics import QueueMetrics
+from backends.kafka.queue.producer import MessageSender
+from backends.kafka.queue.reader import QueueTopicReader
+from backends.kafka.queue.settings import (
     HEADER_ATTEMPT,
     HEADER_ORIGINAL_ID,
     HEADER_REDELIVERY_FOR,
-    QueueConfig,
+    QueueSettings,
 )
-from backends.kafka.queue.markers import MessageId, decode
-from backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
-from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import MarkerProducer, MessageSender
-from backends.kafka.queue.reader import QueueTopicReader
 from broker.errors import (
     AuthenticationFailed,
     ClosedError,
@@ -83,7 +83,7 @@ class AssignedPartition:
     """One markers partition owned by this tracker: its queue, clock and catch-up state."""
 
     def __init__(
-        self, tp: TopicPartition, config: QueueConfig, catch_up_to: int, monotonic: Callable[[], float]
+        self, tp: TopicPartition, config: QueueSettings, catch_up_to: int, monotonic: Callable[[], float]
     ):
         self.tp = tp
         self.config = config
@@ -145,7 +145,7 @@ class RedeliveryTracker(AsyncResource):
     def __init__(
         self,
         log_port: Log,
-        config: QueueConfig,
+        config: QueueSettings,
         *,
         metrics: QueueMetrics | None = None,
         monotonic: Callable[[], float] = time.monotonic,

@@ -3,7 +3,7 @@
     python -m tests.integration.kafka_queue.queue_process consumer '<json>'
     python -m tests.integration.kafka_queue.queue_process tracker '<json>'
 
-The JSON object holds ``url`` (a ``kafka://`` URL), ``config`` (QueueConfig fields) and, for a
+The JSON object holds ``url`` (a ``kafka://`` URL), ``config`` (QueueSettings fields) and, for a
 consumer, ``queue_id`` and ``count``. The process reports on stdout, one line each:
 
 * consumer: ``got <id> <data>`` for each of the first ``count`` messages received (never settled,
@@ -21,7 +21,7 @@ from typing import Any
 
 import broker
 from backends.kafka.backend import KafkaBackend
-from backends.kafka.queue import QueueConfig, QueueService
+from backends.kafka.queue import QueueService, QueueSettings
 
 
 def say(line: str) -> None:
@@ -30,7 +30,7 @@ def say(line: str) -> None:
 
 
 async def consumer(backend: KafkaBackend, spec: dict[str, Any]) -> None:
-    service = QueueService(backend.log(), QueueConfig(**spec["config"]))
+    service = QueueService(backend.log(), QueueSettings(**spec["config"]))
     consumer = service.consumer(spec["queue_id"])
     held = []
     for _ in range(spec["count"]):
@@ -42,7 +42,7 @@ async def consumer(backend: KafkaBackend, spec: dict[str, Any]) -> None:
 
 
 async def tracker(backend: KafkaBackend, spec: dict[str, Any]) -> None:
-    service = QueueService(backend.log(), QueueConfig(**spec["config"]))
+    service = QueueService(backend.log(), QueueSettings(**spec["config"]))
     tracker = service.tracker()
     tracker.start()
     assigned = tracking = -1

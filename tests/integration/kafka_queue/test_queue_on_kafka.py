@@ -24,7 +24,7 @@ import pytest
 import broker
 from backends.kafka.backend import KafkaBackend
 from backends.kafka.log import KafkaLog
-from backends.kafka.queue import Consumer, QueueConfig, QueueService, RedeliveryTracker
+from backends.kafka.queue import QueueConsumer, QueueService, QueueSettings, RedeliveryTracker
 from backends.kafka.queue.source import RawSource, RecordSource
 from broker.errors import Timeout
 from broker.log import OFFSET_BEGINNING, TopicPartition
@@ -36,7 +36,7 @@ from tests.integration.kafka.support import unique
 REPO = Path(__file__).resolve().parents[3]
 
 
-def queue_config(**overrides: Any) -> QueueConfig:
+def queue_config(**overrides: Any) -> QueueSettings:
     """Fresh topics and groups, a 1.5 s redelivery timeout and a fast tracker."""
     name = unique("mq")
     values: dict[str, Any] = {
@@ -51,7 +51,7 @@ def queue_config(**overrides: Any) -> QueueConfig:
         "tracker_group": f"{name}-tracker",
     }
     values.update(overrides)
-    return QueueConfig(**values)
+    return QueueSettings(**values)
 
 
 async def make_service(log: KafkaLog, partitions: int = 3, **overrides: Any) -> QueueService:
@@ -80,12 +80,12 @@ def earliest_deadline(tracker: RedeliveryTracker) -> float | None:
     return min(live) if live else None
 
 
-async def receive_all(consumer: Consumer, count: int, timeout: float = 20.0) -> list[Message]:
+async def receive_all(consumer: QueueConsumer, count: int, timeout: float = 20.0) -> list[Message]:
     async with asyncio.timeout(timeout):
         return [await consumer.receive() for _ in range(count)]
 
 
-def assigned(consumer: Consumer) -> bool:
+def assigned(consumer: QueueConsumer) -> bool:
     """True once the consumer's group member owns partitions of the queue topic."""
     member = consumer.client._consumer
     return member is not None and bool(member.assignment())
@@ -152,7 +152,7 @@ async def children() -> AsyncIterator[list[Child]]:
         await child.close()
 
 
-def child_spec(url: str, config: QueueConfig, **more: Any) -> dict[str, Any]:
+def child_spec(url: str, config: QueueSettings, **more: Any) -> dict[str, Any]:
     return {"url": url, "config": dataclasses.asdict(config), **more}
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import broker
 from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import MarkerType, QueueConfig, QueueService, decode
+from backends.kafka.queue import MarkerType, QueueService, QueueSettings, decode
 from backends.kafka.queue.markers import BatchMarker, Handout
 from broker.errors import Timeout
 from broker.log import TopicPartition
@@ -27,7 +27,7 @@ async def log() -> AsyncIterator[InmemLog]:
         yield backend.log()
 
 
-def config(**overrides: Any) -> QueueConfig:
+def config(**overrides: Any) -> QueueSettings:
     values: dict[str, Any] = {
         "message_topic": "q",
         "marker_topic": "q-markers",
@@ -38,7 +38,7 @@ def config(**overrides: Any) -> QueueConfig:
         "num_offsets_per_commit": 10,
     }
     values.update(overrides)
-    return QueueConfig(**values)
+    return QueueSettings(**values)
 
 
 async def service_with(log: InmemLog, count: int, **overrides: Any) -> QueueService:

@@ -1,4 +1,4 @@
-"""MqClient's repairs (kafka-mq-go's NeedsReconnect / NeedsReset), and QueueConfig validation.
+"""MqClient's repairs (kafka-mq-go's NeedsReconnect / NeedsReset), and QueueSettings validation.
 
 A failing poll asks for a reconnect, a failing START or commit for a reset; the queue consumer
 repairs before its next batch, and nothing is lost either way (in-memory log, failures injected
@@ -15,7 +15,7 @@ import pytest
 
 import broker
 from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueConfig, QueueService
+from backends.kafka.queue import QueueService, QueueSettings
 from backends.kafka.queue.client import MqClient
 from broker.errors import BrokerError, ConfigError, ReceiveError, Timeout
 
@@ -28,7 +28,7 @@ async def log() -> AsyncIterator[InmemLog]:
         yield backend.log()
 
 
-def config(**overrides: Any) -> QueueConfig:
+def config(**overrides: Any) -> QueueSettings:
     values: dict[str, Any] = {
         "message_topic": "q",
         "marker_topic": "q-markers",
@@ -37,7 +37,7 @@ def config(**overrides: Any) -> QueueConfig:
         "tracker_poll_interval": 0.02,
     }
     values.update(overrides)
-    return QueueConfig(**values)
+    return QueueSettings(**values)
 
 
 async def filled(log: InmemLog, count: int) -> QueueService:

@@ -1,4 +1,4 @@
-"""``QueueConfig.go_fleet``: what sharing a marker queue with kafka-mq-go needs, in one setting.
+"""``QueueSettings.go_fleet``: what sharing a marker queue with kafka-mq-go needs, in one setting.
 
 kafka-mq-go's observable behaviour encoded here: its trackers are all in the fixed group
 ``kafka-mq-redelivery``; it reads only per-message markers (``Marker`` protobuf v1); its
@@ -15,8 +15,8 @@ import pytest
 
 import broker
 from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueConfig, QueueService, open_messages
-from backends.kafka.queue.config import GO_TRACKER_GROUP, queue_config_for_topic
+from backends.kafka.queue import QueueService, QueueSettings, open_messages
+from backends.kafka.queue.settings import GO_TRACKER_GROUP, queue_settings_for_topic
 from broker.errors import ConfigError, Timeout
 from broker.log import TopicPartition
 from tests.unit.kafka_queue.test_markers_and_tracker_state import go_marker_class
@@ -30,7 +30,7 @@ async def log() -> AsyncIterator[InmemLog]:
         yield backend.log()
 
 
-def go_config(**overrides: Any) -> QueueConfig:
+def go_config(**overrides: Any) -> QueueSettings:
     values: dict[str, Any] = {
         "message_topic": "q",
         "marker_topic": "q-markers",
@@ -41,7 +41,7 @@ def go_config(**overrides: Any) -> QueueConfig:
         "tracker_poll_interval": 0.02,
     }
     values.update(overrides)
-    return QueueConfig(**values)
+    return QueueSettings(**values)
 
 
 def test_one_setting_bundles_per_message_markers_and_the_go_tracker_group() -> None:
@@ -49,7 +49,7 @@ def test_one_setting_bundles_per_message_markers_and_the_go_tracker_group() -> N
     assert GO_TRACKER_GROUP == "kafka-mq-redelivery"  # fixed in kafka-mq-go's tracker
     assert (config.marker_format, config.tracker_group) == ("per-message", GO_TRACKER_GROUP)
     assert not config.marks_handout
-    assert QueueConfig("q", "m").marker_format == "batched"  # outside the mode: our own format
+    assert QueueSettings("q", "m").marker_format == "batched"  # outside the mode: our own format
     with pytest.raises(ConfigError, match="per-message"):
         go_config(marker_format="batched")
     with pytest.raises(ConfigError, match="redelivered twice"):
@@ -59,13 +59,13 @@ def test_one_setting_bundles_per_message_markers_and_the_go_tracker_group() -> N
 def test_trackers_of_backend_topics_get_a_group_per_topic_unless_in_a_go_fleet() -> None:
     # Never kafka-mq-go's fixed group by default: a Go tracker in it takes markers partitions whose
     # batched markers it cannot read (found against the real kafka-mq-go: held back while it ran).
-    assert QueueConfig("q", "q.markers").tracker_group == "kafka-mq-redelivery-q.markers"
-    assert QueueConfig("q", "m", tracker_group="mine").tracker_group == "mine"
-    assert QueueConfig("q", "m", go_fleet=True).tracker_group == GO_TRACKER_GROUP
+    assert QueueSettings("q", "q.markers").tracker_group == "kafka-mq-redelivery-q.markers"
+    assert QueueSettings("q", "m", tracker_group="mine").tracker_group == "mine"
+    assert QueueSettings("q", "m", go_fleet=True).tracker_group == GO_TRACKER_GROUP
     with pytest.raises(ConfigError):
-        QueueConfig("q", "m", tracker_group="")
-    assert queue_config_for_topic("orders", {}).tracker_group == "kafka-mq-redelivery-orders.markers"
-    fleet = queue_config_for_topic("orders", {"go_fleet": "true"})
+        QueueSettings("q", "m", tracker_group="")
+    assert queue_settings_for_topic("orders", {}).tracker_group == "kafka-mq-redelivery-orders.markers"
+    fleet = queue_settings_for_topic("orders", {"go_fleet": "true"})
     assert (fleet.tracker_group, fleet.marker_format) == (GO_TRACKER_GROUP, "per-message")
     assert fleet.go_fleet
 

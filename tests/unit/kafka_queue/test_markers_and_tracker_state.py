@@ -19,8 +19,8 @@ from backends.kafka.queue import (
     MarkersQueue,
     MarkerType,
     MessageId,
-    QueueConfig,
     QueueService,
+    QueueSettings,
     Started,
     decode,
     decode_marker,
@@ -214,7 +214,7 @@ def test_markers_queue_batched_starts_split_on_partial_keepalives() -> None:
 
 def test_partition_clock_follows_marker_time_then_local_time() -> None:
     local = [1000.0]
-    config = QueueConfig("m", "mk", use_now_if_no_marker_seen=5.0)
+    config = QueueSettings("m", "mk", use_now_if_no_marker_seen=5.0)
     state = AssignedPartition(TopicPartition("mk", 0), config, catch_up_to=0, monotonic=lambda: local[0])
     assert state.now() is None
     record = Record("mk", 0, 0, encode_marker(start(1)), key="q", publish_time=50.0)
@@ -238,7 +238,7 @@ async def log() -> AsyncIterator[InmemLog]:
         yield backend.log()
 
 
-def fast(**overrides: Any) -> QueueConfig:
+def fast(**overrides: Any) -> QueueSettings:
     values: dict[str, Any] = dict(
         message_topic="q",
         marker_topic="q-markers",
@@ -249,7 +249,7 @@ def fast(**overrides: Any) -> QueueConfig:
         num_offsets_per_commit=1,
     )
     values.update(overrides)
-    return QueueConfig(**values)
+    return QueueSettings(**values)
 
 
 async def test_a_restarted_tracker_does_not_redeliver_while_replaying(log: InmemLog) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import broker
 from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueConfig, QueueService, open_messages
+from backends.kafka.queue import QueueService, QueueSettings, open_messages
 from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.testing import wait_until
@@ -37,7 +37,7 @@ def marker_format(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def config(**overrides: object) -> QueueConfig:
+def config(**overrides: object) -> QueueSettings:
     values: dict[str, object] = {
         "marker_format": FORMAT[0],
         "message_topic": "q",
@@ -49,7 +49,7 @@ def config(**overrides: object) -> QueueConfig:
         "num_offsets_per_commit": 10,
     }
     values.update(overrides)
-    return QueueConfig(**values)  # type: ignore[arg-type]
+    return QueueSettings(**values)  # type: ignore[arg-type]
 
 
 async def make_service(log: InmemLog, **overrides: object) -> QueueService:

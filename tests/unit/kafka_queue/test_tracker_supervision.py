@@ -11,7 +11,7 @@ import pytest
 
 import broker
 from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueConfig, RedeliveryTracker, open_messages
+from backends.kafka.queue import QueueSettings, RedeliveryTracker, open_messages
 from backends.kafka.queue.reader import QueueTopicReader
 from broker.errors import (
     AuthenticationFailed,
@@ -31,8 +31,8 @@ async def log() -> AsyncIterator[InmemLog]:
         yield backend.log()
 
 
-def config() -> QueueConfig:
-    return QueueConfig(
+def config() -> QueueSettings:
+    return QueueSettings(
         message_topic="q",
         marker_topic="q-markers",
         redelivery_timeout=0.3,

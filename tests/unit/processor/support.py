@@ -1,11 +1,14 @@
-"""Helpers of the processor tests: an in-memory log, and a wrapper that makes sends fail."""
+"""Helpers of the processor tests: an in-memory log, a compacted ``table`` topic on it (the ``log``
+fixture), and a wrapper that makes sends fail."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
+
+import pytest
 
 import broker
 from backends.inmem import InmemBackend, InmemLog
@@ -19,12 +22,34 @@ from broker.log import (
     StartPosition,
     TopicPartition,
 )
+from broker.partitioning import partitioner_by_name
+
+#: The partitioner the ``table`` topic is written with.
+murmur2 = partitioner_by_name("murmur2")
 
 
 def inmem_backend() -> InmemBackend:
     backend = broker.connect(f"inmem://processor-{uuid.uuid4().hex}")
     assert isinstance(backend, InmemBackend)
     return backend
+
+
+@pytest.fixture(name="log")
+async def table_log() -> AsyncIterator[InmemLog]:
+    """The ``log`` fixture: an in-memory log with a compacted ``table`` topic of 3 partitions.
+
+    Import ``table_log`` into a test module to use it.
+    """
+    backend = inmem_backend()
+    async with backend:
+        log = backend.log()
+        await log.create_topic("table", 3, config={"cleanup.policy": "compact"})
+        yield log
+
+
+async def put(log: Log, key: str, value: bytes | None) -> None:
+    """Write ``key`` to the ``table`` topic, in the partition murmur2 picks for it."""
+    await log.produce("table", value, key=key, partition=murmur2(key.encode(), 3))
 
 
 class FlakyLog:

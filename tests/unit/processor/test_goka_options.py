@@ -36,24 +36,16 @@ from backends.kafka.processor.storage import StorageBuilder
 from broker.backoff import Backoff
 from broker.errors import ClosedError, ConfigError, ConnectionFailed, PublishError, Timeout
 from broker.log import Log, TopicPartition, with_client_id
-from broker.partitioning import partitioner_by_name
 from broker.testing import wait_until
-from tests.unit.processor.support import FlakyLog, as_log, committed_total, inmem_backend
-
-murmur2 = partitioner_by_name("murmur2")
-
-
-@pytest.fixture
-async def log() -> AsyncIterator[InmemLog]:
-    backend = inmem_backend()
-    async with backend:
-        log = backend.log()
-        await log.create_topic("table", 3, config={"cleanup.policy": "compact"})
-        yield log
-
-
-async def put(log: Log, key: str, value: bytes | None) -> None:
-    await log.produce("table", value, key=key, partition=murmur2(key.encode(), 3))
+from tests.unit.processor.support import (
+    FlakyLog,
+    as_log,
+    committed_total,
+    inmem_backend,
+    murmur2,
+    put,
+    table_log,  # noqa: F401  (the ``log`` fixture)
+)
 
 
 # -- 1. iterator seek --------------------------------------------------------------------------

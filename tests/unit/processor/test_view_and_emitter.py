@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -29,22 +28,14 @@ from broker.errors import PublishError
 from broker.log import TopicPartition
 from broker.partitioning import partitioner_by_name
 from broker.testing import wait_until
-from tests.unit.processor.support import FlakyLog, as_log, inmem_backend
-
-murmur2 = partitioner_by_name("murmur2")
-
-
-@pytest.fixture
-async def log() -> AsyncIterator[InmemLog]:
-    backend = inmem_backend()
-    async with backend:
-        log = backend.log()
-        await log.create_topic("table", 3, config={"cleanup.policy": "compact"})
-        yield log
-
-
-async def put(log: InmemLog, key: str, value: bytes | None) -> None:
-    await log.produce("table", value, key=key, partition=murmur2(key.encode(), 3))
+from tests.unit.processor.support import (
+    FlakyLog,
+    as_log,
+    inmem_backend,
+    murmur2,
+    put,
+    table_log,  # noqa: F401  (the ``log`` fixture)
+)
 
 
 async def test_a_view_recovers_then_follows_the_table(log: InmemLog) -> None:
