@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck java browser bench docs clean test-minimums
+.PHONY: demo test lint typecheck java browser rabbitmq bench docs clean test-minimums
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,14 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
-test: lint typecheck java browser
+# The RabbitMQ suites start Debian's rabbitmq-server on loopback (never the system service).
+rabbitmq:
+	@command -v rabbitmq-server >/dev/null 2>&1 || test -x /usr/sbin/rabbitmq-server || { \
+	  echo "rabbitmq-server not found: installing it from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq rabbitmq-server; }
+
+test: lint typecheck java browser rabbitmq
 	$(PY) -m pytest
 
 bench: $(STAMP) java
@@ -48,7 +55,7 @@ bench: $(STAMP) java
 # the test tools, docs toolchain and test servers stay at their pins (docs/supported-versions.md).
 VENV_MIN := .venv-minimums
 
-test-minimums: $(UV) java browser
+test-minimums: $(UV) java browser rabbitmq
 	$(UV) venv --quiet --clear --python $(PYTHON) $(VENV_MIN)
 	$(PYTHON) tests/unit/test_supported_versions.py --overrides > $(VENV_MIN)/overrides.txt
 	$(UV) pip install --quiet --python $(VENV_MIN)/bin/python --overrides $(VENV_MIN)/overrides.txt -e '.[test]'

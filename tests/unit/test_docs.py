@@ -134,6 +134,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         "backends/pubsub/index.html",
         "backends/pulsar/index.html",
         "backends/servicebus/index.html",
+        "backends/rabbitmq/index.html",
         "kafka-queue/index.html",
         "processor/index.html",
         "spark/index.html",

@@ -16,7 +16,7 @@ WITH_SDK_ERRORS = sorted(p.parent.name for p in (ROOT / "backends").glob("*/erro
 
 
 def test_every_backend_with_sdk_errors_is_checked() -> None:
-    assert {"jetstream", "kafka", "pubsub", "pulsar", "servicebus"} <= set(WITH_SDK_ERRORS)
+    assert {"jetstream", "kafka", "pubsub", "pulsar", "rabbitmq", "servicebus"} <= set(WITH_SDK_ERRORS)
 
 
 @pytest.mark.parametrize("backend", WITH_SDK_ERRORS)

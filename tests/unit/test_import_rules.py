@@ -15,6 +15,8 @@ SDKS = (
     "google.cloud.pubsub_v1",
     "pulsar",
     "azure.servicebus",
+    "aio_pika",
+    "aiormq",
     "pyspark",
 )
 BACKENDS = sorted(p.name for p in (ROOT / "backends").iterdir() if (p / "__init__.py").exists())

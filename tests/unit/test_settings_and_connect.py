@@ -116,7 +116,7 @@ def test_connect_errors_are_typed(target: Any, error: type[Exception]) -> None:
 
 def test_unknown_backend_lists_the_registered_ones() -> None:
     with pytest.raises(UnknownBackend, match="inmem://"):
-        broker.connect("rabbitmq://localhost")
+        broker.connect("nosuchbroker://localhost")
 
 
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,104 @@
+"""The RabbitMQ backend: ``rabbitmq://user:password@host:port/vhost``.
+
+=============================  ===================================================================
+portable                       RabbitMQ
+=============================  ===================================================================
+topic                          a durable exchange (``fanout``, or ``topic`` with the key as
+                               routing key), declared by the first publish or consumer
+subscription                   the durable quorum queue ``<topic>.<subscription>`` bound to it;
+                               consumers of one subscription compete for its messages
+``ack_deadline``               a client-side timer that returns the message to the queue
+``max_attempts``               the queue's ``x-delivery-limit`` (``max_attempts - 1``)
+``dead_letter_topic``          the queue's ``x-dead-letter-exchange``
+``delivery_attempt``           the quorum queue's ``x-delivery-count`` + 1
+=============================  ===================================================================
+
+No ``records()``: RabbitMQ streams (its partitioned log) are out of scope for this backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.rabbitmq.connection import RabbitmqConnection
+from backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
+from backends.rabbitmq.publisher import RabbitmqPublishDriver
+from backends.rabbitmq.settings import MAX_MESSAGE_BYTES, RabbitmqSettings
+from broker.backend import BackendBase
+from broker.capabilities import Capabilities
+from broker.publishing import DriverPublisher
+
+__all__ = ["CAPABILITIES", "RabbitmqBackend"]
+
+CAPABILITIES = Capabilities(
+    persistent=True,  # durable exchanges, quorum queues, persistent delivery mode
+    per_key_order=True,  # one channel publishes in order, one queue delivers in order to one consumer
+    messages=True,
+    records=False,  # RabbitMQ streams are out of scope
+    nack_redelivers=True,
+    delayed_nack=True,  # emulated: the client holds the message, then basic.nack(requeue)
+    ack_deadline=True,  # emulated: a client-side timer; a dead consumer's channel returns at once
+    in_progress=True,  # restarts that timer
+    delivery_attempt=True,  # quorum queues' x-delivery-count
+    dead_letter=True,  # dead-letter exchange; x-delivery-limit for max_attempts
+    competing_consumers=True,
+    transactions=False,
+    replay=False,
+    backlog_for_new_subscriptions=False,  # an exchange drops what no queue is bound to
+    max_message_bytes=MAX_MESSAGE_BYTES,
+)
+
+
+class RabbitmqBackend(BackendBase):
+    """A connection to RabbitMQ over AMQP 0-9-1 (aio-pika); connects on first use."""
+
+    name = "rabbitmq"
+    capabilities = CAPABILITIES
+
+    def __init__(self, settings: RabbitmqSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or RabbitmqSettings()
+        self.connection = RabbitmqConnection(self.settings)
+
+    def __repr__(self) -> str:
+        return f"<RabbitmqBackend {self.connection!r}>"
+
+    def publisher(self) -> DriverPublisher:
+        """A publisher (its own confirm-mode channel); a topic's exchange is declared on first publish."""
+        return self._track(DriverPublisher(RabbitmqPublishDriver(self.connection)))  # type: ignore[no-any-return]
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> RabbitmqMessageIterator:
+        """Consume ``topic`` through the quorum queue of ``subscription`` (declared when entered).
+
+        Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``prefetch``
+        (:class:`~backends.rabbitmq.settings.ConsumerOptions`).
+        """
+        self._check_open()
+        consumer = RabbitmqMessageIterator(
+            self.connection, topic, subscription, self.settings.consumer_options(options)
+        )
+        return self._track(consumer)  # type: ignore[no-any-return]
+
+    def batched_messages(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        batch_size: int = 100,
+        batch_timeout: float = 1.0,
+        **options: Any,
+    ) -> RabbitmqBatchedMessageIterator:
+        """Like :meth:`messages`, in batches of what was delivered, up to ``batch_size``."""
+        self._check_open()
+        consumer = RabbitmqBatchedMessageIterator(
+            self.connection,
+            topic,
+            subscription,
+            self.settings.consumer_options(options),
+            batch_size,
+            batch_timeout,
+        )
+        return self._track(consumer)  # type: ignore[no-any-return]
+
+    async def _close_connection(self) -> None:
+        await self.connection.close()

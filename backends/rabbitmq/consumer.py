@@ -1,0 +1,274 @@
+"""Consuming from RabbitMQ: a subscription is a durable quorum queue bound to the topic's exchange.
+
+:class:`RabbitmqMessageIterator` declares the exchange, the queue ``<topic>.<subscription>`` and
+the binding when it is entered (or on its first ``next_message``), so every message published
+afterwards reaches it; then it consumes on its own channel with ``basic.qos`` prefetch. Several
+iterators on one subscription share its queue: competing consumers.
+
+:class:`RabbitmqAcker` settles deliveries. What RabbitMQ has no native form for is emulated here:
+
+* ``nack(delay)``: the message is held, unsettled, for ``delay`` seconds and then returned with
+  ``basic.nack(requeue=True)`` (it keeps its prefetch slot meanwhile; if the consumer closes or
+  dies first, the broker returns it at once);
+* ``ack_deadline``: a client-side timer per handed-out message returns it to the queue when it
+  expires; ``in_progress()`` restarts the timer. A consumer that dies loses its channel, and the
+  broker returns its unsettled messages at once.
+
+After a lost connection aio-pika reopens the channel and consumes again; deliveries of the old
+channel not yet handed out are dropped (the broker requeued them).
+
+Closing a consumer closes its channel: the broker returns every message it held (delivered but
+not handed out, or handed out and unsettled). Settling such a message afterwards raises ``AckError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Final, Self
+
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+
+from backends.rabbitmq.connection import RabbitmqConnection, close_quietly, declare_exchange
+from backends.rabbitmq.errors import translate
+from backends.rabbitmq.mapping import to_message
+from backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
+from broker.errors import AckError, ClosedError, ConfigError, Timeout
+from broker.message import Message
+from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+
+__all__ = ["RabbitmqAcker", "RabbitmqBatchedMessageIterator", "RabbitmqMessageIterator"]
+
+_CLOSED: Final = object()
+
+
+class RabbitmqAcker:
+    """Settles the deliveries of one consumer: ack, nack (with an emulated delay), deadline, dead-letter."""
+
+    def __init__(self, ack_deadline: float | None) -> None:
+        self.ack_deadline = ack_deadline
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _tag(self, message: Message) -> int:
+        return id(message.raw)  # not the delivery tag: a reopened channel counts from 1 again
+
+    def handed_out(self, message: Message) -> None:
+        """Start the ack-deadline timer of a message just handed out."""
+        if self.ack_deadline is not None:
+            self._arm(message, self.ack_deadline)
+
+    def _arm(self, message: Message, delay: float) -> None:
+        tag = self._tag(message)
+        old = self._timers.pop(tag, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[tag] = loop.call_later(delay, self._requeue_later, message)
+
+    def _disarm(self, message: Message) -> None:
+        timer = self._timers.pop(self._tag(message), None)
+        if timer is not None:
+            timer.cancel()
+
+    def _requeue_later(self, message: Message) -> None:
+        self._timers.pop(self._tag(message), None)
+        task = asyncio.ensure_future(self._requeue(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _requeue(self, message: Message) -> None:
+        raw: AbstractIncomingMessage = message.raw
+        if not raw.processed and not raw.channel.is_closed:
+            try:
+                await raw.nack(requeue=True)
+            except Exception:  # the channel went away: the broker requeued it anyway
+                pass
+
+    async def _settle(self, message: Message, doing: str) -> None:
+        self._disarm(message)
+        raw: AbstractIncomingMessage = message.raw
+        try:
+            if doing == "acking":
+                await raw.ack()
+            elif doing == "nacking":
+                await raw.nack(requeue=True)
+            else:
+                await raw.reject(requeue=False)
+        except Exception as exc:
+            raise translate(exc, f"{doing} message {message.id!r}", AckError) from exc
+
+    async def ack(self, message: Message) -> None:
+        """``basic.ack``."""
+        await self._settle(message, "acking")
+
+    async def nack(self, message: Message, delay: float | None) -> None:
+        """``basic.nack(requeue=True)``, after ``delay`` seconds (held by this client meanwhile)."""
+        if not delay:
+            await self._settle(message, "nacking")
+            return
+        raw: AbstractIncomingMessage = message.raw
+        if raw.processed:
+            await self._settle(message, "nacking")  # raises the AckError
+        self._arm(message, delay)
+
+    async def in_progress(self, message: Message) -> None:
+        """Restart the message's ack-deadline timer."""
+        raw: AbstractIncomingMessage = message.raw
+        if raw.processed:
+            raise AckError(f"message {message.id!r} passed its ack deadline and went back to the queue")
+        if self.ack_deadline is not None:
+            self._arm(message, self.ack_deadline)
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """``basic.reject(requeue=False)``: to the queue's dead-letter exchange, or dropped without one."""
+        await self._settle(message, "dead-lettering")
+
+    def cancel(self) -> None:
+        """Stop every timer (the channel is closing: the broker returns the messages itself)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for task in self._tasks:
+            task.cancel()
+
+
+class _Subscription(AsyncResource):
+    """What both iterators share: declaring, consuming into a buffer, closing."""
+
+    def __init__(
+        self, connection: RabbitmqConnection, topic: str, subscription: str, options: ConsumerOptions
+    ) -> None:
+        self._connection = connection
+        self.topic = check_name(topic, "topic (exchange)")
+        self.queue = queue_name(topic, subscription)
+        self.options = options
+        self.acker = RabbitmqAcker(options.ack_deadline)
+        self._buffer: asyncio.Queue[Any] = asyncio.Queue()
+        self._channel: AbstractChannel | None = None
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} queue={self.queue!r}{' closed' if self._closed else ''}>"
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    async def __aenter__(self) -> Self:
+        await self._start()
+        return self
+
+    async def _start(self) -> None:
+        if self._channel is not None:
+            return
+        async with self._start_lock:
+            if self._closed:
+                raise ClosedError(f"the consumer of {self.queue!r} is closed")
+            if self._channel is not None:
+                return
+            settings, options = self._connection.settings, self.options
+            channel = await self._connection.channel(prefetch=options.prefetch)
+            try:
+                exchange = await declare_exchange(channel, self.topic, settings)
+                if options.dead_letter_topic is not None:
+                    await declare_exchange(channel, options.dead_letter_topic, settings)
+                queue = await channel.declare_queue(
+                    self.queue, durable=True, arguments=options.queue_arguments()
+                )
+                await queue.bind(exchange, routing_key=settings.binding_key)
+                await queue.consume(self._delivered)
+            except BaseException as exc:
+                await close_quietly(channel, settings.close_timeout)
+                if isinstance(exc, Exception):
+                    raise translate(exc, f"subscribing {self.queue!r} to {self.topic!r}") from exc
+                raise
+            self._channel = channel
+
+    async def _delivered(self, incoming: AbstractIncomingMessage) -> None:
+        self._buffer.put_nowait(incoming)
+
+    def _hand_out(self, item: Any) -> Message:
+        if item is _CLOSED:
+            self._buffer.put_nowait(_CLOSED)  # wake the next waiter too
+            raise ClosedError(f"the consumer of {self.queue!r} is closed")
+        message = to_message(item, self.acker, time.time())
+        self.acker.handed_out(message)
+        return message
+
+    async def _next(self, timeout: float | None) -> Message:
+        if self._closed:
+            raise ClosedError(f"the consumer of {self.queue!r} is closed")
+        await self._start()
+        try:
+            async with asyncio.timeout(timeout):
+                item = await self._buffer.get()
+                while _stale(item):
+                    item = await self._buffer.get()
+        except TimeoutError:
+            raise Timeout(f"no message from {self.queue!r} within {timeout}s") from None
+        return self._hand_out(item)
+
+    async def close(self) -> None:
+        """Stop consuming; the broker returns every unsettled message of this consumer. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.acker.cancel()
+        self._buffer.put_nowait(_CLOSED)
+        async with self._start_lock:
+            channel, self._channel = self._channel, None
+        await close_quietly(channel, self._connection.settings.close_timeout)
+
+
+class RabbitmqMessageIterator(_Subscription, MessageIteration):
+    """A MessageIterator on the quorum queue of a subscription."""
+
+    async def next_message(self, timeout: float | None = None) -> Message:
+        """The next message; ``Timeout`` when none arrives within ``timeout`` seconds."""
+        return await self._next(timeout)
+
+
+class RabbitmqBatchedMessageIterator(_Subscription, BatchedMessageIteration):
+    """A BatchedMessageIterator: what the broker has delivered so far, up to ``batch_size``."""
+
+    def __init__(
+        self,
+        connection: RabbitmqConnection,
+        topic: str,
+        subscription: str,
+        options: ConsumerOptions,
+        batch_size: int,
+        batch_timeout: float,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_timeout < 0:
+            raise ConfigError(f"batch_timeout must be >= 0 seconds, got {batch_timeout}")
+        super().__init__(connection, topic, subscription, options)
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    async def next_batch(self, timeout: float | None = None) -> list[Message]:
+        """Up to ``batch_size`` messages as soon as any came; ``[]`` after the timeout."""
+        try:
+            batch = [await self._next(self.batch_timeout if timeout is None else timeout)]
+        except Timeout:
+            return []
+        buffer = self._buffer
+        while len(batch) < self.batch_size and not buffer.empty():
+            item = buffer.get_nowait()
+            if item is _CLOSED:
+                buffer.put_nowait(item)
+                break
+            if _stale(item):
+                continue
+            batch.append(self._hand_out(item))
+        return batch
+
+
+def _stale(item: Any) -> bool:
+    """True for a delivery whose channel has closed since: the broker requeued it already."""
+    return item is not _CLOSED and bool(item.channel.is_closed)

@@ -1,0 +1,125 @@
+"""aio-pika messages <-> ``OutboundMessage`` / :class:`~broker.message.Message`, in one place.
+
+* each attribute is an AMQP header of the same name and (string) value;
+* the key goes in the ``Polybroker-Key`` header, and is the routing key on ``topic`` exchanges;
+* an attribute whose name RabbitMQ or this backend reserves (``x-delivery-count``, ``x-death``,
+  ``x-first-death-*``, ``Polybroker-*``) or that is longer than a header name may be travels
+  JSON-encoded in the ``Polybroker-Encoded`` header, so every ``str -> str`` mapping round-trips;
+* ``Message.id`` is the AMQP ``message-id`` (a UUID set on publish, the same on every
+  redelivery); a message from another client without one gets ``delivery-<tag>``;
+* ``publish_time`` is the AMQP ``timestamp`` property (whole seconds);
+* ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one.
+
+Headers set by other AMQP clients come back as attributes when their values are strings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage, DeliveryMode
+
+from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
+
+__all__ = ["ENCODED_HEADER", "KEY_HEADER", "routing_key", "to_message", "to_sdk"]
+
+#: Header carrying the message key.
+KEY_HEADER: Final = "Polybroker-Key"
+#: Header carrying, JSON-encoded, the attributes plain headers cannot.
+ENCODED_HEADER: Final = "Polybroker-Encoded"
+#: Headers the broker adds on delivery and dead-lettering (never attributes).
+BROKER_HEADERS: Final = frozenset(
+    {"x-delivery-count", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason"}
+)
+_RESERVED: Final = BROKER_HEADERS | {KEY_HEADER, ENCODED_HEADER}
+_MAX_HEADER_NAME = 128
+
+
+def _plain(name: str) -> bool:
+    return (
+        name not in _RESERVED
+        and not name.startswith(("x-last-death-", "Polybroker-"))
+        and len(name.encode()) <= _MAX_HEADER_NAME
+    )
+
+
+def routing_key(message: OutboundMessage, exchange_type: str) -> str:
+    """The routing key ``message`` is published with: its key on ``topic`` exchanges, else empty."""
+    key = message.key
+    if exchange_type == "topic" and key is not None and len(key.encode()) <= 255:
+        return key
+    return ""
+
+
+def to_sdk(message: OutboundMessage, persistent: bool) -> aio_pika.Message:
+    """The aio-pika message that carries ``message`` (a new message id, now as timestamp)."""
+    headers: dict[str, Any] = {}
+    encoded: dict[str, str] = {}
+    for name, value in message.attributes.items():
+        if _plain(name):
+            headers[name] = value
+        else:
+            encoded[name] = value
+    if encoded:
+        headers[ENCODED_HEADER] = json.dumps(encoded)
+    if message.key is not None:
+        headers[KEY_HEADER] = message.key
+    return aio_pika.Message(
+        message.data,
+        headers=headers or None,
+        delivery_mode=DeliveryMode.PERSISTENT if persistent else DeliveryMode.NOT_PERSISTENT,
+        message_id=uuid.uuid4().hex,
+        timestamp=time.time(),
+    )
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _attributes(headers: Mapping[str, Any]) -> tuple[str | None, Mapping[str, str]]:
+    if not headers:
+        return None, EMPTY_ATTRIBUTES
+    key = _text(headers.get(KEY_HEADER))
+    attributes: dict[str, str] = {}
+    for name, value in headers.items():
+        if name in _RESERVED or name.startswith("x-last-death-"):
+            continue
+        text = _text(value)
+        if text is not None:
+            attributes[name] = text
+    encoded = _text(headers.get(ENCODED_HEADER))
+    if encoded:
+        attributes.update(json.loads(encoded))
+    return key, attributes or EMPTY_ATTRIBUTES
+
+
+def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float) -> Message:
+    """The :class:`Message` for a delivery (``raw`` is the aio-pika ``IncomingMessage``)."""
+    headers = incoming.headers
+    key, attributes = _attributes(headers)
+    count = headers.get("x-delivery-count") if headers else None
+    stamp = incoming.timestamp
+    return Message(
+        id=incoming.message_id or f"delivery-{incoming.delivery_tag}",
+        data=incoming.body,
+        key=key,
+        attributes=attributes,
+        publish_time=stamp.timestamp() if stamp is not None else None,
+        ingestion_time=received,
+        delivery_attempt=count + 1 if isinstance(count, int) else 1,
+        raw=incoming,
+        acker=acker,
+    )

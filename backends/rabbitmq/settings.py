@@ -1,0 +1,157 @@
+"""Settings of the RabbitMQ backend: the connection, the topology and the consumer defaults.
+
+``rabbitmq://user:password@host:port/vhost?prefetch=50`` (or a mapping with ``backend: rabbitmq``)
+fills :class:`RabbitmqSettings`. A topic is a durable exchange (``exchange_type``); a subscription
+is the durable quorum queue ``<topic>.<subscription>`` bound to it. The consumer fields are
+defaults that ``Backend.messages(...)`` keyword options override per consumer
+(:class:`ConsumerOptions`); they already carry the portable names of :mod:`broker.options`.
+The password is a :func:`~broker.settings.secret`, never shown in ``repr`` or logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from broker.errors import ConfigError
+from broker.options import rename_portable
+from broker.settings import build_settings, secret
+
+__all__ = ["ConsumerOptions", "RabbitmqSettings", "check_name", "queue_name"]
+
+#: The largest payload RabbitMQ 3.x accepts by default (``max_message_size``, 128 MiB).
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+
+
+def check_name(name: str, what: str) -> str:
+    """``name`` if RabbitMQ takes it for an exchange or queue (``ConfigError`` otherwise)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"a RabbitMQ {what} name must be a non-empty string, got {name!r}")
+    if len(name.encode()) > 255:
+        raise ConfigError(f"a RabbitMQ {what} name is at most 255 bytes of UTF-8, got {len(name.encode())}")
+    if name.startswith("amq."):
+        raise ConfigError(f"RabbitMQ reserves names starting with 'amq.' for itself: {name!r}")
+    return name
+
+
+def queue_name(topic: str, subscription: str) -> str:
+    """The queue that holds ``subscription`` of ``topic``: ``<topic>.<subscription>``."""
+    if not isinstance(subscription, str) or not subscription:
+        raise ConfigError(f"a subscription name must be a non-empty string, got {subscription!r}")
+    return check_name(f"{topic}.{subscription}", "queue (topic.subscription)")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """Per-consumer options of ``messages()`` (defaults from :class:`RabbitmqSettings`)."""
+
+    #: Seconds a handed-out message may stay unsettled before it is returned to the queue
+    #: (a client-side timer: RabbitMQ has no per-message deadline). None: only when the channel closes.
+    ack_deadline: float | None = 30.0
+    #: Deliveries after which the queue dead-letters a message (quorum ``x-delivery-limit``).
+    max_attempts: int | None = None
+    #: Topic (exchange) that dead-lettered messages go to (the queue's ``x-dead-letter-exchange``).
+    dead_letter_topic: str | None = None
+    #: Unacknowledged messages the server lets this consumer have (``basic.qos`` prefetch count).
+    prefetch: int = 100
+
+    def __post_init__(self) -> None:
+        if self.ack_deadline is not None and self.ack_deadline <= 0:
+            raise ConfigError(f"ack_deadline must be > 0 seconds (or None), got {self.ack_deadline}")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1 (or None for unlimited), got {self.max_attempts}")
+        if self.dead_letter_topic is not None:
+            check_name(self.dead_letter_topic, "dead-letter topic")
+        if not 1 <= self.prefetch <= 65535:
+            raise ConfigError(f"prefetch must be in 1-65535, got {self.prefetch}")
+
+    def queue_arguments(self) -> dict[str, Any]:
+        """The arguments the subscription's quorum queue is declared with."""
+        arguments: dict[str, Any] = {"x-queue-type": "quorum"}
+        if self.max_attempts is not None:
+            arguments["x-delivery-limit"] = self.max_attempts - 1  # limit counts redeliveries
+        if self.dead_letter_topic is not None:
+            arguments["x-dead-letter-exchange"] = self.dead_letter_topic
+        return arguments
+
+
+_CONSUMER_FIELDS = tuple(f.name for f in dataclasses.fields(ConsumerOptions))
+
+
+@dataclass(frozen=True, slots=True)
+class RabbitmqSettings:
+    """``rabbitmq://[user:password@]host[:port][/vhost]?setting=value``: a connection to RabbitMQ."""
+
+    #: Host name or address of the broker.
+    host: str = "127.0.0.1"
+    #: AMQP port (5671 is the usual one for TLS).
+    port: int = 5672
+    #: Virtual host (the URL path; ``/`` when empty; ``%2F`` is ``/``).
+    vhost: str = "/"
+    #: User name (``guest`` may only log in over loopback, by RabbitMQ's default).
+    user: str = "guest"
+    password: str = secret("guest")
+    #: Connect with TLS (AMQPS; implied by ``tls_ca_file`` and the client certificate settings).
+    tls: bool = False
+    #: CA bundle to verify the broker's certificate with (default: the system's).
+    tls_ca_file: str | None = None
+    #: Client certificate (and its key) for TLS client authentication.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    #: Connection name shown by the management UI.
+    name: str | None = None
+    #: Seconds the first connection may take before ``ConnectionFailed``.
+    connect_timeout: float = 10.0
+    #: AMQP heartbeat interval in seconds (0: none).
+    heartbeat: int = 60
+
+    # -- topology ---------------------------------------------------------------------------
+    #: Exchange type of topics: ``fanout`` (every queue gets every message) or ``topic`` (the
+    #: message key is the routing key, queues bind with ``binding_key``).
+    exchange_type: Literal["fanout", "topic"] = "fanout"
+    #: Binding key of subscription queues on ``topic`` exchanges (``#``: everything).
+    binding_key: str = "#"
+
+    # -- consumers (defaults of ConsumerOptions) --------------------------------------------
+    ack_deadline: float | None = 30.0
+    max_attempts: int | None = None
+    dead_letter_topic: str | None = None
+    prefetch: int = 100
+
+    # -- publishing --------------------------------------------------------------------------
+    #: Seconds a publish waits for the broker's confirm when no ``timeout=`` is given.
+    publish_timeout: float = 10.0
+    #: Mark messages persistent (delivery mode 2), so they survive a broker restart.
+    persistent: bool = True
+    #: Seconds ``close()`` waits for channels and the connection to close.
+    close_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ConfigError("the RabbitMQ host must be non-empty")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"port must be in 1-65535, got {self.port}")
+        for name, value in (
+            ("connect_timeout", self.connect_timeout),
+            ("publish_timeout", self.publish_timeout),
+            ("close_timeout", self.close_timeout),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {value}")
+        if self.heartbeat < 0:
+            raise ConfigError(f"heartbeat must be >= 0 seconds, got {self.heartbeat}")
+        if not self.binding_key or len(self.binding_key.encode()) > 255:
+            raise ConfigError("binding_key must be 1-255 bytes of UTF-8")
+        self.consumer_options({})  # validates the consumer defaults
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when the connection is to use TLS."""
+        return bool(self.tls or self.tls_ca_file or self.tls_cert_file)
+
+    def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
+        """The options of one consumer: these settings' defaults with ``overrides`` applied."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS}
+        values.update(rename_portable(overrides, {}))
+        return build_settings(ConsumerOptions, values, backend="rabbitmq")

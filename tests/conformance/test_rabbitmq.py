@@ -1,0 +1,32 @@
+"""The conformance suite on RabbitMQ, against a real rabbitmq-server (Debian's, on loopback)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+import broker
+from backends.rabbitmq.devserver import RabbitmqDevServer
+from broker.testing import ConformanceSuite, Harness
+from tests.integration.rabbitmq.server import running_rabbitmq_server
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_server() -> Iterator[RabbitmqDevServer]:
+    with running_rabbitmq_server() as server:
+        yield server
+
+
+class TestRabbitmqConformance(ConformanceSuite):
+    @pytest.fixture
+    async def harness(self, rabbitmq_server: RabbitmqDevServer) -> AsyncIterator[Harness]:
+        url = rabbitmq_server.url
+        async with broker.connect(url) as backend:
+            yield Harness(
+                backend,
+                url=url,
+                short_ack_deadline=0.5,  # a client-side timer: any deadline works
+                patience=10.0,
+                bad_urls=[f"{url}?ack_deadline=soon", f"{url}?prefetch=0", "rabbitmq://h:port/"],
+            )
