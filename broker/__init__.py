@@ -5,7 +5,9 @@
 
 Publishing goes through ``backend.publisher().topic(name)``; consuming through
 ``backend.messages(topic, subscription)`` (per-message ack) or ``backend.records(topics, group)``
-(partitioned log). See :mod:`broker.interfaces` for the protocols, :mod:`broker.adapt` for the
+(partitioned log). Failed handlers are retried by a :class:`RetryPolicy`
+(:mod:`broker.retry`); :func:`run` runs receivers until SIGTERM and drains them.
+See :mod:`broker.interfaces` for the protocols, :mod:`broker.adapt` for the
 conversions between them, :mod:`broker.errors` for what can go wrong.
 """
 
@@ -30,6 +32,8 @@ from broker.interfaces import (
     TransactionalPublisher,
 )
 from broker.message import Acker, Committer, Message, OutboundMessage, Record
+from broker.retry import DeadLetterTopic, ErrorThreshold, Retrier, RetryPolicy, ThresholdEvent
+from broker.run import run
 from broker.settle import ack_all, commit_highest_offsets, nack_all
 
 __version__ = "0.1.0"
@@ -47,6 +51,8 @@ __all__ = [
     "BatchedReceiver",
     "Capabilities",
     "Committer",
+    "DeadLetterTopic",
+    "ErrorThreshold",
     "Handler",
     "Message",
     "MessageIterator",
@@ -56,6 +62,9 @@ __all__ = [
     "Receiver",
     "Record",
     "RecordIterator",
+    "Retrier",
+    "RetryPolicy",
+    "ThresholdEvent",
     "Topic",
     "TransactionalPublisher",
     "__version__",
@@ -68,4 +77,5 @@ __all__ = [
     "errors",
     "nack_all",
     "register_backend",
+    "run",
 ]

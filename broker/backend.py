@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from broker import adapt
-from broker.adapt.receivers import NackDelay
+from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ClosedError, NotSupported
@@ -27,6 +27,7 @@ from broker.interfaces import (
     RecordIterator,
     TransactionalPublisher,
 )
+from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
 
 __all__ = ["Backend", "BackendBase", "BackendFactory"]
@@ -65,7 +66,11 @@ class Backend(Protocol):
         """Like :meth:`messages`, in batches of up to ``batch_size``."""
 
     def receiver(self, topic: str, subscription: str, *, concurrency: int = 1, **options: Any) -> Receiver:
-        """Callback-style consumption with ``concurrency`` handlers at a time."""
+        """Callback-style consumption with ``concurrency`` handlers at a time.
+
+        Portable options: ``retry`` (a :class:`broker.RetryPolicy`), ``nack_delay`` and
+        ``drain_timeout`` (how long the receiver's ``stop()`` lets running handlers finish).
+        """
 
     def records(self, topics: str | Sequence[str], group: str, **options: Any) -> RecordIterator:
         """Partitioned-log consumption of ``topics`` in consumer group ``group``."""
@@ -173,14 +178,32 @@ class BackendBase:
         *,
         concurrency: int = 1,
         nack_delay: NackDelay = DEFAULT_BACKOFF,
+        retry: RetryPolicy | None = None,
+        drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
         **options: Any,
     ) -> Receiver:
         """A receiver over :meth:`messages` with ``concurrency`` workers.
 
         A failed handler's messages are nacked with ``nack_delay``: by default a bounded
-        exponential backoff by delivery attempt (see :class:`broker.backoff.Backoff`).
+        exponential backoff by delivery attempt (see :class:`broker.backoff.Backoff`). With
+        ``retry`` a :class:`broker.RetryPolicy` decides instead (retries, dead-lettering, error
+        threshold; a ``DeadLetterTopic`` without a publisher uses this backend's). ``stop()`` on the
+        receiver drains it, letting running handlers finish for up to ``drain_timeout`` seconds.
         """
-        return adapt.receiver(self.messages(topic, subscription, **options), concurrency, nack_delay)
+        publisher = None
+        if retry is not None and isinstance(retry.dead_letter, DeadLetterTopic):
+            if retry.dead_letter.publisher is None:
+                publisher = self.publisher()
+        return adapt.receiver(
+            self.messages(topic, subscription, **options),
+            concurrency,
+            nack_delay,
+            retry=retry,
+            drain_timeout=drain_timeout,
+            publisher=publisher,
+            topic=topic,
+            subscription=subscription,
+        )
 
     def records(self, topics: str | Sequence[str], group: str, **options: Any) -> RecordIterator:
         """Partitioned-log consumption (see :class:`Backend`)."""

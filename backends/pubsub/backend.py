@@ -31,6 +31,7 @@ from broker.backend import BackendBase
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
+from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import build_settings, describe
 
 __all__ = ["BACKLOG_FOR_NEW_SUBSCRIPTIONS", "PubsubBackend", "capabilities_for"]
@@ -168,12 +169,25 @@ class PubsubBackend(BackendBase):
         *,
         concurrency: int | None = None,
         nack_delay: NackDelay = DEFAULT_BACKOFF,
+        retry: RetryPolicy | None = None,
         **options: Any,
     ) -> PubsubReceiver:
         """Streaming pull calling a handler, ``concurrency`` at a time (default ``receive_concurrency``).
 
-        Entering (``async with``) makes the subscription exist, as for :meth:`messages`.
+        Entering (``async with``) makes the subscription exist, as for :meth:`messages`. ``retry``
+        applies a :class:`broker.RetryPolicy` to failed handlers (instead of ``nack_delay``).
         """
+        if retry is not None and nack_delay is not DEFAULT_BACKOFF:
+            raise ConfigError("give either retry= or nack_delay=, not both")
+        retrier = None
+        if retry is not None:
+            dead = retry.dead_letter
+            needs_publisher = isinstance(dead, DeadLetterTopic) and dead.publisher is None
+            retrier = retry.bind(
+                publisher=self.publisher() if needs_publisher else None,
+                topic=topic,
+                subscription=subscription,
+            )
         if "batch_size" in options:
             raise ConfigError("receiver() hands out single messages: use batched_receiver(batch_size=...)")
         opts = self._options(options)
@@ -186,6 +200,7 @@ class PubsubBackend(BackendBase):
             opts,
             concurrency or self.settings.receive_concurrency,
             nack_delay=nack_delay,
+            retrier=retrier,
         )
         return self._track(receiver)  # type: ignore[no-any-return]
 

@@ -46,6 +46,7 @@ from broker.errors import ClosedError, ReceiveError
 from broker.interfaces import BatchHandler, Handler
 from broker.message import Message
 from broker.resources import AsyncResource
+from broker.retry import Retrier
 
 __all__ = ["LoopScheduler", "PubsubReceiver", "StreamSettler"]
 
@@ -176,8 +177,10 @@ class _Run:
         batch_size: int | None,
         batch_timeout: float,
         nack_delay: NackDelay = DEFAULT_BACKOFF,
+        retrier: Retrier | None = None,
     ) -> None:
         self._handler = handler
+        self._retrier = retrier
         self._settler = settler
         self._nack_delay = nack_delay
         self._failures = FailureCounter()
@@ -245,6 +248,15 @@ class _Run:
         while not self._stopping and self._can_take():
             unit = self._next_unit()
             self._held[task] = unit
+            retrier = self._retrier
+            if retrier is not None:
+                if single:
+                    await retrier.handle(unit[0], self._handler)
+                else:
+                    await retrier.handle_batch(unit, self._handler)
+                del self._held[task]
+                await retrier.wait_if_paused()
+                continue
             try:
                 await self._handler(unit[0] if single else unit)
             except Exception:
@@ -301,6 +313,7 @@ class PubsubReceiver(AsyncResource):
         batch_size: int = 100,
         batch_timeout: float = 1.0,
         nack_delay: NackDelay = DEFAULT_BACKOFF,
+        retrier: Retrier | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -316,6 +329,8 @@ class PubsubReceiver(AsyncResource):
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
         self.nack_delay = nack_delay
+        #: The bound retry policy (None: ``nack_delay`` rules).
+        self.retrier = retrier
         self._stop: asyncio.Event | None = None
         self._idle = asyncio.Event()
         self._running = 0
@@ -368,6 +383,7 @@ class PubsubReceiver(AsyncResource):
             batch_size,
             self.batch_timeout,
             self.nack_delay,
+            self.retrier,
         )
         scheduler = LoopScheduler(loop, run.deliver)
         ended: asyncio.Future[BaseException | None] = loop.create_future()

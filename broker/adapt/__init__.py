@@ -16,6 +16,9 @@ parallel publish                            :func:`publish_concurrently`
 group a batch                               :func:`group_by`, :func:`group_by_key`
 settle many                                 :func:`ack_all`, :func:`nack_all`, :func:`commit_highest_offsets`
 ==========================================  ==============================================
+
+The receivers take ``retry=`` (a :class:`broker.RetryPolicy`: backoff, dead letters, ordered retries,
+an error threshold) and ``drain_timeout=``; ``receiver.stop()`` drains them gracefully.
 """
 
 from broker.adapt.batching import batched_messages, batched_records

@@ -1,21 +1,30 @@
 """Iterators and streams -> receivers with N workers; fan-in of receivers.
 
-A receiver runs until its task is cancelled or the source raises a broker error. One feeder
-pulls from the source into a small queue; ``concurrency`` workers take from it and call the
-handler. A handler that raises has its still-unsettled messages nacked and the error logged;
-the receiver keeps going. The nack's delay comes from ``nack_delay``: by default a bounded
-exponential :class:`~broker.backoff.Backoff` by delivery attempt (0.1 s doubling up to 10 s), so
-a handler that always fails neither spins nor starves other messages; a number is a fixed delay,
-and ``None`` redelivers at once. When the receiver stops,
-messages that were taken but not handled (queued, or in a handler that was interrupted) are
-nacked, so they are redelivered rather than lost. A source error stops the workers and is
-raised from ``receive()``.
+A receiver runs until its task is cancelled, :meth:`stop` is called, or the source raises a
+broker error. One feeder pulls from the source into a small queue; ``concurrency`` workers take
+from it and call the handler.
+
+Failures. Without ``retry``, a handler that raises has its still-unsettled messages nacked and
+the error logged; the receiver keeps going. The nack's delay comes from ``nack_delay``: by
+default a bounded exponential :class:`~broker.backoff.Backoff` by delivery attempt (0.1 s
+doubling up to 10 s), so a handler that always fails neither spins nor starves other messages;
+a number is a fixed delay, and ``None`` redelivers at once. With ``retry=RetryPolicy(...)``
+(:mod:`broker.retry`) the policy decides: nack with backoff or retry in place, dead-letter after
+``max_attempts`` or a non-retryable error, pause on an error threshold. In ordered mode the
+messages of one key are handled by one worker at a time, in the order they arrived.
+
+Stopping. ``stop()`` drains: the receiver takes no new messages, lets the handlers already
+running finish for up to ``drain_timeout`` seconds, then cancels the rest; ``receive()`` returns.
+Cancelling ``receive()`` stops at once. Either way, messages that were taken but not handled
+(queued, waiting behind their key, or in a handler that was interrupted) are nacked, so they are
+redelivered rather than lost. A source error stops the workers and is raised from ``receive()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -28,16 +37,32 @@ from broker.interfaces import (
     BatchHandler,
     Handler,
     MessageIterator,
+    Publisher,
     Receiver,
 )
 from broker.message import Message
+from broker.retry import Retrier, RetryPolicy
 
-__all__ = ["batched_receiver", "fan_in", "receiver", "receiver_from_batches"]
+__all__ = [
+    "DEFAULT_DRAIN_TIMEOUT",
+    "NackDelay",
+    "StoppableReceiver",
+    "batched_receiver",
+    "fan_in",
+    "receiver",
+    "receiver_from_batches",
+]
 
 _STOP = object()
 
 #: What ``nack_delay`` takes: a Backoff by attempt, a fixed delay in seconds, or None (at once).
 NackDelay = Backoff | float | None
+
+#: Seconds ``stop()`` lets running handlers finish before cancelling them.
+DEFAULT_DRAIN_TIMEOUT = 30.0
+
+#: Feed: ``feed(put, gate)`` pulls units and puts them; ``gate()`` is awaited before each pull.
+_Feed = Callable[[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[None]]], Awaitable[None]]
 
 
 async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounter) -> None:
@@ -56,38 +81,92 @@ async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounte
             await nack_leftovers([message], nack_delay.delay(failures.attempt(message)))
 
 
+def _caller(
+    handler: Callable[[Any], Awaitable[None]], nack_delay: NackDelay, retrier: Retrier | None
+) -> Callable[[Any], Awaitable[None]]:
+    """``call(unit)``: the handler with the failure rules applied; never raises the handler's error."""
+    if retrier is not None:
+        bound = retrier
+
+        async def call_with_policy(unit: Any) -> None:
+            if isinstance(unit, list):
+                await bound.handle_batch(unit, handler)
+            else:
+                await bound.handle(unit, handler)
+
+        return call_with_policy
+    failures = FailureCounter()
+
+    async def call(unit: Any) -> None:
+        try:
+            await handler(unit)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("message handler failed; nacking its unsettled messages")
+            await _nack_failed(unit, nack_delay, failures)
+
+    return call
+
+
 async def _run(
-    feed: Callable[[Callable[[Any], Awaitable[None]]], Awaitable[None]],
-    handle: Callable[[Any], Awaitable[None]],
+    feed: _Feed,
+    call: Callable[[Any], Awaitable[None]],
     concurrency: int,
-    nack_delay: NackDelay,
+    stop: asyncio.Event,
+    drain_timeout: Callable[[], float | None],
+    retrier: Retrier | None,
 ) -> None:
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
-    failures = FailureCounter()
+    ordered = retrier is not None and retrier.ordered
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
     held: dict[int, Any] = {}  # units inside a handler; left here if the handler is interrupted
+    waiting: dict[str, deque[Any]] = {}  # ordered mode: key -> units behind the one being handled
+    room = asyncio.Semaphore(max(64, 8 * concurrency))  # bounds the units waiting behind keys
+
+    async def run_one(unit: Any) -> None:
+        key = id(unit)
+        held[key] = unit
+        await call(unit)
+        del held[key]
 
     async def worker() -> None:
-        while True:
+        while not stop.is_set():
             unit = await queue.get()
             if unit is _STOP:
                 queue.put_nowait(_STOP)
                 return
-            key = id(unit)
-            held[key] = unit
-            try:
-                await handle(unit)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("message handler failed; nacking its unsettled messages")
-                await _nack_failed(unit, nack_delay, failures)
-            del held[key]
+            key = unit.key if ordered and isinstance(unit, Message) else None
+            if key is None:
+                await run_one(unit)
+                continue
+            if key in waiting:  # another worker holds this key: queue up behind it
+                parked = id(unit)
+                held[parked] = unit  # nacked if we are cancelled while waiting for room
+                await room.acquire()
+                del held[parked]
+                behind = waiting.get(key)  # looked up again: the key may have been freed meanwhile
+                if behind is not None:
+                    behind.append(unit)
+                    continue
+                room.release()
+            behind = waiting[key] = deque()
+            await run_one(unit)
+            while behind and not stop.is_set():
+                next_unit = behind.popleft()
+                room.release()
+                await run_one(next_unit)
+            if not behind:
+                del waiting[key]
+
+    async def gate() -> None:
+        if retrier is not None:
+            await retrier.wait_if_paused()
 
     async def feeder() -> None:
         try:
-            await feed(queue.put)
+            await feed(queue.put, gate)
         except ClosedError:
             pass
         except asyncio.CancelledError:
@@ -100,22 +179,48 @@ async def _run(
     loop = asyncio.get_running_loop()
     workers = [loop.create_task(worker()) for _ in range(concurrency)]
     feed_task = loop.create_task(feeder())
+    stop_task = loop.create_task(stop.wait())
     error: BaseException | None = None
     try:
-        try:
-            await feed_task
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            error = exc
-        await asyncio.gather(*workers)
+        await asyncio.wait([feed_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+        if feed_task.done() and not stop.is_set():
+            try:
+                feed_task.result()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = exc
+            pending: set[asyncio.Task[Any]] = set(workers)  # they finish the queue, up to _STOP
+            while pending and not stop.is_set():
+                _, pending = await asyncio.wait([*pending, stop_task], return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(stop_task)
+        if stop.is_set():
+            # Drain: take nothing more; running handlers get drain_timeout; the rest is nacked.
+            feed_task.cancel()
+            await asyncio.gather(feed_task, return_exceptions=True)
+            queued: list[Any] = []
+            while not queue.empty():
+                unit = queue.get_nowait()
+                if unit is not _STOP:
+                    queued.append(unit)
+            queue.put_nowait(_STOP)  # wakes the idle workers
+            if queued:
+                await nack_leftovers(queued)
+            running = [w for w in workers if not w.done()]
+            if running:
+                await asyncio.wait(running, timeout=drain_timeout())
+        for worker_task in workers:
+            if worker_task.done() and not worker_task.cancelled() and worker_task.exception() is not None:
+                raise worker_task.exception()  # type: ignore[misc]
     finally:
-        tasks = [feed_task, *workers]
+        tasks = [feed_task, stop_task, *workers]
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
         leftovers = list(held.values())
+        for behind in waiting.values():
+            leftovers.extend(behind)
         while not queue.empty():
             unit = queue.get_nowait()
             if unit is not _STOP:
@@ -127,43 +232,96 @@ async def _run(
         raise error
 
 
-class _IteratorReceiver:
+class StoppableReceiver:
+    """What the adapters' receivers share: the failure rules and a graceful :meth:`stop`."""
+
+    def __init__(
+        self,
+        feed: _Feed,
+        concurrency: int,
+        nack_delay: NackDelay,
+        retrier: Retrier | None,
+        drain_timeout: float | None,
+    ) -> None:
+        self._feed = feed
+        self.concurrency = concurrency
+        self.nack_delay = nack_delay
+        #: The bound retry policy (None: ``nack_delay`` rules).
+        self.retrier = retrier
+        self.drain_timeout = drain_timeout
+        self._stop = asyncio.Event()
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop taking messages; running handlers get ``drain_timeout`` seconds (default: the
+        receiver's), then ``receive()`` nacks what is left and returns. A stopped receiver stays so."""
+        if drain_timeout is not None:
+            self.drain_timeout = drain_timeout
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    async def _receive(self, handler: Callable[[Any], Awaitable[None]]) -> None:
+        call = _caller(handler, self.nack_delay, self.retrier)
+        await _run(self._feed, call, self.concurrency, self._stop, lambda: self.drain_timeout, self.retrier)
+
+
+class _IteratorReceiver(StoppableReceiver):
     """A Receiver over a message iterator (or a batched one, unpacked)."""
 
-    def __init__(
-        self, feed: Callable[..., Awaitable[None]], concurrency: int, nack_delay: NackDelay
-    ) -> None:
-        self._feed = feed
-        self.concurrency = concurrency
-        self.nack_delay = nack_delay
-
     async def receive(self, handler: Handler) -> None:
-        """Call ``handler`` for every message until cancelled."""
-        await _run(self._feed, handler, self.concurrency, self.nack_delay)
+        """Call ``handler`` for every message until cancelled or stopped."""
+        await self._receive(handler)
 
 
-class _BatchReceiver:
+class _BatchReceiver(StoppableReceiver):
     """A BatchedReceiver over a batched iterator or batched stream."""
 
-    def __init__(
-        self, feed: Callable[..., Awaitable[None]], concurrency: int, nack_delay: NackDelay
-    ) -> None:
-        self._feed = feed
-        self.concurrency = concurrency
-        self.nack_delay = nack_delay
-
     async def receive_batch(self, handler: BatchHandler) -> None:
-        """Call ``handler`` for every non-empty batch until cancelled."""
-        await _run(self._feed, handler, self.concurrency, self.nack_delay)
+        """Call ``handler`` for every non-empty batch until cancelled or stopped."""
+        await self._receive(handler)
+
+
+def _bind(
+    retry: RetryPolicy | None,
+    nack_delay: NackDelay,
+    publisher: Publisher | None,
+    topic: str | None,
+    subscription: str | None,
+) -> Retrier | None:
+    if retry is None:
+        return None
+    if not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
+    if nack_delay is not DEFAULT_BACKOFF:
+        raise ConfigError("give either retry= or nack_delay=, not both (a RetryPolicy has its own backoff)")
+    return retry.bind(publisher=publisher, topic=topic, subscription=subscription)
 
 
 def receiver(
-    iterator: MessageIterator, concurrency: int = 1, nack_delay: NackDelay = DEFAULT_BACKOFF
+    iterator: MessageIterator,
+    concurrency: int = 1,
+    nack_delay: NackDelay = DEFAULT_BACKOFF,
+    *,
+    retry: RetryPolicy | None = None,
+    drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
+    publisher: Publisher | None = None,
+    topic: str | None = None,
+    subscription: str | None = None,
 ) -> Receiver:
-    """A receiver calling its handler for each message of ``iterator``, ``concurrency`` at a time."""
+    """A receiver calling its handler for each message of ``iterator``, ``concurrency`` at a time.
 
-    async def feed(put: Callable[[Message], Awaitable[None]]) -> None:
+    ``retry`` applies a :class:`~broker.retry.RetryPolicy` (``publisher`` serves its
+    ``DeadLetterTopic``; ``topic``/``subscription`` name the source in dead-letter attributes).
+    ``drain_timeout`` is how long ``stop()`` lets running handlers finish.
+    """
+    retrier = _bind(retry, nack_delay, publisher, topic, subscription)
+
+    async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
         while True:
+            await gate()
             message = await iterator.next_message()
             try:
                 await put(message)
@@ -171,16 +329,29 @@ def receiver(
                 await nack_leftovers([message])
                 raise
 
-    return _IteratorReceiver(feed, concurrency, nack_delay)
+    return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
 
 def receiver_from_batches(
-    iterator: BatchedMessageIterator, concurrency: int = 1, nack_delay: NackDelay = DEFAULT_BACKOFF
+    iterator: BatchedMessageIterator,
+    concurrency: int = 1,
+    nack_delay: NackDelay = DEFAULT_BACKOFF,
+    *,
+    retry: RetryPolicy | None = None,
+    drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
+    publisher: Publisher | None = None,
+    topic: str | None = None,
+    subscription: str | None = None,
 ) -> Receiver:
-    """A receiver calling its handler per message of the batches pulled from ``iterator``."""
+    """A receiver calling its handler per message of the batches pulled from ``iterator``.
 
-    async def feed(put: Callable[[Message], Awaitable[None]]) -> None:
+    ``retry``, ``drain_timeout`` and the rest as for :func:`receiver`.
+    """
+    retrier = _bind(retry, nack_delay, publisher, topic, subscription)
+
+    async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
         while True:
+            await gate()
             batch = await iterator.next_batch()
             for i, message in enumerate(batch):
                 try:
@@ -189,19 +360,35 @@ def receiver_from_batches(
                     await nack_leftovers(batch[i:])
                     raise
 
-    return _IteratorReceiver(feed, concurrency, nack_delay)
+    return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
 
 def batched_receiver(
     source: BatchedMessageIterator | AsyncIterator[list[Message]],
     concurrency: int = 1,
     nack_delay: NackDelay = DEFAULT_BACKOFF,
+    *,
+    retry: RetryPolicy | None = None,
+    drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
+    publisher: Publisher | None = None,
+    topic: str | None = None,
+    subscription: str | None = None,
 ) -> BatchedReceiver:
-    """A batched receiver: each worker takes whole batches from a batched iterator or stream."""
+    """A batched receiver: each worker takes whole batches from a batched iterator or stream.
 
-    async def feed(put: Callable[[list[Message]], Awaitable[None]]) -> None:
+    With ``retry``, a failed batch's unsettled messages are each nacked or dead-lettered by the
+    policy (``mode="ordered"`` is refused: a batch is not retried in place).
+    """
+    retrier = _bind(retry, nack_delay, publisher, topic, subscription)
+    if retrier is not None and retrier.ordered:
+        raise ConfigError("a batched receiver cannot retry in place: use mode='unordered'")
+
+    async def feed(
+        put: Callable[[list[Message]], Awaitable[None]], gate: Callable[[], Awaitable[None]]
+    ) -> None:
         if hasattr(source, "next_batch"):
             while True:
+                await gate()
                 batch = await source.next_batch()
                 if batch:
                     try:
@@ -217,8 +404,9 @@ def batched_receiver(
                     except asyncio.CancelledError:
                         await nack_leftovers(batch)
                         raise
+                await gate()
 
-    return _BatchReceiver(feed, concurrency, nack_delay)
+    return _BatchReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
 
 class _FanIn:

@@ -17,6 +17,7 @@ from broker.backend import Backend
 from broker.connect import _factory, available_backends, connect
 from broker.errors import BrokerError, ConfigError
 from broker.message import Message, OutboundMessage, Record
+from broker.run import run
 from broker.settings import parse_url, redact_url
 
 __all__ = [
@@ -244,32 +245,82 @@ def _render(item: Message | Record, as_json: bool) -> str:
 
 
 async def consume(args: argparse.Namespace) -> int:
-    """Print messages (or records) of the topic until --count, --timeout or Ctrl-C."""
+    """Print messages (or records) of the topic until --count, --timeout, SIGTERM or Ctrl-C.
+
+    Messages are consumed by a receiver run with :func:`broker.run`: a signal stops it
+    gracefully (handlers finish within --drain-timeout; what was taken and not printed is nacked).
+    """
     backend = _connect(args.url)
+    caps = backend.capabilities
+    if caps.messages:
+        return await _consume_messages(backend, args)
     seen = 0
     async with backend:
-        caps = backend.capabilities
-        if caps.messages:
-            source: Any = backend.messages(args.topic, args.subscription)
-            pull = source.next_message
-        elif caps.records:
-            source = backend.records(args.topic, args.subscription)
-            pull = source.next_record
-        else:
+        if not caps.records:
             raise CommandError(f"the {backend.name} backend offers no consumer")
-        async with source:
+        async with backend.records(args.topic, args.subscription) as source:
             while not args.count or seen < args.count:
                 try:
-                    item = await pull(timeout=args.timeout)
+                    record = await source.next_record(timeout=args.timeout)
                 except TimeoutError:
                     break
-                print(_render(item, args.json), flush=True)
-                if isinstance(item, Message) and args.no_ack:
-                    await item.nack()
-                else:
-                    await item.ack()
+                print(_render(record, args.json), flush=True)
+                await record.ack()
                 seen += 1
     print(f"consumed {seen} message(s)", file=sys.stderr)
+    return 0
+
+
+async def _consume_messages(backend: Backend, args: argparse.Namespace) -> int:
+    seen = 0
+    last = time.monotonic()
+    stop = asyncio.Event()
+    count: int = args.count
+    drain_timeout: float = getattr(args, "drain_timeout", 30.0)
+    try:
+        receiver = backend.receiver(
+            args.topic,
+            args.subscription,
+            concurrency=getattr(args, "concurrency", 1),
+            drain_timeout=drain_timeout,
+        )
+    except BrokerError as exc:
+        await backend.close()
+        raise CommandError(str(exc)) from exc
+
+    async def handler(message: Message) -> None:
+        nonlocal seen, last
+        if count and seen >= count:  # taken after the last one we wanted: give it back
+            await message.nack()
+            return
+        seen += 1
+        last = time.monotonic()
+        print(_render(message, args.json), flush=True)
+        if args.no_ack:
+            await message.nack()
+        else:
+            await message.ack()
+        if count and seen >= count:
+            stop.set()
+
+    async def watch_idle(timeout: float) -> None:
+        while not stop.is_set():
+            idle = time.monotonic() - last
+            if idle >= timeout:
+                stop.set()
+                return
+            await asyncio.sleep(min(timeout - idle, 0.5))
+
+    watchdog = asyncio.ensure_future(watch_idle(args.timeout)) if args.timeout is not None else None
+    print(f"consuming {args.topic!r} as {args.subscription!r} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        code = await run((receiver, handler), backends=[backend], drain_timeout=drain_timeout, stop=stop)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+    print(f"consumed {seen} message(s)", file=sys.stderr)
+    if code:
+        raise CommandFailed("the consumer stopped on an error (see the log above)")
     return 0
 
 

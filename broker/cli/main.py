@@ -21,6 +21,7 @@ and an in-memory broker. A broker is chosen by URL:
   pubsub://PROJECT          Google Cloud Pub/Sub (pip install 'polybroker[pubsub]')
   pulsar://HOST:PORT        Apache Pulsar (pip install 'polybroker[pulsar]')
   servicebus://NAMESPACE    Azure Service Bus, or a connection string (pip install 'polybroker[servicebus]')
+  rabbitmq://HOST:PORT      RabbitMQ (pip install 'polybroker[rabbitmq]')
 
 Settings go in the query string: kafka://localhost:9092?group_id=orders
 """
@@ -82,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     consume = sub.add_parser(
         "consume",
         help="print messages as they arrive (acking each)",
-        description="Print messages as they arrive, acking each unless --no-ack.",
+        description=(
+            "Print messages as they arrive, acking each unless --no-ack. SIGTERM or Ctrl-C stops "
+            "gracefully: the message being printed is finished, what was taken and not printed is nacked."
+        ),
     )
     consume.add_argument("url", help="broker URL")
     consume.add_argument("topic", help="topic to consume")
@@ -91,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--timeout", type=float, default=None, help="stop after SECONDS with no message")
     consume.add_argument("--json", action="store_true", help="print JSON lines with key, attributes and ids")
     consume.add_argument("--no-ack", action="store_true", help="nack instead of ack (messages come back)")
+    consume.add_argument("--concurrency", type=int, default=1, help="messages handled at a time (default 1)")
+    consume.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/Ctrl-C, seconds to let running handlers finish (default 30)",
+    )
     consume.set_defaults(run=commands.consume)
 
     dev = sub.add_parser(

@@ -26,6 +26,7 @@ from broker.message import Message, OutboundMessage
 from broker.publishing import DriverPublisher
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
+from broker.testing.retry import RetrySuite
 
 __all__ = ["ConformanceSuite"]
 
@@ -42,7 +43,7 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite(LifecycleSuite):
+class ConformanceSuite(RetrySuite, LifecycleSuite):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------

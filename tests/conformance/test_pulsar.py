@@ -48,6 +48,8 @@ _LIFECYCLE_ON_SHARED = frozenset(
         "test_crashed_consumer_process_loses_nothing",
         "test_portable_option_names",
         "test_dead_letter_after_max_attempts",
+        "test_retry_policy_retries_then_acks_once",
+        "test_retry_poison_message_reaches_the_dead_letter_topic",
     }
 )
 

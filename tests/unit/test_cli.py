@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -107,12 +109,12 @@ class _TrackerBackend:
 
     def queue_tracker(self, topic: str, **options: object) -> object:
         from backends.kafka.queue import RedeliveryTracker
-        from backends.kafka.queue.config import queue_config_for_topic
+        from backends.kafka.queue.settings import queue_settings_for_topic
 
         self.options.append(dict(options))
         tracker = RedeliveryTracker(
             self.log,  # type: ignore[arg-type]
-            queue_config_for_topic(topic, dict(options)),  # as the Kafka backend builds it
+            queue_settings_for_topic(topic, dict(options)),  # as the Kafka backend builds it
         )
         tracker.restart_backoff = 0.01
         self.trackers.append(tracker)
@@ -218,3 +220,34 @@ def test_queue_tracker_passes_go_fleet_and_group_to_the_tracker_config(
     assert config.go_fleet is bool(options.get("go_fleet"))
     assert config.marker_format == ("per-message" if config.go_fleet else "batched")
     assert f"group {group!r}" in capsys.readouterr().err
+
+
+def test_consume_stops_gracefully_on_sigterm() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", "consume", f"inmem://cli-{uuid.uuid4().hex}", "t"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        assert "consuming" in process.stderr.readline()
+        time.sleep(0.3)  # broker.run has installed its signal handlers
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "consumed 0 message(s)" in err
+
+
+def test_consume_count_with_concurrency_prints_exactly_count(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"inmem://cli-{uuid.uuid4().hex}"
+    assert run(["publish", url, "t"], "".join(f"m{i}\n" for i in range(10)), pytest.MonkeyPatch()) == 0
+    assert run(["consume", url, "t", "--count", "4", "--concurrency", "3", "--drain-timeout", "5"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert len(printed) == 4
+    assert run(["consume", url, "t", "--timeout", "0.2"]) == 0
+    rest = capsys.readouterr().out.split()
+    assert sorted(printed + rest) == sorted(f"m{i}" for i in range(10))  # the extra taken were nacked

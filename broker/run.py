@@ -1,0 +1,142 @@
+"""Run an application's receivers until SIGTERM or SIGINT, then shut down gracefully.
+
+>>> async def main() -> int:
+...     backend = broker.connect("kafka://127.0.0.1:9092")
+...     orders = backend.receiver("orders", "billing", concurrency=8, retry=broker.RetryPolicy(...))
+...     refunds = backend.receiver("refunds", "billing")
+...     return await broker.run((orders, handle_order), (refunds, handle_refund), backends=[backend])
+>>> sys.exit(asyncio.run(main()))
+
+On the first signal every receiver is stopped (``receiver.stop(drain_timeout)``): it takes no
+new messages, the handlers already running get ``drain_timeout`` seconds to finish, and what is
+left is nacked for redelivery. Then the backends are closed, in the order given, and the exit
+code is returned: 0 after a clean stop, 1 if a receiver failed or a backend did not close
+cleanly. A second signal cuts the drain short (running handlers are cancelled and their messages
+nacked). Receivers without ``stop()`` are cancelled, which also nacks what they hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from broker.backend import Backend
+from broker.errors import ConfigError
+
+__all__ = ["run"]
+
+log = logging.getLogger("broker.run")
+
+#: Seconds granted beyond ``drain_timeout`` for receivers to nack their leftovers and return.
+_GRACE = 5.0
+
+
+async def _consume(receiver: Any, handler: Callable[[Any], Awaitable[None]]) -> None:
+    if hasattr(receiver, "receive"):
+        await receiver.receive(handler)
+    else:
+        await receiver.receive_batch(handler)
+
+
+async def run(
+    *consumers: tuple[Any, Callable[[Any], Awaitable[None]]],
+    backends: Sequence[Backend] = (),
+    drain_timeout: float = 30.0,
+    stop: asyncio.Event | None = None,
+    signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
+    close_timeout: float = 30.0,
+) -> int:
+    """Run ``(receiver, handler)`` pairs until a signal (or ``stop`` is set); drain; close; exit code.
+
+    ``backends`` are closed after every receiver has returned, in the order given. ``stop`` lets
+    the application end the run itself (``stop.set()``). ``signals`` are handled with
+    ``loop.add_signal_handler`` for the duration of the call (where the platform allows it).
+    The run also ends when every receiver has returned on its own; a receiver that raises stops
+    the others and makes the exit code 1.
+    """
+    if drain_timeout < 0:
+        raise ConfigError(f"drain_timeout must be >= 0, got {drain_timeout}")
+    for pair in consumers:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and callable(pair[1])):
+            raise ConfigError(f"broker.run takes (receiver, handler) pairs, got {pair!r}")
+        receiver = pair[0]
+        if not (hasattr(receiver, "receive") or hasattr(receiver, "receive_batch")):
+            raise ConfigError(f"{receiver!r} is not a receiver")
+    loop = asyncio.get_running_loop()
+    stop = stop if stop is not None else asyncio.Event()
+    force = asyncio.Event()
+    installed: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second signal %s: stopping now, nacking what is still in flight", signum)
+            force.set()
+        else:
+            log.info("signal %s: draining (up to %ss)", signum, drain_timeout)
+            stop.set()
+
+    for signum in signals:
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+            continue
+        installed.append(signum)
+
+    tasks = [loop.create_task(_consume(r, h)) for r, h in consumers]
+    exit_code = 0
+    waiters: list[asyncio.Task[Any]] = []
+    try:
+        stop_wait = loop.create_task(stop.wait())
+        force_wait = loop.create_task(force.wait())
+        waiters = [stop_wait, force_wait]
+        pending: set[asyncio.Task[Any]] = set(tasks)
+        while pending and not stop.is_set():
+            done, pending = await asyncio.wait([*pending, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(stop_wait)
+            if any(_failed(t) for t in done if t is not stop_wait):
+                break  # a receiver died: stop the others
+        for (receiver, _), task in zip(consumers, tasks, strict=True):
+            if task.done():
+                continue
+            stopper = getattr(receiver, "stop", None)
+            if callable(stopper):
+                stopper(drain_timeout)
+            else:
+                task.cancel()
+        deadline = loop.time() + drain_timeout + _GRACE
+        running: set[asyncio.Task[Any]] = {t for t in tasks if not t.done()}
+        while running and not force.is_set() and (left := deadline - loop.time()) > 0:
+            _, running = await asyncio.wait(
+                [*running, force_wait], timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            running.discard(force_wait)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                log.error("a receiver failed: %r", result, exc_info=result)
+                exit_code = 1
+    finally:
+        for task in [*tasks, *waiters]:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(asyncio.gather(*tasks, *waiters, return_exceptions=True))
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        for backend in backends:
+            try:
+                await asyncio.wait_for(backend.close(), close_timeout)
+            except Exception as exc:
+                log.error("closing the %s backend failed: %r", getattr(backend, "name", "?"), exc)
+                exit_code = 1
+    return exit_code
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
