@@ -45,8 +45,9 @@ rabbitmq:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq rabbitmq-server; }
 
+# Two workers: most of the suite waits on servers and deadlines (tests/conftest.py groups what shares one).
 test: lint typecheck java browser rabbitmq
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 bench: $(STAMP) java
 	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md
