@@ -26,7 +26,7 @@ from backends.pubsub.publisher import PubsubPublisher
 from backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
 from backends.pubsub.receiver import PubsubReceiver
 from backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
-from broker.adapt.receivers import NackDelay
+from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backend import BackendBase
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
@@ -170,12 +170,14 @@ class PubsubBackend(BackendBase):
         concurrency: int | None = None,
         nack_delay: NackDelay = DEFAULT_BACKOFF,
         retry: RetryPolicy | None = None,
+        drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
         **options: Any,
     ) -> PubsubReceiver:
         """Streaming pull calling a handler, ``concurrency`` at a time (default ``receive_concurrency``).
 
         Entering (``async with``) makes the subscription exist, as for :meth:`messages`. ``retry``
-        applies a :class:`broker.RetryPolicy` to failed handlers (instead of ``nack_delay``).
+        applies a :class:`broker.RetryPolicy` to failed handlers (instead of ``nack_delay``);
+        ``drain_timeout`` is how long :meth:`PubsubReceiver.stop` lets running handlers finish.
         """
         if retry is not None and nack_delay is not DEFAULT_BACKOFF:
             raise ConfigError("give either retry= or nack_delay=, not both")
@@ -201,6 +203,7 @@ class PubsubBackend(BackendBase):
             concurrency or self.settings.receive_concurrency,
             nack_delay=nack_delay,
             retrier=retrier,
+            drain_timeout=drain_timeout,
         )
         return self._track(receiver)  # type: ignore[no-any-return]
 
@@ -212,6 +215,7 @@ class PubsubBackend(BackendBase):
         batch_size: int = 100,
         batch_timeout: float = 1.0,
         concurrency: int | None = None,
+        drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
         **options: Any,
     ) -> PubsubReceiver:
         """Streaming pull calling a handler with batches (``receive_batch``)."""
@@ -226,6 +230,7 @@ class PubsubBackend(BackendBase):
             concurrency or self.settings.receive_concurrency,
             batch_size=batch_size,
             batch_timeout=batch_timeout,
+            drain_timeout=drain_timeout,
         )
         return self._track(receiver)  # type: ignore[no-any-return]
 

@@ -40,7 +40,7 @@ from backends.pubsub.futures import post
 from backends.pubsub.mapping import from_streamed
 from backends.pubsub.pull import PullSettler, nack_seconds
 from backends.pubsub.settings import MAX_ACK_DEADLINE, MIN_ACK_DEADLINE, ConsumerOptions, PubsubSettings
-from broker.adapt.receivers import NackDelay
+from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.errors import ClosedError, ReceiveError
 from broker.interfaces import BatchHandler, Handler
@@ -269,13 +269,18 @@ class _Run:
         if not self._stopping and self._ready:
             self._loop.call_soon(self._spawn)
 
-    async def halt(self) -> None:
-        """Take no more messages; cancel the running handlers (their messages stay unsettled)."""
+    async def halt(self, drain: bool = False, drain_timeout: float | None = None) -> None:
+        """Take no more messages; with ``drain``, running handlers get ``drain_timeout`` seconds
+        (None: as long as they take) to finish; the rest are cancelled (their messages stay
+        unsettled for :meth:`release`)."""
         self._stopping = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         workers = list(self._workers)
+        if workers and drain:
+            await asyncio.wait(workers, timeout=drain_timeout)
+        workers = [task for task in workers if not task.done()]
         for task in workers:
             task.cancel()
         if workers:
@@ -314,6 +319,7 @@ class PubsubReceiver(AsyncResource):
         batch_timeout: float = 1.0,
         nack_delay: NackDelay = DEFAULT_BACKOFF,
         retrier: Retrier | None = None,
+        drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -331,6 +337,9 @@ class PubsubReceiver(AsyncResource):
         self.nack_delay = nack_delay
         #: The bound retry policy (None: ``nack_delay`` rules).
         self.retrier = retrier
+        #: How long :meth:`stop` lets running handlers finish before they are cancelled.
+        self.drain_timeout = drain_timeout
+        self._draining = False
         self._stop: asyncio.Event | None = None
         self._idle = asyncio.Event()
         self._running = 0
@@ -359,6 +368,21 @@ class PubsubReceiver(AsyncResource):
             # the SDK sends it as the stream's (integer) ack deadline
             max_duration_per_lease_extension=math.ceil(settings.receive_max_extension_period),
         )
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop taking messages; running handlers get ``drain_timeout`` seconds (default: the
+        receiver's), then ``receive()`` nacks what is left and returns (``broker.run`` calls this)."""
+        if drain_timeout is not None:
+            self.drain_timeout = drain_timeout
+        self._draining = True
+        if self._stop is None:
+            self._stop = asyncio.Event()
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` or :meth:`close` was called."""
+        return self._stop is not None and self._stop.is_set()
 
     async def receive(self, handler: Handler) -> None:
         """Call ``handler`` for every message, ``concurrency`` at a time, until cancelled or closed."""
@@ -434,7 +458,7 @@ class PubsubReceiver(AsyncResource):
         streaming: Any,
         ended: asyncio.Future[BaseException | None],
     ) -> None:
-        await run.halt()
+        await run.halt(self._draining, self.drain_timeout)
         streaming.cancel()  # the SDK shuts down on a thread of its own (nacking what it still held)
         try:
             await asyncio.wait_for(asyncio.shield(ended), self._settings.close_timeout)

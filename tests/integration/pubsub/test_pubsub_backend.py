@@ -397,3 +397,35 @@ async def test_backend_close_never_hangs_with_consumers_busy(pubsub_emulator: Pr
         with pytest.raises(ClosedError):
             await waiting
     assert time.monotonic() - started < 10
+
+
+async def test_stop_drains_running_handlers_then_returns(backend: PubsubBackend) -> None:
+    """``stop()`` (what ``broker.run`` calls on SIGTERM): running handlers finish and ack, no new one
+    starts, and ``receive()`` returns by itself; a handler slower than the drain is cut off unacked."""
+    topic, sub = name("topic"), name("sub")
+    await backend.ensure_subscription(topic, sub)
+    await backend.publisher().topic(topic).batch_publish(*(OutboundMessage(b"%d" % i) for i in range(40)))
+    started: list[int] = []
+    acked: list[int] = []
+    four = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        value = int(message.data)
+        started.append(value)
+        if len(started) >= 4:
+            four.set()
+        await asyncio.sleep(60 if value == started[0] else 0.5)  # the first outlasts the drain
+        await message.ack()
+        acked.append(value)
+
+    receiver = backend.receiver(topic, sub, concurrency=4, drain_timeout=3.0)
+    task = await run_receiver(receiver, handler)
+    await until(four, "four running handlers")
+    at_stop = list(started)
+    receiver.stop()
+    async with asyncio.timeout(PATIENCE):
+        await task  # returns by itself: no cancellation needed
+    assert receiver.stopped
+    assert started == at_stop, "a handler started after stop()"
+    assert sorted(acked) == sorted(at_stop[1:]), "running handlers did not finish within the drain"
+    assert at_stop[0] not in acked
