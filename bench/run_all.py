@@ -26,6 +26,7 @@ BENCH = ROOT / "bench"
 #: In the order they run; the ones that start a broker of their own come after the in-process one.
 SCRIPTS = (
     "inmem",
+    "telemetry",
     "kafka",
     "latency",
     "kafka_queue",

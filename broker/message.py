@@ -25,6 +25,7 @@ __all__ = [
     "Record",
     "claim_ack",
     "claim_acks",
+    "own_acker",
     "release_claim",
 ]
 
@@ -78,6 +79,16 @@ class _DetachedAcker:
 
 
 _DETACHED: Final = _DetachedAcker()
+
+
+def own_acker(message: Message) -> Any:
+    """The acker the backend attached to ``message``, beneath any wrapper in front of it.
+
+    A wrapper (``broker.telemetry``'s) keeps the backend's acker as ``wrapped``; a backend that
+    asks "is this message mine?" (lock renewal, shutdown) compares this, not ``message.acker``.
+    """
+    acker = message.acker
+    return getattr(acker, "wrapped", acker)
 
 
 @dataclass(slots=True)

@@ -3,17 +3,20 @@
 A backend supplies a :class:`PublishDriver` (send validated messages to one topic; close); this
 module does the rest once for every backend: the topic-handle cache, name and message
 validation (typed errors from :mod:`broker.outbound`), the closed state, and the publish
-interceptors (:class:`PublishInterceptor`) where cross-cutting features such as tracing and
-metrics hook in. A backend with more to offer (transactions, a flush, an escape hatch to its SDK)
-subclasses :class:`DriverPublisher` and adds it.
+interceptors (:class:`PublishInterceptor`, synchronous rewrites) and the send middleware
+(:data:`SendMiddleware`, async "around" hooks that see the send complete or fail) where
+cross-cutting features such as tracing and metrics (:mod:`broker.telemetry`) hook in. A
+backend with more to offer (transactions, a flush, an escape hatch to its SDK) subclasses
+:class:`DriverPublisher` and adds it.
 
-How a message flows: ``Topic.publish`` -> validation -> interceptors -> ``driver.send`` -> the
-backend's mapping -> its SDK.
+How a message flows: ``Topic.publish`` -> validation -> interceptors -> middleware ->
+``driver.send`` -> the backend's mapping -> its SDK. With no interceptor and no middleware the
+layer adds nothing but validation to a publish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from broker.errors import ClosedError, ConfigError
@@ -21,12 +24,31 @@ from broker.message import OutboundMessage
 from broker.outbound import check_batch, check_outbound, is_plain
 from broker.resources import AsyncResource
 
-__all__ = ["DriverPublisher", "DriverTopic", "ImmediatePublishDriver", "PublishDriver", "PublishInterceptor"]
+__all__ = [
+    "DriverPublisher",
+    "DriverTopic",
+    "ImmediatePublishDriver",
+    "PublishDriver",
+    "PublishInterceptor",
+    "Send",
+    "SendMiddleware",
+]
 
 #: Called with the topic name and the validated messages before they are sent; it returns the
 #: messages to send instead (for example with trace context added to their attributes), or
 #: ``None`` to send them unchanged. A failure raised here fails the publish.
 PublishInterceptor = Callable[[str, Sequence[OutboundMessage]], Sequence[OutboundMessage] | None]
+
+#: The rest of the send chain, as seen by a :data:`SendMiddleware`: ``await send(messages)``
+#: returns once the broker has ``messages`` (or raises the backend's error).
+Send = Callable[[Sequence[OutboundMessage]], Awaitable[None]]
+
+#: An async "around" hook on every send: ``await middleware(topic, messages, send)`` must call
+#: ``send`` (once) with the messages to send, typically ``messages`` with attributes added, and
+#: may do work before and after it (open and end a span, time the send, count its outcome). It
+#: runs after the interceptors; the messages it passes on are not validated again. An error it
+#: raises, or lets through from ``send``, fails the publish.
+SendMiddleware = Callable[[str, Sequence[OutboundMessage], Send], Awaitable[None]]
 
 
 class PublishDriver(Protocol):
@@ -81,7 +103,7 @@ class DriverTopic:
         if not is_plain(message):
             check_outbound(message)
         publisher = self._publisher
-        if publisher._closed or publisher.interceptors:
+        if publisher._closed or publisher.interceptors or publisher.middleware:
             await publisher._send(self.name, (message,), timeout)
         elif publisher._send_now is not None:  # the common cases, one await less, or none
             publisher._send_now(self.name, (message,))
@@ -96,7 +118,8 @@ class DriverTopic:
 
 
 class DriverPublisher(AsyncResource):
-    """A ``broker.Publisher`` over a :class:`PublishDriver`: topic handles, closed state, interceptors."""
+    """A ``broker.Publisher`` over a :class:`PublishDriver`: topic handles, closed state, interceptors
+    and send middleware."""
 
     def __init__(self, driver: PublishDriver, *, interceptors: Sequence[PublishInterceptor] = ()) -> None:
         self._driver = driver
@@ -105,6 +128,9 @@ class DriverPublisher(AsyncResource):
         self._closed = False
         #: Run in order on every publish (see :data:`PublishInterceptor`); add with :meth:`intercept`.
         self.interceptors: list[PublishInterceptor] = list(interceptors)
+        #: Wrapped around every send, the first added outermost (see :data:`SendMiddleware`); add
+        #: with :meth:`wrap_send`.
+        self.middleware: list[SendMiddleware] = []
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}{' closed' if self._closed else ''}>"
@@ -122,6 +148,10 @@ class DriverPublisher(AsyncResource):
     def intercept(self, interceptor: PublishInterceptor) -> None:
         """Run ``interceptor`` on every publish from now on (after those added before)."""
         self.interceptors.append(interceptor)
+
+    def wrap_send(self, middleware: SendMiddleware) -> None:
+        """Wrap ``middleware`` around every send from now on (inside those added before)."""
+        self.middleware.append(middleware)
 
     def topic(self, name: str) -> DriverTopic:
         """The handle for topic ``name`` (one per name, cached)."""
@@ -145,8 +175,25 @@ class DriverPublisher(AsyncResource):
             if changed is not None:
                 check_batch(changed)
                 messages = changed
-        if messages:
+        if not messages:
+            return
+        if self.middleware:
+            await self._send_through(0, topic, messages, timeout)
+        else:
             await self._driver.send(topic, messages, timeout)
+
+    async def _send_through(
+        self, index: int, topic: str, messages: Sequence[OutboundMessage], timeout: float | None
+    ) -> None:
+        """Run ``middleware[index:]`` around the driver's send."""
+        if index == len(self.middleware):
+            await self._driver.send(topic, messages, timeout)
+            return
+
+        async def send(passed: Sequence[OutboundMessage]) -> None:
+            await self._send_through(index + 1, topic, passed, timeout)
+
+        await self.middleware[index](topic, messages, send)
 
     async def close(self) -> None:
         """Flush what is in flight and release the client; later publishes raise ``ClosedError``."""

@@ -54,7 +54,7 @@ from backends.servicebus.errors import translate
 from backends.servicebus.mapping import dead_letter_copy, redelivery_copy, to_message
 from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
-from broker.message import Message
+from broker.message import Message, own_acker
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
 __all__ = ["Entity", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
@@ -505,7 +505,7 @@ class _Receiving(AsyncResource):
         loop = asyncio.get_running_loop()
         stop_at = loop.time() + seconds
         for message in messages:
-            settler = message.acker
+            settler = own_acker(message)
             left = settler.lock_left(message.raw) if isinstance(settler, _Settler) else None
             if left is not None and left > 0:
                 self._renewals[id(message)] = (message, stop_at, left)
@@ -535,7 +535,7 @@ class _Receiving(AsyncResource):
         while renewals and not self._closed:
             pause = 1.0
             for key, (message, stop_at, length) in list(renewals.items()):
-                settler = message.acker
+                settler = own_acker(message)
                 if message.settled or loop.time() >= stop_at or not isinstance(settler, _Settler):
                     renewals.pop(key, None)
                     if key in self._abandon_at_stop:
@@ -659,8 +659,9 @@ class _Receiving(AsyncResource):
             with _suppress_timeout():
                 async with asyncio.timeout(SHUTDOWN_SETTLE_TIMEOUT):
                     for message in buffered:
-                        if isinstance(message.acker, _Settler):
-                            await message.acker.abandon_quietly(message)
+                        settler = own_acker(message)
+                        if isinstance(settler, _Settler):
+                            await settler.abandon_quietly(message)
         receiver, self._receiver = self._receiver, None
         sender, self._sender = self._sender, None
         dead_letters, self._dead_letter_sender = self._dead_letter_sender, None

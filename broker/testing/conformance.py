@@ -27,6 +27,7 @@ from broker.publishing import DriverPublisher
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
 from broker.testing.retry import RetrySuite
+from broker.testing.telemetry import TelemetrySuite
 
 __all__ = ["ConformanceSuite"]
 
@@ -43,7 +44,7 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite(RetrySuite, LifecycleSuite):
+class ConformanceSuite(TelemetrySuite, RetrySuite, LifecycleSuite):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------

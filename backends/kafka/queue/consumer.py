@@ -44,7 +44,7 @@ from backends.kafka.queue.producer import MessageSender
 from backends.kafka.queue.source import QueueSource
 from broker.errors import AckError, ClosedError, Timeout
 from broker.log import TopicPartition
-from broker.message import Message, claim_ack
+from broker.message import Message, claim_ack, own_acker
 from broker.resources import AsyncResource
 
 __all__ = ["QueueConsumer"]
@@ -553,7 +553,7 @@ class QueueConsumer(AsyncResource):
 
         The tracker redelivers it once the redelivery timeout passes.
         """
-        if message.acker is not self or message.settled or id(message) in self._interrupted:
+        if own_acker(message) is not self or message.settled or id(message) in self._interrupted:
             return
         if self.keepalive_received:
             self._interrupted.add(id(message))

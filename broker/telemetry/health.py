@@ -1,0 +1,103 @@
+"""Portable liveness and readiness, kept per consumer by :mod:`broker.telemetry`.
+
+An instrumented backend (:func:`broker.telemetry.instrument`) keeps a :class:`ConsumerHealth`
+for every consumer it hands out: whether its last call to the broker worked (``connected``),
+whether it is being consumed (``consuming``), since when no message came (``idle_since``) and its
+last error. :meth:`HealthState.report` sums them up into a :class:`HealthReport` an application
+can serve from its own liveness and readiness endpoints. Nothing here talks to a broker.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+__all__ = ["ConsumerHealth", "HealthReport", "HealthState"]
+
+
+@dataclass(slots=True)
+class ConsumerHealth:
+    """What is known about one consumer (an iterator or a receiver).
+
+    ``connected`` is None until the first call to the broker ends, then True when it worked
+    (a timeout without messages counts as working) and False when it raised a broker error.
+    ``consuming`` is True while a receiver runs, or from an iterator's first pull until it is
+    closed. ``idle_since`` is when the last message arrived (or the consumer was opened):
+    the consumer has seen nothing since. Times are POSIX seconds.
+    """
+
+    system: str
+    destination: str
+    subscription: str
+    kind: str
+    connected: bool | None = None
+    consuming: bool = False
+    closed: bool = False
+    idle_since: float = field(default_factory=time.time)
+    received: int = 0
+    last_error: str | None = None
+    last_error_at: float | None = None
+
+    def message(self, count: int = 1) -> None:
+        """``count`` messages arrived."""
+        self.connected = True
+        self.received += count
+        self.idle_since = time.time()
+
+    def success(self) -> None:
+        """A call to the broker worked, with or without messages."""
+        self.connected = True
+
+    def failure(self, exc: BaseException) -> None:
+        """A call to the broker raised ``exc``."""
+        self.connected = False
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.last_error_at = time.time()
+
+    @property
+    def healthy(self) -> bool:
+        """False when the consumer's last call to the broker failed."""
+        return self.connected is not False
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping of the fields."""
+        return {**asdict(self), "healthy": self.healthy}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """A snapshot of an instrumented backend's health.
+
+    ``live``: the backend is open (restart the process when False). ``ready``: live, and no open
+    consumer's last call to the broker failed (stop sending work when False).
+    """
+
+    live: bool
+    ready: bool
+    consumers: tuple[ConsumerHealth, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (for a health endpoint)."""
+        return {"live": self.live, "ready": self.ready, "consumers": [c.as_dict() for c in self.consumers]}
+
+
+class HealthState:
+    """The health of one instrumented backend's consumers."""
+
+    def __init__(self) -> None:
+        self.consumers: list[ConsumerHealth] = []
+        self.closed = False
+
+    def consumer(self, system: str, destination: str, subscription: str, kind: str) -> ConsumerHealth:
+        """A new entry for a consumer being handed out."""
+        entry = ConsumerHealth(system, destination, subscription, kind)
+        self.consumers.append(entry)
+        return entry
+
+    def report(self) -> HealthReport:
+        """The health now; closed consumers are left out."""
+        self.consumers = [c for c in self.consumers if not c.closed]
+        live = not self.closed
+        ready = live and all(c.healthy for c in self.consumers)
+        return HealthReport(live, ready, tuple(replace(c) for c in self.consumers))
