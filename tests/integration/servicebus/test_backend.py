@@ -282,9 +282,15 @@ async def test_an_unreachable_management_endpoint_turns_creation_off_once(
     assert len(warnings) == 1, "one warning, then creation stays off"
 
 
+@pytest.mark.parametrize("instrumented", [False, True], ids=["plain", "instrumented"])
 async def test_lock_renewal_keeps_slow_messages(
-    fake_servicebus: FakeServiceBus, backend: broker.Backend
+    fake_servicebus: FakeServiceBus, backend: broker.Backend, instrumented: bool
 ) -> None:
+    """Locks are renewed while messages are held, also behind broker.telemetry's wrapped acker."""
+    if instrumented:
+        from broker.telemetry import instrument
+
+        backend = instrument(backend)  # type: ignore[assignment]
     queue = _name("q")
     fake_servicebus.create_queue(queue, lock_duration=1.0)
     await (
