@@ -33,17 +33,21 @@ from broker.telemetry.core import SCHEMA_URL, SEMCONV_VERSION, SYSTEMS, Telemetr
 from broker.telemetry.health import ConsumerHealth, HealthReport, HealthState
 from broker.telemetry.metrics import METER_NAME, METRICS, Meters, MetricSink, MetricSpec, OtelSink
 from broker.telemetry.prometheus import PrometheusMetrics
+from broker.telemetry.propagation import TRACE_HEADERS, extract, inject
 from broker.telemetry.wrappers import InstrumentedBackend
 
 __all__ = [
     "METRICS",
     "SEMCONV_VERSION",
     "SYSTEMS",
+    "TRACE_HEADERS",
     "ConsumerHealth",
     "HealthReport",
     "InstrumentedBackend",
     "MetricSpec",
     "PrometheusMetrics",
+    "extract",
+    "inject",
     "instrument",
 ]
 

@@ -34,6 +34,7 @@ __all__ = [
     "pyspark_version",
     "register",
     "run_group",
+    "trace_options",
 ]
 
 #: The data source's format name.
@@ -60,3 +61,10 @@ def run_group(spark: Any, graph: Any, **options: Any) -> Any:
     from contrib.spark.processor import run_group as run
 
     return run(spark, graph, **options)
+
+
+def trace_options(context: Any = None, *, propagator: Any = None) -> dict[str, str]:
+    """Sink options carrying the driver's current trace context (:func:`contrib.spark.sink.trace_options`)."""
+    from contrib.spark.sink import trace_options as build
+
+    return build(context, propagator=propagator)

@@ -41,6 +41,8 @@ Options (case does not matter; all values are strings):
 ``pullTimeout``            ack mode: seconds one pull waits (default 1)
 ``extendInterval``         ack mode: seconds between deadline extensions (default 10)
 ``idAttribute``            sink: attribute carrying the message id (``none`` to omit)
+``trace.<name>``           sink: attribute ``<name>`` for rows without a ``traceparent``
+                           (``contrib.spark.trace_options()`` makes them on the driver)
 =========================  ======================================================================
 """
 

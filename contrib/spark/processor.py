@@ -131,7 +131,10 @@ class _Runner:
         key: str | None,
         data: bytes | None,
         headers: Mapping[str, str] | None,
+        trace: Mapping[str, str] | None = None,
     ) -> None:
+        if trace:
+            headers = {**trace, **headers} if headers else trace
         attributes = {**self._headers, **headers} if headers else (dict(self._headers) or None)
         self.sent.append((topic, key, data, attributes))
 

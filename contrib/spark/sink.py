@@ -23,6 +23,12 @@ retries a task or replays a batch after a restart, given the same rows in the sa
 replayable source without a shuffle provides) and ``<write id>:<task partition>:<row index>`` for
 batch writes. Delivery is at-least-once: a retried task publishes its rows again, with the same
 ids.
+
+Trace context: an ``attributes`` column's ``traceparent`` / ``tracestate`` / ``baggage`` entries
+are written as they are, so rows read from a traced broker keep their own trace. Options
+``trace.<name>`` (made on the driver by :func:`trace_options` from its current OpenTelemetry
+context) add ``<name>`` to every row that carries no ``traceparent`` of its own. The executors
+make no spans and need no OpenTelemetry: they only copy these strings (see ``docs/spark.md``).
 """
 
 from __future__ import annotations
@@ -38,10 +44,34 @@ from contrib.spark import runtime
 from contrib.spark.arrow import to_text
 from contrib.spark.options import Options
 
-__all__ = ["DEFAULT_ID_ATTRIBUTE", "id_attribute", "write_batches"]
+__all__ = ["DEFAULT_ID_ATTRIBUTE", "TRACE_OPTION_PREFIX", "id_attribute", "trace_options", "write_batches"]
 
 #: The attribute that carries a row's message id on backends without a native one.
 DEFAULT_ID_ATTRIBUTE: Final = "polybroker-msg-id"
+#: Options ``trace.<name>`` give attribute ``<name>`` to rows with no ``traceparent`` of their own.
+TRACE_OPTION_PREFIX: Final = "trace."
+
+
+def trace_options(context: Any = None, *, propagator: Any = None) -> dict[str, str]:
+    """Sink options carrying ``context``'s trace context (default: the current one), for the driver.
+
+    ``df.write.format("broker").options(**trace_options())``: every row written without a
+    ``traceparent`` attribute of its own carries this context (``trace.traceparent``, and
+    ``trace.tracestate`` / ``trace.baggage`` when present). Empty when there is no valid span.
+    Needs OpenTelemetry on the driver only (``MissingDependency`` naming the ``otel`` extra).
+    """
+    from broker.telemetry.propagation import inject
+
+    return {TRACE_OPTION_PREFIX + k: v for k, v in inject(None, context, propagator=propagator).items()}
+
+
+def trace_attributes(options: Options) -> dict[str, str]:
+    """The attributes the ``trace.<name>`` options give rows without a ``traceparent``."""
+    return {
+        key.removeprefix(TRACE_OPTION_PREFIX): value
+        for key, value in options.raw.items()
+        if key.startswith(TRACE_OPTION_PREFIX) and len(key) > len(TRACE_OPTION_PREFIX) and value
+    }
 
 
 def id_attribute(options: Options, backend: Backend) -> str | None:
@@ -88,7 +118,14 @@ class _Rows:
         self.ordered: list[tuple[str, bytes | None, str | None, dict[str, str]]] = []
 
 
-def _rows(batch: Any, topic: str | None, id_attr: str | None, id_base: str, first: int) -> _Rows:
+def _rows(
+    batch: Any,
+    topic: str | None,
+    id_attr: str | None,
+    id_base: str,
+    first: int,
+    trace: Mapping[str, str] | None = None,
+) -> _Rows:
     names = batch.schema.names
     if "value" not in names:
         raise ConfigError("the broker sink needs a 'value' column (binary or string)")
@@ -111,6 +148,8 @@ def _rows(batch: Any, topic: str | None, id_attr: str | None, id_base: str, firs
         if not target:
             raise ConfigError(f"row {first + i} of the batch has no topic")
         attrs: dict[str, str] = attributes[i] or {}
+        if trace and "traceparent" not in attrs:
+            attrs = {**trace, **attrs}
         if id_attr is not None:
             attrs[id_attr] = ids[i] or f"{id_base}:{first + i}"
         data = values[i]
@@ -155,9 +194,10 @@ def write_batches(options: Options, batches: Iterator[Any], id_base: str) -> int
     pending: Any = None
     try:
         id_attr = id_attribute(options, backend)
+        trace = trace_attributes(options)
         publisher = backend.publisher()
         for batch in batches:
-            rows = _rows(batch, topic, id_attr, id_base, count)
+            rows = _rows(batch, topic, id_attr, id_base, count, trace)
             count += batch.num_rows
             if pending is not None:
                 pending.result()

@@ -29,7 +29,7 @@ __all__ = ["Context"]
 class Context:
     """What a callback can see and do for the message it handles."""
 
-    __slots__ = ("_error", "_part", "_proc", "record")
+    __slots__ = ("_error", "_part", "_proc", "_trace", "record")
 
     def __init__(self, proc: Processor, part: PartitionState, record: Record) -> None:
         self._proc = proc
@@ -37,6 +37,9 @@ class Context:
         #: The input record (escape hatch: raw broker data).
         self.record = record
         self._error: BaseException | None = None
+        #: With tracing on: the trace context headers (``traceparent``, ...) of the callback's
+        #: process span, added to every emit and loopback.
+        self._trace: Mapping[str, str] | None = None
 
     def __repr__(self) -> str:
         r = self.record
@@ -160,7 +163,11 @@ class Context:
 
     # -- side effects ---------------------------------------------------------------------
     def emit(self, topic: str, key: str | None, value: Any, headers: Mapping[str, str] | None = None) -> None:
-        """Send ``value`` to the declared output ``topic`` (``None``: a tombstone, not encoded)."""
+        """Send ``value`` to the declared output ``topic`` (``None``: a tombstone, not encoded).
+
+        With the processor option ``tracer_provider``, the message also carries the trace context
+        of this callback's process span (``headers`` win over it).
+        """
         proc = self._proc
         codec = proc._outputs.get(topic)
         if codec is None:
@@ -175,7 +182,10 @@ class Context:
                 data = codec.encode(value)
             except (EncodeError, TypeError, ValueError) as exc:
                 self._misuse(f"cannot encode the value emitted to {topic!r}: {exc}", exc)
-        proc._send(self._part, topic, key, data, headers)
+        if self._trace is None:
+            proc._send(self._part, topic, key, data, headers)
+        else:
+            proc._send(self._part, topic, key, data, headers, self._trace)
 
     def loopback(self, key: str, value: Any, headers: Mapping[str, str] | None = None) -> None:
         """Send ``value`` to ``key`` through the group's loop topic (handled by the loop callback)."""
@@ -187,7 +197,10 @@ class Context:
             data = codec.encode(value)
         except (EncodeError, TypeError, ValueError) as exc:
             self._misuse(f"cannot encode the loopback value with the loop() codec: {exc}", exc)
-        proc._send(self._part, proc.graph.loop_topic, key, data, headers)
+        if self._trace is None:
+            proc._send(self._part, proc.graph.loop_topic, key, data, headers)
+        else:
+            proc._send(self._part, proc.graph.loop_topic, key, data, headers, self._trace)
 
     def fail(self, error: BaseException | str) -> NoReturn:
         """Stop the callback and shut the processor down with ``error`` (nothing is committed)."""

@@ -11,8 +11,9 @@ when its promises were not checked).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from backends.kafka.processor.codecs import resolve_codec
 from backends.kafka.processor.errors import EmitterClosed
@@ -21,6 +22,9 @@ from broker.codecs import Codec
 from broker.errors import UnknownTopic
 from broker.log import Log, TopicPartition, with_client_id
 from broker.partitioning import Partitioner
+
+if TYPE_CHECKING:
+    from backends.kafka.processor.tracing import EmitTracing
 
 __all__ = ["Emitter"]
 
@@ -40,9 +44,20 @@ class Emitter:
         headers: Mapping[str, str] | None = None,
         create_partitions: int | None = 1,
         client_id: str | None = None,
+        tracer_provider: Any = None,
+        propagator: Any = None,
     ) -> None:
         #: ``client_id``: the client id its producer reports to the broker (goka's ``WithClientID``).
+        #: ``tracer_provider``: an OpenTelemetry ``TracerProvider`` (opt-in; the ``otel`` extra):
+        #: each emit is a ``publish <topic>`` span, a child of the current context, ended when the
+        #: log acknowledged it, and its context goes into the message's headers (``propagator``:
+        #: default OpenTelemetry's global one). ``None``: no spans, no headers added.
         self._log = with_client_id(log_port, client_id)
+        self._tracing: EmitTracing | None = None
+        if tracer_provider is not None:
+            from backends.kafka.processor.tracing import EmitTracing, system_of
+
+            self._tracing = EmitTracing(tracer_provider, propagator, topic, system_of(log_port))
         self.topic = topic
         self.codec = resolve_codec(codec, f"emitter({topic!r})")
         self._partitioner = resolve_partitioner(partitioner)
@@ -86,10 +101,16 @@ class Emitter:
         data = None if value is None else self.codec.encode(value)
         attributes = self._attributes(headers)
         loop = asyncio.get_running_loop()
+        tracing = self._tracing
+        span = None
+        if tracing is not None:
+            span, attributes = tracing.start(self.topic, data, attributes)
         if self._partitions is None:
             future = loop.create_task(self._emit_later(key, data, attributes))
         else:
             future = asyncio.ensure_future(self._send(key, data, attributes))
+        if span is not None:
+            future.add_done_callback(functools.partial(tracing.finish, span))  # type: ignore[union-attr]
         self._track(future)
         return future
 

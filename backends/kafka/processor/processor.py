@@ -33,7 +33,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from backends.kafka.processor.context import Context
 from backends.kafka.processor.errors import (
@@ -88,6 +88,9 @@ from broker.errors import (
 )
 from broker.log import Log, LogConsumer, TopicPartition, with_client_id
 from broker.message import Record
+
+if TYPE_CHECKING:
+    from backends.kafka.processor.tracing import CallbackTracing
 
 __all__ = ["Processor"]
 
@@ -214,6 +217,14 @@ class Processor:
         self._restarts = 0
         self._headers: Mapping[str, str] = dict(self.options.headers)
         self._nil = self.options.nil_handling
+        #: With ``tracer_provider``: the callbacks' spans and trace propagation (None: off).
+        self._tracing: CallbackTracing | None = None
+        if self.options.tracer_provider is not None:
+            from backends.kafka.processor.tracing import CallbackTracing, system_of
+
+            self._tracing = CallbackTracing(
+                self.options.tracer_provider, self.options.propagator, graph.group, system_of(log_port)
+            )
 
     def __repr__(self) -> str:
         return f"<Processor {self.graph.group!r} {self._state.value} partitions={sorted(self._parts)}>"
@@ -547,12 +558,23 @@ class Processor:
         key: str | None,
         data: bytes | None,
         headers: Mapping[str, str] | None,
+        trace: Mapping[str, str] | None = None,
     ) -> None:
-        """Queue an emit or loopback of ``part``'s current message."""
-        if headers:
+        """Queue an emit or loopback of ``part``'s current message.
+
+        Headers: the processor's ``headers`` option, then the callback's trace context (``trace``,
+        with tracing on), then the call's own ``headers``; later ones win.
+        """
+        if trace:
+            merged = dict(self._headers)
+            merged.update(trace)
+            if headers:
+                merged.update(headers)
+            attributes: Mapping[str, str] | None = merged
+        elif headers:
             merged = dict(self._headers)
             merged.update(headers)
-            attributes: Mapping[str, str] | None = merged
+            attributes = merged
         else:
             attributes = self._headers or None
         partition = None
@@ -622,6 +644,7 @@ class Processor:
         inputs = self._inputs
         touched = self._touched
         nil = self._nil
+        tracing = self._tracing
         for record in records:
             part = parts.get(record.partition)
             if part is None:  # a record of a partition revoked meanwhile: its new owner handles it
@@ -651,7 +674,9 @@ class Processor:
                 message = self._decode(edge, record, raw)
             ctx = Context(self, part, record)
             try:
-                if edge.is_async:
+                if tracing is not None:
+                    await tracing.call(edge.callback, edge.is_async, ctx, message)
+                elif edge.is_async:
                     await edge.callback(ctx, message)  # type: ignore[misc]
                 else:
                     edge.callback(ctx, message)

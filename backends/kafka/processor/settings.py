@@ -175,6 +175,15 @@ class ProcessorOptions:
     #: A run that lasted this long (seconds) before failing restarts the backoff from its first
     #: delay (goka's ``WithBackoffResetTimeout``; 60 s as in goka).
     backoff_reset: float = 60.0
+    #: An OpenTelemetry ``TracerProvider`` (opt-in tracing; needs the ``otel`` extra): each
+    #: callback runs in a ``process <topic>`` span continuing the trace in the input's headers,
+    #: and its emits and loopbacks carry that span's context (``traceparent``) in their headers.
+    #: ``None`` (default): no spans, no propagation, nothing imported. To use the global provider,
+    #: pass ``opentelemetry.trace.get_tracer_provider()``.
+    tracer_provider: Any = None
+    #: The ``TextMapPropagator`` that reads and writes the trace context headers, with
+    #: ``tracer_provider`` (default: OpenTelemetry's global one, W3C trace context and baggage).
+    propagator: Any = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
