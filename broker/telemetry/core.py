@@ -474,60 +474,40 @@ class ConsumerTelemetry:
     # -- handlers ------------------------------------------------------------------------
     def wrap_handler(self, handler: Handler) -> Handler:
         """``handler`` inside a process span, timed, its outcome counted."""
-        otel = self.otel
-        series = self.series
-        perf_counter = time.perf_counter
 
         async def traced_handler(message: Message) -> None:
-            span = self.begin(message)
-            self.health.message()
-            token = None
-            if span is not None and otel is not None and span.get_span_context().is_valid:
-                token = otel.context.attach(otel.trace.set_span_in_context(span))
-            start = perf_counter()
-            try:
-                await handler(message)
-            except BaseException as exc:
-                series.handled(perf_counter() - start, False)
-                if span is not None:
-                    self.end(span, exc)
-                    span = None
-                raise
-            finally:
-                if token is not None:
-                    otel.context.detach(token)  # type: ignore[union-attr]
-                if span is not None:
-                    span.end()
-            series.handled(perf_counter() - start, True)
+            await self._handled(self.begin(message), 1, handler(message))
 
         return traced_handler
 
     def wrap_batch_handler(self, handler: BatchHandler) -> BatchHandler:
         """A batch ``handler`` inside one process span linked to the messages' contexts."""
-        otel = self.otel
-        series = self.series
-        perf_counter = time.perf_counter
 
         async def traced_batch_handler(messages: list[Message]) -> None:
-            span = self.begin_batch(messages)
-            self.health.message(len(messages))
-            token = None
-            if span is not None and otel is not None and span.get_span_context().is_valid:
-                token = otel.context.attach(otel.trace.set_span_in_context(span))
-            start = perf_counter()
-            try:
-                await handler(messages)
-            except BaseException as exc:
-                series.handled(perf_counter() - start, False)
-                if span is not None:
-                    self.end(span, exc)
-                    span = None
-                raise
-            finally:
-                if token is not None:
-                    otel.context.detach(token)  # type: ignore[union-attr]
-                if span is not None:
-                    span.end()
-            series.handled(perf_counter() - start, True)
+            await self._handled(self.begin_batch(messages), len(messages), handler(messages))
 
         return traced_batch_handler
+
+    async def _handled(self, span: Any, count: int, call: Awaitable[None]) -> None:
+        """Await a handler's ``call`` with ``span`` current; time it and count how it ended."""
+        otel = self.otel
+        series = self.series
+        self.health.message(count)
+        token = None
+        if span is not None and otel is not None and span.get_span_context().is_valid:
+            token = otel.context.attach(otel.trace.set_span_in_context(span))
+        start = time.perf_counter()
+        try:
+            await call
+        except BaseException as exc:
+            series.handled(time.perf_counter() - start, False)
+            if span is not None:
+                self.end(span, exc)
+                span = None
+            raise
+        finally:
+            if token is not None:
+                otel.context.detach(token)  # type: ignore[union-attr]
+            if span is not None:
+                span.end()
+        series.handled(time.perf_counter() - start, True)
