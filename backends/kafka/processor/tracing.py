@@ -36,8 +36,8 @@ def system_of(log_port: Any) -> str:
         seen += 1
     module = type(log_port).__module__
     parts = module.split(".")
-    if len(parts) > 1 and parts[0] == "backends":
-        return parts[1]
+    if "backends" in parts[:-1]:
+        return parts[parts.index("backends") + 1]
     return "kafka"
 
 
