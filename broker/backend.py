@@ -30,7 +30,7 @@ from broker.interfaces import (
 from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
 
-__all__ = ["Backend", "BackendBase", "BackendFactory"]
+__all__ = ["Backend", "BackendBase", "BackendFactory", "Backlog"]
 
 
 @runtime_checkable
@@ -96,6 +96,45 @@ class Backend(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
+class Backlog(Protocol):
+    """The optional backlog extra: how far a subscription is behind, as the broker reports it.
+
+    Every :class:`BackendBase` has :meth:`backlog`; it returns None unless the backend reports a
+    figure (a backend outside ``BackendBase`` may leave the method out: treat that as None).
+    ``broker.telemetry`` turns it into the ``polybroker.consumer.backlog`` gauge and the
+    ``lagging`` state of a consumer's health.
+
+    What is counted, per backend (``docs/metrics.md`` has the table):
+
+    * inmem: messages of the subscription not yet acked (undelivered, waiting for redelivery and
+      in flight); for a ``records()`` group, records after the committed offsets;
+    * kafka: the sum over the topic's partitions of the high watermark minus the group's committed
+      offset (``records()``: the group; ``messages()``: the marker queue's group, by default
+      ``kafka-mq-<subscription>``). The marker queue commits when a batch is fetched, so messages
+      in flight (fetched, not acked) are not counted: ``backlog_counts_in_flight`` is False;
+    * nats (JetStream): the durable consumer's ``num_pending + num_ack_pending``;
+    * rabbitmq: the queue's ready messages (``message_count`` of a passive declare); AMQP does not
+      report unacked ones, so ``backlog_counts_in_flight`` is False;
+    * servicebus: the entity's ``active_message_count`` from the management API (None where the
+      management API does not report it);
+    * pubsub, pulsar: None (neither client has a backlog call).
+    """
+
+    #: True when messages delivered and not yet acked are part of the backlog; False where the
+    #: broker only reports messages not yet delivered (fetched) to any consumer.
+    backlog_counts_in_flight: bool
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """Messages of ``subscription`` on ``topic`` not consumed yet, as the broker reports it.
+
+        ``subscription`` is the subscription of ``messages()`` / ``receiver()``, or the consumer
+        group of ``records()``. Returns None where the broker does not say. Raises
+        :class:`~broker.errors.UnknownTopic` where the broker says the topic or subscription does
+        not exist, and the backend's other :class:`~broker.errors.BrokerError` when asking fails.
+        """
+
+
 class BackendFactory(Protocol):
     """What a backend registers under the ``broker.backends`` entry-point group."""
 
@@ -126,6 +165,8 @@ class BackendBase:
 
     name: str = "backend"
     capabilities: Capabilities = Capabilities()
+    #: See :class:`Backlog`: whether :meth:`backlog` counts messages delivered and not yet acked.
+    backlog_counts_in_flight: bool = True
 
     def __init__(self) -> None:
         self._resources: list[Any] = []
@@ -220,6 +261,15 @@ class BackendBase:
     ) -> BatchedIterator:
         """Batches over :meth:`records` (backends with native batches override this)."""
         return adapt.batched_records(self.records(topics, group, **options), batch_size, batch_timeout)
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """How many messages of ``subscription`` are not consumed yet (see :class:`Backlog`).
+
+        The default returns None (the broker does not say): asking is never an error, so callers
+        need no capability check. Backends whose broker reports a figure override this.
+        """
+        self._check_open()
+        return None
 
     async def _close_connection(self) -> None:
         """Close the backend's own connection, after every resource was closed."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from backends.inmem.backlog import backlog as _backlog
 from backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
 from backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
 from backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
@@ -136,6 +137,14 @@ class InmemBackend(BackendBase):
         consumer = self.log().consumer(group, names, start=opts.start)
         iterator = InmemBatchedRecordIterator(consumer, batch_size or opts.batch_size, batch_timeout)
         return self._track(iterator)  # type: ignore[no-any-return]
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """Messages of ``subscription`` (or of the ``records()`` group) not yet acked.
+
+        See :func:`backends.inmem.backlog.backlog`; ``UnknownTopic`` for an unknown topic or name.
+        """
+        self._check_open()
+        return _backlog(self.broker, topic, subscription)
 
     def log(self) -> InmemLog:
         """The ``broker.log`` port on this broker."""

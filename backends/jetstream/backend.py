@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from nats.js import api
 
 from backends.jetstream.acker import DeadLetterer, JetStreamAcker
+from backends.jetstream.backlog import consumer_backlog
 from backends.jetstream.connection import Connection
 from backends.jetstream.consumer import (
     JetStreamBatchedMessageIterator,
@@ -328,6 +329,19 @@ class JetStreamBackend(BackendBase):
         iterator = JetStreamRecordIterator(engine, size, batch_timeout, attribute, commits=False)
         holder.append(iterator)
         return self._track(iterator)  # type: ignore[no-any-return]
+
+    # -- backlog -------------------------------------------------------------------------------
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """``num_pending + num_ack_pending`` of the durable consumer ``subscription`` (or group).
+
+        Looks in ``settings.stream``, else in the stream storing subject ``topic``; creates nothing
+        (``UnknownTopic`` when the stream or consumer does not exist). See
+        :mod:`backends.jetstream.backlog`.
+        """
+        self._check_open()
+        return await consumer_backlog(
+            self.connection, topic, self._consumer_name(subscription), self.settings.stream
+        )
 
     # -- closing -------------------------------------------------------------------------------
     async def _close_connection(self) -> None:

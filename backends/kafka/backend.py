@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Any
 
 from backends.kafka.admin import KafkaAdmin
+from backends.kafka.backlog import group_backlog
 from backends.kafka.consumer import GroupCore
 from backends.kafka.log import KafkaLog
 from backends.kafka.producer import AsyncProducer
@@ -17,13 +19,14 @@ from backends.kafka.queue import (
     RedeliveryTracker,
     open_messages,
 )
-from backends.kafka.queue.settings import queue_settings_for_topic
+from backends.kafka.queue.settings import QueueSettings, queue_settings_for_topic
 from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
 from backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
 from backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.backend import BackendBase, topics_tuple
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
+from broker.log import TopicPartition
 from broker.settings import build_settings
 
 __all__ = ["CAPABILITIES", "KafkaBackend"]
@@ -50,17 +53,26 @@ CAPABILITIES = Capabilities(
 
 _names = itertools.count(1)
 
+#: The default consumer-group prefix of the marker queue (``QueueSettings.group_prefix``).
+_QUEUE_GROUP_PREFIX: str = str(
+    next(f.default for f in dataclasses.fields(QueueSettings) if f.name == "group_prefix")
+)
+
 
 class KafkaBackend(BackendBase):
     """A connection to a Kafka cluster: publishers, group consumers, transactions, the log port."""
 
     name = "kafka"
     capabilities = CAPABILITIES
+    #: ``messages()``' marker queue commits at fetch: its backlog leaves out messages in flight.
+    backlog_counts_in_flight = False
 
     def __init__(self, settings: KafkaSettings) -> None:
         super().__init__()
         self.settings = settings
         self._admin: KafkaAdmin | None = None
+        #: (topic, subscription) -> the consumer group behind ``messages()`` (the queue's group).
+        self._queue_groups: dict[tuple[str, str], str] = {}
 
     def __repr__(self) -> str:
         return f"<KafkaBackend {self.settings.servers}>"
@@ -250,6 +262,7 @@ class KafkaBackend(BackendBase):
         if not isinstance(embedded, bool):
             embedded = str(embedded).lower() in ("1", "true", "yes", "on")
         config = queue_settings_for_topic(topic, options)
+        self._queue_groups[(topic, subscription)] = f"{config.group_prefix}{subscription}"
         iterator = open_messages(
             self.log(),
             config,
@@ -259,6 +272,29 @@ class KafkaBackend(BackendBase):
             batch_timeout=batch_timeout,
         )
         return self._track(iterator)  # type: ignore[no-any-return]
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """Records of ``topic`` the group has not committed: high watermark - committed, summed.
+
+        ``subscription`` is a ``records()`` group, or a ``messages()`` subscription: then the
+        group is the marker queue's (``group_prefix + subscription``, by default
+        ``kafka-mq-<subscription>``; the queue commits when a batch is fetched, so messages in
+        flight are not counted). For a subscription this backend did not open, the queue's group
+        is used when it committed offsets of ``topic``, else ``subscription`` as a group. A group
+        that committed nothing counts every retained record. ``UnknownTopic`` for a missing topic.
+        See :mod:`backends.kafka.backlog`.
+        """
+        self._check_open()
+        admin = self.admin
+        group = self._queue_groups.get((topic, subscription))
+        if group is None:
+            group = subscription
+            queue_group = f"{_QUEUE_GROUP_PREFIX}{subscription}"
+            count = await admin.partitions(topic)
+            committed = await admin.committed(queue_group, [TopicPartition(topic, p) for p in range(count)])
+            if any(offset is not None for offset in committed.values()):
+                group = queue_group
+        return await group_backlog(admin, topic, group)
 
     def queue_tracker(self, topic: str, **options: Any) -> RedeliveryTracker:
         """A redelivery tracker for the marker queue on ``topic`` (options as for :meth:`messages`)."""

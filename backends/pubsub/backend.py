@@ -245,5 +245,14 @@ class PubsubBackend(BackendBase):
         self._check_open()
         return await self._creator.ensure_subscription(topic, subscription, self._options(options))
 
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """None: the Pub/Sub client libraries have no backlog call.
+
+        Google reports a subscription's backlog as the Cloud Monitoring metric
+        ``pubsub.googleapis.com/subscription/num_undelivered_messages`` (not served by the emulator).
+        """
+        self._check_open()
+        return None
+
     async def _close_connection(self) -> None:
         await self.clients.close()

@@ -159,6 +159,15 @@ class PulsarBackend(BackendBase):
         finally:
             await created.close()
 
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """None: the Pulsar client has no backlog call.
+
+        Pulsar reports a subscription's ``msgBacklog`` in the topic stats of its admin REST API
+        (``pulsar-admin topics stats``), which this backend does not use and pulsar-lite does not serve.
+        """
+        self._check_open()
+        return None
+
     async def _close_connection(self) -> None:
         """Close the client on a thread of its own, waiting at most :data:`CLOSE_TIMEOUT`.
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.rabbitmq.backlog import queue_backlog
 from backends.rabbitmq.connection import RabbitmqConnection
 from backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
 from backends.rabbitmq.publisher import RabbitmqPublishDriver
@@ -54,6 +55,8 @@ class RabbitmqBackend(BackendBase):
 
     name = "rabbitmq"
     capabilities = CAPABILITIES
+    #: A passive declare reports ready messages only: the backlog leaves out unacked ones.
+    backlog_counts_in_flight = False
 
     def __init__(self, settings: RabbitmqSettings | None = None) -> None:
         super().__init__()
@@ -99,6 +102,15 @@ class RabbitmqBackend(BackendBase):
             batch_timeout,
         )
         return self._track(consumer)  # type: ignore[no-any-return]
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """The ready messages of the queue ``<topic>.<subscription>`` (not the unacked ones).
+
+        A passive declare's ``message_count``; ``UnknownTopic`` when the queue does not exist.
+        See :mod:`backends.rabbitmq.backlog`.
+        """
+        self._check_open()
+        return await queue_backlog(self.connection, topic, subscription)
 
     async def _close_connection(self) -> None:
         await self.connection.close()

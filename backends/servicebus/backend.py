@@ -24,6 +24,7 @@ import dataclasses
 from typing import Any
 
 from backends.servicebus.admin import EntityAdmin
+from backends.servicebus.backlog import BacklogReader
 from backends.servicebus.connection import Shutdowns
 from backends.servicebus.consumer import Entity, ServiceBusBatchedMessageIterator, ServiceBusMessageIterator
 from backends.servicebus.publisher import ServiceBusPublisher
@@ -78,6 +79,7 @@ class ServiceBusBackend(BackendBase):
         self.settings = settings
         self._shutdowns = Shutdowns()
         self.admin = EntityAdmin(settings)
+        self._backlog = BacklogReader(self.admin)
         if settings.key_to == "session_id" and settings.sessions:
             self.capabilities = dataclasses.replace(CAPABILITIES, per_key_order=True)
 
@@ -139,7 +141,18 @@ class ServiceBusBackend(BackendBase):
         )
         return self._track(iterator)  # type: ignore[no-any-return]
 
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """``active_message_count`` of the queue or subscription (names as for :meth:`messages`).
+
+        None where the management API reports no counts or cannot be used; ``UnknownTopic`` when
+        the entity does not exist. See :mod:`backends.servicebus.backlog`.
+        """
+        self._check_open()
+        entity = self._entity(topic, subscription)
+        return await self._backlog.backlog(entity.topic, entity.subscription)
+
     async def _close_connection(self) -> None:
         """Wait (bounded) for the SDK receivers, senders and connections to finish closing."""
         await self._shutdowns.wait()
+        await self._backlog.close()
         await self.admin.close()

@@ -34,7 +34,7 @@ from broker.telemetry.health import ConsumerHealth, HealthReport, HealthState
 from broker.telemetry.metrics import METER_NAME, METRICS, Meters, MetricSink, MetricSpec, OtelSink
 from broker.telemetry.prometheus import PrometheusMetrics
 from broker.telemetry.propagation import TRACE_HEADERS, extract, inject
-from broker.telemetry.wrappers import InstrumentedBackend
+from broker.telemetry.wrappers import DEFAULT_BACKLOG_INTERVAL, InstrumentedBackend
 
 __all__ = [
     "METRICS",
@@ -63,6 +63,8 @@ def instrument(
     metrics: bool = True,
     opentelemetry: bool = True,
     settle_spans: bool = True,
+    lag_threshold: int | None = None,
+    backlog_interval: float | None = DEFAULT_BACKLOG_INTERVAL,
 ) -> InstrumentedBackend:
     """``backend`` with tracing, metrics and health, as a delegating :class:`InstrumentedBackend`.
 
@@ -73,6 +75,9 @@ def instrument(
     OpenTelemetry metrics; ``opentelemetry=False`` uses no OpenTelemetry at all (Prometheus and
     health only), so the ``otel`` extra is not needed. ``settle_spans=False`` leaves out the
     ack/nack/dead_letter spans (settlements are still counted), a third of the spans.
+    ``backlog_interval``: how often each consumed subscription's backlog is read from the broker
+    (``Backend.backlog``; 0 or None: never), for the ``polybroker.consumer.backlog`` gauge and
+    health; ``lag_threshold``: a backlog above it marks the consumer ``lagging``.
 
     Raises :class:`~broker.errors.MissingDependency` naming the ``otel`` extra when OpenTelemetry
     is wanted and not installed.
@@ -97,4 +102,6 @@ def instrument(
         sinks.append(prometheus)
     meters = Meters(SYSTEMS.get(backend.name, backend.name), sinks)
     telemetry = Telemetry(backend.name, otel, tracer, propagator, meters, HealthState(), settle_spans)
-    return InstrumentedBackend(backend, telemetry)
+    return InstrumentedBackend(
+        backend, telemetry, lag_threshold=lag_threshold, backlog_interval=backlog_interval
+    )

@@ -2,9 +2,11 @@
 
 An instrumented backend (:func:`broker.telemetry.instrument`) keeps a :class:`ConsumerHealth`
 for every consumer it hands out: whether its last call to the broker worked (``connected``),
-whether it is being consumed (``consuming``), since when no message came (``idle_since``) and its
-last error. :meth:`HealthState.report` sums them up into a :class:`HealthReport` an application
-can serve from its own liveness and readiness endpoints. Nothing here talks to a broker.
+whether it is being consumed (``consuming``), since when no message came (``idle_since``), its
+last error, and its backlog as the broker reports it (``backlog``; ``lagging`` when it is above
+the instrumented backend's ``lag_threshold``). :meth:`HealthState.report` sums them up into a
+:class:`HealthReport` an application can serve from its own liveness and readiness endpoints.
+Nothing here talks to a broker.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class ConsumerHealth:
     received: int = 0
     last_error: str | None = None
     last_error_at: float | None = None
+    backlog: int | None = None
+    backlog_at: float | None = None
+    lagging: bool = False
+    backlog_errors: int = 0
+    backlog_error: str | None = None
 
     def message(self, count: int = 1) -> None:
         """``count`` messages arrived."""
@@ -55,6 +62,17 @@ class ConsumerHealth:
         self.last_error = f"{type(exc).__name__}: {exc}"
         self.last_error_at = time.time()
 
+    def observe_backlog(self, backlog: int | None, threshold: int | None) -> None:
+        """The broker reported ``backlog`` (None: it does not say); lagging above ``threshold``."""
+        self.backlog = backlog
+        self.backlog_at = time.time()
+        self.lagging = threshold is not None and backlog is not None and backlog > threshold
+
+    def backlog_failure(self, exc: BaseException) -> None:
+        """Asking the broker for the backlog raised ``exc`` (the last figure is kept)."""
+        self.backlog_errors += 1
+        self.backlog_error = f"{type(exc).__name__}: {exc}"
+
     @property
     def healthy(self) -> bool:
         """False when the consumer's last call to the broker failed."""
@@ -70,16 +88,24 @@ class HealthReport:
     """A snapshot of an instrumented backend's health.
 
     ``live``: the backend is open (restart the process when False). ``ready``: live, and no open
-    consumer's last call to the broker failed (stop sending work when False).
+    consumer's last call to the broker failed (stop sending work when False). ``lagging``: some
+    open consumer's backlog is above the lag threshold (scale out, or look; it does not change
+    ``ready``).
     """
 
     live: bool
     ready: bool
     consumers: tuple[ConsumerHealth, ...]
+    lagging: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (for a health endpoint)."""
-        return {"live": self.live, "ready": self.ready, "consumers": [c.as_dict() for c in self.consumers]}
+        return {
+            "live": self.live,
+            "ready": self.ready,
+            "lagging": self.lagging,
+            "consumers": [c.as_dict() for c in self.consumers],
+        }
 
 
 class HealthState:
@@ -100,4 +126,5 @@ class HealthState:
         self.consumers = [c for c in self.consumers if not c.closed]
         live = not self.closed
         ready = live and all(c.healthy for c in self.consumers)
-        return HealthReport(live, ready, tuple(replace(c) for c in self.consumers))
+        lagging = any(c.lagging for c in self.consumers)
+        return HealthReport(live, ready, tuple(replace(c) for c in self.consumers), lagging)

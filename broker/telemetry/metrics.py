@@ -37,7 +37,7 @@ class MetricSpec:
     key: str
     otel_name: str
     prometheus_name: str
-    kind: str  # "counter", "histogram" or "updowncounter"
+    kind: str  # "counter", "histogram", "updowncounter" or "gauge"
     unit: str
     labels: tuple[str, ...]
     description: str
@@ -121,6 +121,17 @@ METRICS: Final[tuple[MetricSpec, ...]] = (
         _CONSUMER,
         "Messages handed to the application and not settled yet (records are not counted).",
     ),
+    MetricSpec(
+        "backlog",
+        "polybroker.consumer.backlog",
+        "polybroker_consumer_backlog",
+        "gauge",
+        "{message}",
+        _CONSUMER,
+        "Messages of the subscription (for records: the consumer group) not consumed yet, as the "
+        "broker reports it, polled while a consumer of it is open; no series where the broker "
+        "does not say.",
+    ),
 )
 
 
@@ -139,6 +150,9 @@ class ConsumerSeries(Protocol):
 
     def handled(self, seconds: float, ok: bool) -> None:
         """Record one handler call of ``seconds``."""
+
+    def backlog(self, value: int | None) -> None:
+        """Set the backlog gauge to ``value`` (None: unknown, the series is withdrawn)."""
 
 
 class MetricSink(Protocol):
@@ -164,14 +178,21 @@ class _OtelPublish:
 
 
 class _OtelConsumer:
-    __slots__ = ("_error", "_in_flight", "_instruments", "_labels", "_ok")
+    __slots__ = ("_backlog", "_error", "_in_flight", "_instruments", "_labels", "_ok")
 
-    def __init__(self, instruments: dict[str, Any], labels: dict[str, str], in_flight: list[int]) -> None:
+    def __init__(
+        self,
+        instruments: dict[str, Any],
+        labels: dict[str, str],
+        in_flight: list[int],
+        backlog: list[int | None],
+    ) -> None:
         self._instruments = instruments
         self._labels = labels
         self._ok = {**labels, "outcome": "ok"}
         self._error = {**labels, "outcome": "error"}
         self._in_flight = in_flight
+        self._backlog = backlog
 
     def add(self, key: str, count: int) -> None:
         if key == "in_flight":  # a plain integer, observed when the metrics are collected
@@ -181,6 +202,9 @@ class _OtelConsumer:
 
     def handled(self, seconds: float, ok: bool) -> None:
         self._instruments["handler_duration"].record(seconds, self._ok if ok else self._error)
+
+    def backlog(self, value: int | None) -> None:
+        self._backlog[0] = value  # observed when the metrics are collected
 
 
 class OtelSink:
@@ -193,10 +217,20 @@ class OtelSink:
         self.instruments: dict[str, Any] = {}
         #: labels -> a one-item list holding the series' in-flight count (read by a callback).
         self._in_flight: dict[tuple[str, str, str], list[int]] = {}
+        #: labels -> a one-item list holding the series' last backlog (None: not observed).
+        self._backlog: dict[tuple[str, str, str], list[int | None]] = {}
         for spec in METRICS:
             if spec.key == "in_flight":
                 self.instruments[spec.key] = meter.create_observable_up_down_counter(
                     spec.otel_name, callbacks=[self._observe], unit=spec.unit, description=spec.description
+                )
+                continue
+            if spec.kind == "gauge":
+                self.instruments[spec.key] = meter.create_observable_gauge(
+                    spec.otel_name,
+                    callbacks=[self._observe_backlog],
+                    unit=spec.unit,
+                    description=spec.description,
                 )
                 continue
             create = {
@@ -213,14 +247,24 @@ class OtelSink:
     def consumer_series(self, system: str, destination: str, subscription: str) -> ConsumerSeries:
         """The series of one consumer."""
         labels = {"system": system, "destination": destination, "subscription": subscription}
-        cell = self._in_flight.setdefault((system, destination, subscription), [0])
-        return _OtelConsumer(self.instruments, labels, cell)
+        key = (system, destination, subscription)
+        cell = self._in_flight.setdefault(key, [0])
+        backlog = self._backlog.setdefault(key, [None])
+        return _OtelConsumer(self.instruments, labels, cell, backlog)
 
     def _observe(self, options: Any) -> list[Any]:
         observation = self._observation
         return [
             observation(cell[0], {"system": s, "destination": d, "subscription": u})
             for (s, d, u), cell in list(self._in_flight.items())
+        ]
+
+    def _observe_backlog(self, options: Any) -> list[Any]:
+        observation = self._observation
+        return [
+            observation(cell[0], {"system": s, "destination": d, "subscription": u})
+            for (s, d, u), cell in list(self._backlog.items())
+            if cell[0] is not None
         ]
 
 
@@ -248,6 +292,10 @@ class _FanConsumer:
     def handled(self, seconds: float, ok: bool) -> None:
         for series in self._series:
             series.handled(seconds, ok)
+
+    def backlog(self, value: int | None) -> None:
+        for series in self._series:
+            series.backlog(value)
 
 
 class Meters:

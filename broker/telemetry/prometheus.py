@@ -17,8 +17,10 @@ from broker.telemetry.metrics import METRICS, ConsumerSeries, PublishSeries
 
 __all__ = ["PrometheusMetrics"]
 
-#: The metrics labelled by consumer alone (system, destination, subscription).
-_CONSUMER_KEYS = tuple(s.key for s in METRICS if s.labels == ("system", "destination", "subscription"))
+#: The counters labelled by consumer alone (system, destination, subscription); gauges are set apart.
+_CONSUMER_KEYS = tuple(
+    s.key for s in METRICS if s.labels == ("system", "destination", "subscription") and s.kind != "gauge"
+)
 
 #: Handler durations in seconds: 1 ms to 1 min.
 DEFAULT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -36,18 +38,29 @@ class _PromPublish:
 
 
 class _PromConsumer:
-    __slots__ = ("_children", "_error", "_ok")
+    __slots__ = ("_backlog", "_children", "_error", "_labels", "_ok")
 
     def __init__(self, metrics: dict[str, Any], labels: tuple[str, str, str]) -> None:
         self._children = {key: metrics[key].labels(*labels) for key in _CONSUMER_KEYS}
         self._ok = metrics["handler_duration"].labels(*labels, "ok")
         self._error = metrics["handler_duration"].labels(*labels, "error")
+        self._backlog = metrics["backlog"]  # a child only while the backlog is known
+        self._labels = labels
 
     def add(self, key: str, count: int) -> None:
         self._children[key].inc(count)  # a Gauge's inc takes negative amounts too
 
     def handled(self, seconds: float, ok: bool) -> None:
         (self._ok if ok else self._error).observe(seconds)
+
+    def backlog(self, value: int | None) -> None:
+        if value is not None:
+            self._backlog.labels(*self._labels).set(value)
+            return
+        try:
+            self._backlog.remove(*self._labels)
+        except KeyError:
+            pass  # never set
 
 
 class PrometheusMetrics:

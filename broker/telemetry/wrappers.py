@@ -5,11 +5,22 @@ Each wrapper does what the object it wraps does and adds the instrumentation of
 (``backend.log()``, ``receiver.stop()``, an SDK escape hatch) is the wrapped object's. Publishers
 are not wrapped: the backend's own :class:`~broker.publishing.DriverPublisher` gets the publish
 middleware (:meth:`~broker.publishing.DriverPublisher.wrap_send`) and is returned as it is.
+
+While a consumer is open (an iterator from its first pull until closed, a receiver while it
+receives), a :class:`BacklogWatch` of its (destination, subscription) asks the backend for the
+backlog (:class:`broker.backend.Backlog`) every ``backlog_interval`` seconds: one poll per
+subscription whatever the number of its consumers, in a task of its own (message flow never
+waits for it), cancelled when the last consumer of the subscription closes. The figure goes to
+the ``polybroker.consumer.backlog`` gauge and to each consumer's health (``backlog``,
+``lagging`` above ``lag_threshold``); a failed poll is logged and counted in the health, never
+raised. Polling stops for good when the backend answers None (its broker does not say).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -21,14 +32,142 @@ from broker.interfaces import BatchHandler, Handler, Publisher, TransactionalPub
 from broker.message import Message, Record
 from broker.publishing import DriverPublisher
 from broker.telemetry.core import ConsumerTelemetry, Telemetry
-from broker.telemetry.health import HealthReport
+from broker.telemetry.health import ConsumerHealth, HealthReport
 
 __all__ = [
+    "DEFAULT_BACKLOG_INTERVAL",
+    "BacklogWatch",
     "InstrumentedBackend",
     "TracedBatchIterator",
     "TracedIterator",
     "TracedReceiver",
 ]
+
+
+log = logging.getLogger("broker.telemetry")
+
+#: Seconds between two backlog polls of one subscription, by default.
+DEFAULT_BACKLOG_INTERVAL = 15.0
+#: The first poll of a subscription comes this many seconds after its first consumer starts
+#: (or after ``backlog_interval`` when that is shorter).
+_FIRST_POLL = 1.0
+
+
+async def backlog_of(backend: Any, topic: str, subscription: str) -> int | None:
+    """``backend.backlog(topic, subscription)``, or None for a backend without the extra."""
+    backlog = getattr(backend, "backlog", None)
+    if backlog is None:
+        return None
+    value: int | None = await backlog(topic, subscription)
+    return value
+
+
+class BacklogWatch:
+    """Polls the backlog of one (destination, subscription) while consumers of it are open.
+
+    ``destination`` may name several topics, comma-separated (``records()`` of many topics):
+    their backlogs are summed (None when any is None). Consumers :meth:`join` when they start
+    and :meth:`leave` when they stop; the polling task runs between the first join and the last
+    leave. Each poll is bounded by ``interval`` (at least 1 s; a poll that takes longer fails with
+    ``Timeout``).
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        destination: str,
+        subscription: str,
+        series: Any,
+        interval: float,
+        threshold: int | None,
+    ) -> None:
+        self.backend = backend
+        self.destination = destination
+        self.subscription = subscription
+        self.series = series
+        self.interval = interval
+        self.threshold = threshold
+        #: The health entries of the consumers being watched.
+        self.consumers: list[ConsumerHealth] = []
+        #: False once the backend answered None: the broker does not report a backlog.
+        self.reported = True
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    def __repr__(self) -> str:
+        return f"<BacklogWatch {self.destination}/{self.subscription} consumers={len(self.consumers)}>"
+
+    def join(self, health: ConsumerHealth) -> None:
+        """A consumer of the subscription started: poll while it runs (call from the event loop)."""
+        if any(h is health for h in self.consumers):
+            return
+        self.consumers.append(health)
+        if self._task is None and self.reported:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"backlog {self.destination}/{self.subscription}"
+            )
+
+    async def leave(self, health: ConsumerHealth) -> None:
+        """A consumer stopped; the last one to leave stops the polling and withdraws the gauge."""
+        self.consumers = [h for h in self.consumers if h is not health]
+        if not self.consumers:
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop polling (idempotent) and withdraw the gauge's series."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            if task is not asyncio.current_task():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self.series.backlog(None)
+
+    async def poll(self) -> int | None:
+        """Ask the backend once; the summed backlog of the destination's topics."""
+        total = 0
+        for topic in self.destination.split(","):
+            value = await backlog_of(self.backend, topic, self.subscription)
+            if value is None:
+                return None
+            total += value
+        return total
+
+    async def _run(self) -> None:
+        await asyncio.sleep(min(self.interval, _FIRST_POLL))
+        while True:
+            try:
+                async with asyncio.timeout(max(self.interval, 1.0)):
+                    value = await self.poll()
+            except ClosedError:
+                return  # the backend is closing
+            except Exception as exc:
+                self._failed(exc)
+            else:
+                self._failing = False
+                self.series.backlog(value)
+                for health in self.consumers:
+                    health.observe_backlog(value, self.threshold)
+                if value is None:
+                    self.reported = False
+                    self._task = None
+                    return
+            await asyncio.sleep(self.interval)
+
+    def _failed(self, exc: BaseException) -> None:
+        if isinstance(exc, TimeoutError) and not isinstance(exc, BrokerError):
+            exc = Timeout(f"the backlog poll took longer than {max(self.interval, 1.0)} s")
+        level = logging.DEBUG if self._failing else logging.WARNING
+        self._failing = True
+        log.log(
+            level,
+            "polling the backlog of %s/%s failed: %s",
+            self.destination,
+            self.subscription,
+            exc,
+        )
+        for health in self.consumers:
+            health.backlog_failure(exc)
 
 
 def _given(options: dict[str, Any], **maybe: Any) -> dict[str, Any]:
@@ -94,9 +233,12 @@ class _Current:
 
 
 class _TracedPull(_Delegate):
-    def __init__(self, wrapped: Any, consumer: ConsumerTelemetry) -> None:
+    def __init__(self, wrapped: Any, consumer: ConsumerTelemetry, watch: BacklogWatch | None = None) -> None:
         self.wrapped = wrapped
         self.consumer = consumer
+        #: The backlog watch of this consumer's subscription (None: no backlog polling).
+        self.watch = watch
+        self._watching = False
         self._current = _Current(consumer)
         self._iterator: AsyncIterator[Any] | None = None
 
@@ -107,6 +249,9 @@ class _TracedPull(_Delegate):
         self._current.leave()
         health = self.consumer.health
         health.consuming = True
+        if not self._watching and self.watch is not None:
+            self._watching = True
+            self.watch.join(health)
         try:
             return await pull(*args)
         except (Timeout, StopAsyncIteration, ClosedError):
@@ -132,6 +277,9 @@ class _TracedPull(_Delegate):
         self._current.leave()
         self.consumer.health.consuming = False
         self.consumer.health.closed = True
+        if self._watching and self.watch is not None:
+            self._watching = False
+            await self.watch.leave(self.consumer.health)
         await self.wrapped.close()
 
 
@@ -181,9 +329,11 @@ class TracedBatchIterator(_TracedPull):
 class TracedReceiver(_Delegate):
     """A ``Receiver`` (and ``BatchedReceiver`` when the wrapped one is) whose handlers are traced."""
 
-    def __init__(self, wrapped: Any, consumer: ConsumerTelemetry) -> None:
+    def __init__(self, wrapped: Any, consumer: ConsumerTelemetry, watch: BacklogWatch | None = None) -> None:
         self.wrapped = wrapped
         self.consumer = consumer
+        #: The backlog watch of this receiver's subscription (None: no backlog polling).
+        self.watch = watch
 
     def __repr__(self) -> str:
         return f"<TracedReceiver of {self.wrapped!r}>"
@@ -191,6 +341,9 @@ class TracedReceiver(_Delegate):
     async def _run(self, coro: Any) -> None:
         health = self.consumer.health
         health.consuming = True
+        watch = self.watch
+        if watch is not None:
+            watch.join(health)
         try:
             await coro
         except BrokerError as exc:
@@ -198,6 +351,8 @@ class TracedReceiver(_Delegate):
             raise
         finally:
             health.consuming = False
+            if watch is not None:
+                await watch.leave(health)
 
     async def receive(self, handler: Handler) -> None:
         """Run the wrapped receiver with ``handler`` traced (see ``Receiver.receive``)."""
@@ -210,6 +365,8 @@ class TracedReceiver(_Delegate):
     async def close(self) -> None:
         """Close the wrapped receiver, where it can be closed."""
         self.consumer.health.closed = True
+        if self.watch is not None:
+            await self.watch.leave(self.consumer.health)
         close = getattr(self.wrapped, "close", None)
         if close is not None:
             await close()
@@ -220,13 +377,30 @@ class InstrumentedBackend:
 
     Made by :func:`broker.telemetry.instrument`; ``wrapped`` is the backend underneath, and any
     attribute not defined here (``log()``, ``admin``, settings) is that backend's.
+
+    ``backlog_interval``: seconds between two backlog polls of a subscription with an open
+    consumer (see :class:`BacklogWatch`; 0 or None: no polling, no backlog gauge).
+    ``lag_threshold``: a consumer whose backlog is above it is ``lagging`` in :meth:`health`
+    (None: never lagging). Both are read when a subscription's first consumer is handed out.
     """
 
-    def __init__(self, wrapped: Backend, telemetry: Telemetry) -> None:
+    def __init__(
+        self,
+        wrapped: Backend,
+        telemetry: Telemetry,
+        *,
+        lag_threshold: int | None = None,
+        backlog_interval: float | None = DEFAULT_BACKLOG_INTERVAL,
+    ) -> None:
         self.wrapped = wrapped
         #: The instrumentation (tracer, meters, health) of this backend.
         self.telemetry = telemetry
+        #: A consumer whose backlog is above this is lagging (None: never).
+        self.lag_threshold = lag_threshold
+        #: Seconds between backlog polls of one subscription (0 or None: no polling).
+        self.backlog_interval = backlog_interval
         self._middleware = telemetry.publish_middleware()
+        self._watches: dict[tuple[str, str], BacklogWatch] = {}
 
     def __repr__(self) -> str:
         return f"<InstrumentedBackend of {self.wrapped!r}>"
@@ -249,6 +423,24 @@ class InstrumentedBackend:
     def health(self) -> HealthReport:
         """Liveness, readiness and every open consumer's state (see :mod:`broker.telemetry.health`)."""
         return self.telemetry.health.report()
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """The wrapped backend's backlog (see :class:`broker.backend.Backlog`; None without it)."""
+        return await backlog_of(self.wrapped, topic, subscription)
+
+    def _watch(self, destination: str, subscription: str) -> BacklogWatch | None:
+        """The backlog watch of (destination, subscription), made on first use (None: polling off)."""
+        if not self.backlog_interval or self.backlog_interval <= 0:
+            return None
+        key = (destination, subscription)
+        watch = self._watches.get(key)
+        if watch is None:
+            series = self.telemetry.meters.consumer(destination, subscription)
+            watch = BacklogWatch(
+                self.wrapped, destination, subscription, series, self.backlog_interval, self.lag_threshold
+            )
+            self._watches[key] = watch
+        return watch
 
     def _instrumented(self, publisher: Any) -> Any:
         if isinstance(publisher, DriverPublisher):
@@ -275,7 +467,8 @@ class InstrumentedBackend:
     def messages(self, topic: str, subscription: str, **options: Any) -> TracedIterator:
         """The wrapped backend's ``messages(...)`` with a process span per message."""
         consumer = self.telemetry.consumer(topic, subscription, "messages")
-        return TracedIterator(self.wrapped.messages(topic, subscription, **options), consumer)
+        iterator = self.wrapped.messages(topic, subscription, **options)
+        return TracedIterator(iterator, consumer, self._watch(topic, subscription))
 
     def batched_messages(
         self,
@@ -294,7 +487,8 @@ class InstrumentedBackend:
         iterator = self.wrapped.batched_messages(
             topic, subscription, **_given(options, batch_size=batch_size, batch_timeout=batch_timeout)
         )
-        return TracedBatchIterator(iterator, consumer)
+        watch = self._watch(consumer.destination, consumer.subscription)
+        return TracedBatchIterator(iterator, consumer, watch)
 
     def receiver(
         self, topic: str, subscription: str, *, concurrency: int = 1, **options: Any
@@ -302,7 +496,9 @@ class InstrumentedBackend:
         """The wrapped backend's ``receiver(...)`` with each handler call traced, timed and counted."""
         consumer = self.telemetry.consumer(topic, subscription, "receiver")
         return TracedReceiver(
-            self.wrapped.receiver(topic, subscription, concurrency=concurrency, **options), consumer
+            self.wrapped.receiver(topic, subscription, concurrency=concurrency, **options),
+            consumer,
+            self._watch(topic, subscription),
         )
 
     def batched_receiver(self, topic: str, subscription: str, **options: Any) -> TracedReceiver:
@@ -311,12 +507,15 @@ class InstrumentedBackend:
         if make is None:
             raise AttributeError(f"the {self.name} backend has no batched_receiver")
         consumer = self.telemetry.consumer(topic, subscription, "batched_receiver")
-        return TracedReceiver(make(topic, subscription, **options), consumer)
+        watch = self._watch(topic, subscription)
+        return TracedReceiver(make(topic, subscription, **options), consumer, watch)
 
     def records(self, topics: str | Sequence[str], group: str, **options: Any) -> TracedIterator:
         """The wrapped backend's ``records(...)`` with a process span per record."""
-        consumer = self.telemetry.consumer(",".join(topics_tuple(topics)), group, "records")
-        return TracedIterator(self.wrapped.records(topics, group, **options), consumer)
+        destination = ",".join(topics_tuple(topics))
+        consumer = self.telemetry.consumer(destination, group, "records")
+        iterator = self.wrapped.records(topics, group, **options)
+        return TracedIterator(iterator, consumer, self._watch(destination, group))
 
     def batched_records(
         self,
@@ -332,11 +531,16 @@ class InstrumentedBackend:
         iterator = self.wrapped.batched_records(
             topics, group, **_given(options, batch_size=batch_size, batch_timeout=batch_timeout)
         )
-        return TracedBatchIterator(iterator, consumer)
+        watch = self._watch(consumer.destination, consumer.subscription)
+        return TracedBatchIterator(iterator, consumer, watch)
 
     async def close(self) -> None:
-        """Close the wrapped backend (and everything it handed out)."""
+        """Stop the backlog polling, then close the wrapped backend (and everything it handed out)."""
         self.telemetry.health.closed = True
+        watches = list(self._watches.values())
+        self._watches.clear()
+        for watch in watches:
+            await watch.stop()
         await self.wrapped.close()
 
     async def __aenter__(self) -> Self:

@@ -24,6 +24,7 @@ from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMe
 from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage
 from broker.publishing import DriverPublisher
+from broker.testing.backlog import BacklogSuite
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
 from broker.testing.retry import RetrySuite
@@ -44,7 +45,7 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite(TelemetrySuite, RetrySuite, LifecycleSuite):
+class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------
