@@ -42,9 +42,9 @@ from nats.js import api
 from peers import peer_python, run_peer
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
-from backends.jetstream.registration import factory
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.registration import factory
 
 PAYLOAD = b"x" * 100
 

@@ -47,11 +47,11 @@ from typing import Any
 from peers import peer_python, run_peer
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.rdkafka_config import consumer_config, producer_config
-from backends.kafka.registration import factory
-from backends.kafka.settings import KafkaSettings
 from broker import OutboundMessage
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.rdkafka_config import consumer_config, producer_config
+from broker.backends.kafka.registration import factory
+from broker.backends.kafka.settings import KafkaSettings
 
 # Group joins on Tansu take about session.timeout/2: keep them short for both sides.
 CONSUMER_QUERY = "session_timeout=2&heartbeat_interval=0.3"

@@ -47,11 +47,11 @@ from collections.abc import Awaitable
 from typing import Any
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.queue import RedeliveryTracker
-from backends.kafka.queue.markers import OffsetRange
-from backends.kafka.registration import factory
 from broker import OutboundMessage
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.queue import RedeliveryTracker
+from broker.backends.kafka.queue.markers import OffsetRange
+from broker.backends.kafka.registration import factory
 from broker.testing import wait_until
 
 # Group joins on Tansu take about session.timeout/2: keep them short for both sides.

@@ -11,7 +11,7 @@ raw
 ours
     ``backend.records(topic, group)`` with the connection's defaults and the textbook loop:
     ``async for record in records: ...; await record.ack()`` (an ack queues its commit, see
-    ``backends.kafka.records``).
+    ``broker.backends.kafka.records``).
 
 The clock starts once the consumer has its partition (the group join is not measured). Each side
 runs ``--rounds`` (3) times, alternating which goes first; p50 and p99 of every round are printed,
@@ -33,8 +33,8 @@ import time
 import uuid
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.registration import factory
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.registration import factory
 
 STAMP = struct.Struct("!d")
 

@@ -5,7 +5,7 @@ write ``--messages`` keyed records (default 200,000; keys drawn from ``--words``
 fixed seed) to one input topic with ``--partitions`` partitions, then count messages per key
 in a group table with
 
-* **ours**: ``backends.kafka.processor.Processor`` on ``broker.connect(url).log()``, LMDB
+* **ours**: ``broker.backends.kafka.processor.Processor`` on ``broker.connect(url).log()``, LMDB
   storage, the ``<group>-table`` topic as changelog;
 * **Quix Streams**: ``Application`` + ``StreamingDataFrame.update(..., stateful=True)``, RocksDB
   state with its changelog topic (defaults, at-least-once).
@@ -153,7 +153,7 @@ async def produce(log: Any, topic: str, partitions: int, words: list[str]) -> fl
 
 
 async def run_ours(log: Any, topic: str, partitions: int, messages: int, storage_dir: str) -> dict[str, Any]:
-    from backends.kafka.processor import Processor, define_group, input, lmdb_storage, persist
+    from broker.backends.kafka.processor import Processor, define_group, input, lmdb_storage, persist
 
     marks: dict[str, float] = {}
     seen = [0]
@@ -199,7 +199,7 @@ def _decoded(store: Any) -> Any:
 
 
 async def run_tester(words: list[str]) -> tuple[float, float, int]:
-    from backends.kafka.processor import Tester, define_group, input, persist
+    from broker.backends.kafka.processor import Tester, define_group, input, persist
 
     graph = define_group("tester-wc", input("words", "bytes", count_words), persist("int64"))
     single = words[: min(len(words), 20_000)]
@@ -233,7 +233,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.kafka:
         bootstrap = args.kafka
     else:
-        from backends.kafka.registration import factory
+        from broker.backends.kafka.registration import factory
 
         server = factory.dev_server()
         server.__enter__()

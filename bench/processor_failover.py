@@ -31,7 +31,7 @@ import uuid
 from typing import Any
 
 import broker
-from backends.kafka.processor import Context, Processor, define_group, input, persist
+from broker.backends.kafka.processor import Context, Processor, define_group, input, persist
 from broker.log import Log, TopicPartition
 from broker.partitioning import partitioner_by_name
 
@@ -108,11 +108,11 @@ async def main() -> None:
     parser.add_argument("--url", default=None, help="a broker URL (default: in-memory); 'dev' starts Tansu")
     args = parser.parse_args()
     # the start-up warning that memory storage re-reads tables is what this bench measures
-    logging.getLogger("backends.kafka.processor").setLevel(logging.ERROR)
+    logging.getLogger("broker.backends.kafka.processor").setLevel(logging.ERROR)
     url = args.url or f"inmem://failover-{uuid.uuid4().hex}"
     server = None
     if url == "dev":
-        from backends.kafka.registration import factory
+        from broker.backends.kafka.registration import factory
 
         server = factory.dev_server()
         url = server.__enter__().url

@@ -42,9 +42,9 @@ from google.pubsub_v1.services.publisher.transports import PublisherGrpcTranspor
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
 import broker
-from backends.pubsub.backend import PubsubBackend
-from backends.pubsub.registration import factory
-from backends.pubsub.settings import PubsubSettings
+from broker.backends.pubsub.backend import PubsubBackend
+from broker.backends.pubsub.registration import factory
+from broker.backends.pubsub.settings import PubsubSettings
 from broker.message import Message, OutboundMessage
 
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]

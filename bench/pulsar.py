@@ -40,9 +40,9 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 import pulsar  # type: ignore[import-untyped]
 
 import broker
-from backends.pulsar.backend import PulsarBackend
-from backends.pulsar.registration import factory
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.registration import factory
 
 PAYLOAD = b"x" * 100
 OPTIONS = "batching=true&batching_max_messages=1000&max_pending_messages=1000&receiver_queue_size=1000"

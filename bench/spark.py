@@ -41,9 +41,9 @@ import uuid  # noqa: E402
 from typing import Any  # noqa: E402
 
 import broker  # noqa: E402
-from backends.kafka.backend import KafkaBackend  # noqa: E402
-from backends.kafka.rdkafka_config import producer_config, reader_config  # noqa: E402
-from backends.kafka.registration import factory  # noqa: E402
+from broker.backends.kafka.backend import KafkaBackend  # noqa: E402
+from broker.backends.kafka.rdkafka_config import producer_config, reader_config  # noqa: E402
+from broker.backends.kafka.registration import factory  # noqa: E402
 
 
 async def fill(url: str, topic: str, messages: int, size: int, partitions: int) -> None:
@@ -143,7 +143,7 @@ def main() -> None:
     parser.add_argument("--url", default=None, help="a Kafka URL (default: a Tansu started here)")
     args = parser.parse_args()
 
-    import contrib.spark
+    import broker.contrib.spark
 
     server = None
     url = args.url
@@ -154,7 +154,7 @@ def main() -> None:
         topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
         asyncio.run(fill(url, topic, args.messages, args.size, args.partitions))
         started = time.perf_counter()
-        spark = contrib.spark.local_session("polybroker-bench", cores=args.cores)
+        spark = broker.contrib.spark.local_session("polybroker-bench", cores=args.cores)
         print(f"session start: {time.perf_counter() - started:.1f} s")
         first, rows = spark_count(spark, url, topic)
         assert rows == args.messages, f"read {rows} rows, expected {args.messages}"

@@ -1,8 +1,8 @@
 """The partitioned-log port: what the Kafka queue and the stream processor need beyond iterators.
 
 Partitions, offsets, watermarks, consumer groups with assignment callbacks, producing with keys
-to a chosen partition, committing, and compacted tables. ``backends.kafka`` implements it on
-confluent-kafka, ``backends.inmem`` in memory. Records polled here are :class:`~broker.Record`
+to a chosen partition, committing, and compacted tables. ``broker.backends.kafka`` implements it on
+confluent-kafka, ``broker.backends.inmem`` in memory. Records polled here are :class:`~broker.Record`
 objects whose ``ack()`` commits through the consumer that polled them.
 
 Offsets follow Kafka: a committed offset is the *next* offset to read; a high watermark is

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import broker
-from backends.kafka.processor import Context, Emitter, Processor, View, define_group, input, persist
+from broker.backends.kafka.processor import Context, Emitter, Processor, View, define_group, input, persist
 
 TOPIC = "user-clicks"
 GROUP = "mini-group"

@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import broker
-from backends.kafka.processor import Context, Emitter, Processor, View, define_group, input, persist
-from backends.kafka.processor.monitor import Monitor, MonitorServer
+from broker.backends.kafka.processor import Context, Emitter, Processor, View, define_group, input, persist
+from broker.backends.kafka.processor.monitor import Monitor, MonitorServer
 
 TOPIC = "user-clicks"
 

@@ -2,7 +2,7 @@
 
 * ``splitter`` reads lines from ``lines`` and emits every word to ``words``, keyed by the word;
 * ``wordcount`` counts each word in its group table (Spark state, written to ``wordcount-table``);
-* a single-machine :class:`~backends.kafka.processor.View` then reads ``wordcount-table``: what
+* a single-machine :class:`~broker.backends.kafka.processor.View` then reads ``wordcount-table``: what
   Spark computed is an ordinary group table that the processor and views can take over.
 
 The callbacks are the same functions a single-machine ``Processor`` runs. Each group is one
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import broker
-import contrib.spark
-from backends.kafka.processor import Context, GroupGraph, View, define_group, input, output, persist
+import broker.contrib.spark
+from broker.backends.kafka.processor import Context, GroupGraph, View, define_group, input, output, persist
 
 TEXT = """\
 It was the best of times, it was the worst of times, it was the age of wisdom,
@@ -79,9 +79,9 @@ def run(spark: Any, config: dict[str, Any], workdir: str, *, prefix: str = "") -
     splitter, counter = graphs(prefix)
     lines_topic = splitter.input_streams[0].topic
     asyncio.run(publish_lines(config, lines_topic, counter.input_streams[0].topic, TEXT.splitlines()))
-    options = {"config": json.dumps(config)}  # the broker data source's options (see contrib.spark)
+    options = {"config": json.dumps(config)}  # the broker data source's options (see broker.contrib.spark)
     for graph in (splitter, counter):
-        query = contrib.spark.run_group(
+        query = broker.contrib.spark.run_group(
             spark,
             graph,
             options=options,
@@ -100,7 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     server = None
     if args.url is None:
-        from backends.kafka.registration import factory
+        from broker.backends.kafka.registration import factory
 
         server = factory.dev_server().start()
         # Tansu (the local development broker) reports a batched partition's end offset wrongly;
@@ -109,7 +109,7 @@ def main() -> None:
     else:
         config = {"url": args.url}
     try:
-        spark = contrib.spark.local_session("spark-wordcount")
+        spark = broker.contrib.spark.local_session("spark-wordcount")
         with tempfile.TemporaryDirectory() as scratch:
             counts = run(spark, config, args.workdir or scratch)
         spark.stop()

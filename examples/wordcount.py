@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 import broker
-from backends.kafka.processor import (
+from broker.backends.kafka.processor import (
     Context,
     Emitter,
     Processor,

@@ -8,10 +8,10 @@ commits, watermarks, replay from an offset, transactions. ``backend.log()`` give
 ``broker.log`` port.
 """
 
-from backends.inmem.backend import InmemBackend
-from backends.inmem.log import InmemLog
-from backends.inmem.settings import ConsumerOptions, InmemSettings
-from backends.inmem.store import InmemBroker, forget, get_broker
+from broker.backends.inmem.backend import InmemBackend
+from broker.backends.inmem.log import InmemLog
+from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
+from broker.backends.inmem.store import InmemBroker, forget, get_broker
 
 __all__ = [
     "ConsumerOptions",

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from backends.inmem.backlog import backlog as _backlog
-from backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
-from backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
-from backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
-from backends.inmem.settings import ConsumerOptions, InmemSettings
-from backends.inmem.store import InmemBroker, get_broker, resolve_partitioner
 from broker.backend import BackendBase, topics_tuple
+from broker.backends.inmem.backlog import backlog as _backlog
+from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
+from broker.backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
+from broker.backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
+from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
+from broker.backends.inmem.store import InmemBroker, get_broker, resolve_partitioner
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.settings import build_settings
@@ -141,7 +141,7 @@ class InmemBackend(BackendBase):
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """Messages of ``subscription`` (or of the ``records()`` group) not yet acked.
 
-        See :func:`backends.inmem.backlog.backlog`; ``UnknownTopic`` for an unknown topic or name.
+        See :func:`broker.backends.inmem.backlog.backlog`; ``UnknownTopic`` for an unknown topic or name.
         """
         self._check_open()
         return _backlog(self.broker, topic, subscription)

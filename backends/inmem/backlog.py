@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.inmem.store import InmemBroker
+from broker.backends.inmem.store import InmemBroker
 from broker.errors import UnknownTopic
 
 __all__ = ["backlog"]

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 
-from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
+from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
 from broker.log import (
     OFFSET_BEGINNING,
@@ -23,7 +23,7 @@ from broker.resources import AsyncResource, BatchedRecordIteration, RecordIterat
 
 __all__ = ["GroupConsumer", "InmemLog", "InmemReader", "InmemRecordIterator"]
 
-log = logging.getLogger("backends.inmem")
+log = logging.getLogger("broker.backends.inmem")
 
 
 class Group:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from backends.inmem.store import InmemBroker, TopicState
+from broker.backends.inmem.store import InmemBroker, TopicState
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage

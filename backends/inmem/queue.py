@@ -15,8 +15,8 @@ import time
 from collections import deque
 from typing import Self
 
-from backends.inmem.settings import ConsumerOptions
-from backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
+from broker.backends.inmem.settings import ConsumerOptions
+from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
 from broker.message import Message, OutboundMessage, claim_acks
 from broker.partitioning import Partitioner
@@ -24,7 +24,7 @@ from broker.resources import AsyncResource, BatchedMessageIteration
 
 __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"]
 
-log = logging.getLogger("backends.inmem")
+log = logging.getLogger("broker.backends.inmem")
 
 
 class Lease:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.inmem.settings import InmemSettings
 from broker.backend import Backend
+from broker.backends.inmem.settings import InmemSettings
 from broker.settings import ParsedUrl
 
 __all__ = ["InmemFactory", "factory"]
 
 
 class InmemFactory:
-    """Builds :class:`~backends.inmem.backend.InmemBackend` from ``inmem://NAME?setting=value``."""
+    """Builds :class:`~broker.backends.inmem.backend.InmemBackend` from ``inmem://NAME?setting=value``."""
 
     extra = ""
     settings_type = InmemSettings
@@ -44,7 +44,7 @@ class InmemFactory:
 
     def open(self, settings: InmemSettings) -> Backend:
         """The backend for ``settings``."""
-        from backends.inmem.backend import InmemBackend
+        from broker.backends.inmem.backend import InmemBackend
 
         return InmemBackend(settings)
 

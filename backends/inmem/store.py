@@ -20,8 +20,8 @@ from broker.message import EMPTY_ATTRIBUTES, OutboundMessage
 from broker.partitioning import Partitioner, partitioner_by_name
 
 if TYPE_CHECKING:
-    from backends.inmem.log import Group
-    from backends.inmem.queue import Subscription
+    from broker.backends.inmem.log import Group
+    from broker.backends.inmem.queue import Subscription
 
 __all__ = ["InmemBroker", "Partition", "TopicState", "forget", "get_broker"]
 

@@ -1,7 +1,7 @@
 """NATS JetStream backend (``nats://host:port``), on nats-py.
 
 Connect with ``broker.connect("nats://127.0.0.1:4222")``; query parameters and mapping keys fill
-:class:`~backends.jetstream.settings.JetStreamSettings` (``nats://host:4222/ORDERS`` names the
+:class:`~broker.backends.jetstream.settings.JetStreamSettings` (``nats://host:4222/ORDERS`` names the
 stream). The connection opens lazily on first use and reconnects by itself.
 
 How the portable API maps onto JetStream:
@@ -28,6 +28,6 @@ How the portable API maps onto JetStream:
 ``factory.dev_server()`` (``broker dev nats``) starts a local ``nats-server -js``.
 """
 
-from backends.jetstream.settings import MSG_ID_HEADER, ConsumerOptions, JetStreamSettings
+from broker.backends.jetstream.settings import MSG_ID_HEADER, ConsumerOptions, JetStreamSettings
 
 __all__ = ["MSG_ID_HEADER", "ConsumerOptions", "JetStreamSettings"]

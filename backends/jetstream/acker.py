@@ -34,14 +34,14 @@ from typing import Final
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from backends.jetstream.errors import translate
-from backends.jetstream.settings import ConsumerOptions
+from broker.backends.jetstream.errors import translate
+from broker.backends.jetstream.settings import ConsumerOptions
 from broker.errors import AckError, ClosedError
 from broker.message import Message, Record, claim_ack, release_claim
 
 __all__ = ["DeadLetterer", "JetStreamAcker", "JetStreamCommitter", "nak_quietly"]
 
-log = logging.getLogger("backends.jetstream")
+log = logging.getLogger("broker.backends.jetstream")
 
 ACK: Final = b"+ACK"
 NAK: Final = b"-NAK"

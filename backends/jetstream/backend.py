@@ -26,22 +26,22 @@ from typing import Any, TypeVar
 
 from nats.js import api
 
-from backends.jetstream.acker import DeadLetterer, JetStreamAcker
-from backends.jetstream.backlog import consumer_backlog
-from backends.jetstream.connection import Connection
-from backends.jetstream.consumer import (
+from broker.backend import BackendBase, topics_tuple
+from broker.backends.jetstream.acker import DeadLetterer, JetStreamAcker
+from broker.backends.jetstream.backlog import consumer_backlog
+from broker.backends.jetstream.connection import Connection
+from broker.backends.jetstream.consumer import (
     JetStreamBatchedMessageIterator,
     JetStreamBatchedRecordIterator,
     JetStreamMessageIterator,
     JetStreamRecordIterator,
 )
-from backends.jetstream.errors import translate
-from backends.jetstream.mapping import parse_reply
-from backends.jetstream.provisioning import Provisioner, consumer_config
-from backends.jetstream.publisher import JetStreamPublisher
-from backends.jetstream.pull import PullEngine, Resolver, Target
-from backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
-from broker.backend import BackendBase, topics_tuple
+from broker.backends.jetstream.errors import translate
+from broker.backends.jetstream.mapping import parse_reply
+from broker.backends.jetstream.provisioning import Provisioner, consumer_config
+from broker.backends.jetstream.publisher import JetStreamPublisher
+from broker.backends.jetstream.pull import PullEngine, Resolver, Target
+from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ConfigError
 from broker.message import Message, OutboundMessage
@@ -336,7 +336,7 @@ class JetStreamBackend(BackendBase):
 
         Looks in ``settings.stream``, else in the stream storing subject ``topic``; creates nothing
         (``UnknownTopic`` when the stream or consumer does not exist). See
-        :mod:`backends.jetstream.backlog`.
+        :mod:`broker.backends.jetstream.backlog`.
         """
         self._check_open()
         return await consumer_backlog(

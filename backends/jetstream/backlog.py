@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import nats.js.errors
 
-from backends.jetstream.connection import Connection
-from backends.jetstream.errors import translate
-from backends.jetstream.settings import check_name, check_subject
+from broker.backends.jetstream.connection import Connection
+from broker.backends.jetstream.errors import translate
+from broker.backends.jetstream.settings import check_name, check_subject
 from broker.errors import UnknownTopic
 
 __all__ = ["consumer_backlog"]

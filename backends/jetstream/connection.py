@@ -22,14 +22,14 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext, JetStreamManager
 
-from backends.jetstream.errors import translate
-from backends.jetstream.settings import JetStreamSettings
+from broker.backends.jetstream.errors import translate
+from broker.backends.jetstream.settings import JetStreamSettings
 from broker.errors import AuthenticationFailed, ClosedError, ConnectionFailed
 from broker.settings import redact_url
 
 __all__ = ["Connection"]
 
-log = logging.getLogger("backends.jetstream")
+log = logging.getLogger("broker.backends.jetstream")
 
 #: The server's refusal of one action (nats-py passes it to the error callback, lower-cased).
 _DENIED = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')

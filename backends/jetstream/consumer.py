@@ -1,4 +1,4 @@
-"""The consumers of this backend, all over :class:`~backends.jetstream.pull.PullEngine`.
+"""The consumers of this backend, all over :class:`~broker.backends.jetstream.pull.PullEngine`.
 
 * :class:`JetStreamMessageIterator` - one message at a time from a durable pull consumer; it pulls
   ``prefetch`` messages per request and hands them out one by one.
@@ -19,9 +19,9 @@ from collections import deque
 
 from nats.aio.msg import Msg
 
-from backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
-from backends.jetstream.mapping import to_messages, to_records
-from backends.jetstream.pull import PullEngine
+from broker.backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
+from broker.backends.jetstream.mapping import to_messages, to_records
+from broker.backends.jetstream.pull import PullEngine
 from broker.errors import ConfigError, Timeout
 from broker.message import Message, Record
 from broker.resources import (

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from nats.aio.msg import Msg
 
-from backends.jetstream.settings import MSG_ID_HEADER
+from broker.backends.jetstream.settings import MSG_ID_HEADER
 from broker.errors import InvalidAttributes, ReceiveError
 from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage, Message, Record
 

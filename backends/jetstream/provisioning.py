@@ -22,9 +22,9 @@ from typing import Any
 import nats.js.errors
 from nats.js import api
 
-from backends.jetstream.connection import Connection
-from backends.jetstream.errors import translate
-from backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
+from broker.backends.jetstream.connection import Connection
+from broker.backends.jetstream.errors import translate
+from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
 from broker.errors import BrokerError, ConfigError, UnknownTopic
 
 __all__ = ["Provisioner", "stream_name_for", "subject_covers"]

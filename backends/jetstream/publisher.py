@@ -25,11 +25,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from backends.jetstream.connection import Connection
-from backends.jetstream.errors import translate
-from backends.jetstream.mapping import encode_headers
-from backends.jetstream.provisioning import Provisioner
-from backends.jetstream.settings import JetStreamSettings, check_subject
+from broker.backends.jetstream.connection import Connection
+from broker.backends.jetstream.errors import translate
+from broker.backends.jetstream.mapping import encode_headers
+from broker.backends.jetstream.provisioning import Provisioner
+from broker.backends.jetstream.settings import JetStreamSettings, check_subject
 from broker.errors import (
     BrokerError,
     ClosedError,
@@ -45,7 +45,7 @@ from broker.publishing import DriverPublisher
 
 __all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 
-log = logging.getLogger("backends.jetstream")
+log = logging.getLogger("broker.backends.jetstream")
 
 
 class PubAckError(PublishError):

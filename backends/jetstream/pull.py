@@ -39,13 +39,13 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
-from backends.jetstream.connection import Connection
-from backends.jetstream.errors import translate
+from broker.backends.jetstream.connection import Connection
+from broker.backends.jetstream.errors import translate
 from broker.errors import ClosedError, ConfigError, ConnectionFailed, PermissionDenied, Timeout, UnknownTopic
 
 __all__ = ["PullEngine", "Target"]
 
-log = logging.getLogger("backends.jetstream")
+log = logging.getLogger("broker.backends.jetstream")
 
 #: How long after a pull request's expiry its end (408) may still arrive (seconds).
 _GRACE: Final = 0.25

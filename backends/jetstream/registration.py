@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.jetstream.devserver import nats_dev_server
-from backends.jetstream.settings import JetStreamSettings
 from broker.backend import Backend
+from broker.backends.jetstream.devserver import nats_dev_server
+from broker.backends.jetstream.settings import JetStreamSettings
 from broker.devserver import ProcessServer
 from broker.errors import MissingDependency
 from broker.settings import ParsedUrl
@@ -19,7 +19,7 @@ __all__ = ["JetStreamFactory", "factory"]
 
 
 class JetStreamFactory:
-    """Builds :class:`~backends.jetstream.backend.JetStreamBackend` from ``nats://host:port?...``."""
+    """Builds :class:`~broker.backends.jetstream.backend.JetStreamBackend` from ``nats://host:port?...``."""
 
     extra = "nats"
     settings_type = JetStreamSettings
@@ -61,7 +61,7 @@ class JetStreamFactory:
             import nats  # noqa: F401
         except ImportError as exc:
             raise MissingDependency(self.extra, "nats") from exc
-        from backends.jetstream.backend import JetStreamBackend
+        from broker.backends.jetstream.backend import JetStreamBackend
 
         return JetStreamBackend(settings)
 

@@ -7,14 +7,14 @@
   waiting for the broker; the iterator's ``commit()`` waits, revoke and close flush).
 * ``log()``: the ``broker.log`` port (partitions, watermarks, groups with rebalance listeners,
   readers) that the marker queue and the stream processor run on.
-* ``backends.kafka.client``: Kafka-specific helpers (producer with codecs, sync produce, consumer
+* ``broker.backends.kafka.client``: Kafka-specific helpers (producer with codecs, sync produce, consumer
   with explicit commits, reader from explicit offsets, lag and message counts).
 * ``registration.factory.dev_server()``: a local Tansu broker for development and tests.
 
 Importing this package does not import confluent-kafka; opening a backend does.
 """
 
-from backends.kafka.registration import KafkaFactory, factory
-from backends.kafka.settings import ConsumerOptions, KafkaSettings
+from broker.backends.kafka.registration import KafkaFactory, factory
+from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 
 __all__ = ["ConsumerOptions", "KafkaFactory", "KafkaSettings", "factory"]

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from backends.kafka import sdk
-from backends.kafka.errors import error_of, translate
+from broker.backends.kafka import sdk
+from broker.backends.kafka.errors import error_of, translate
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import TopicPartition
 

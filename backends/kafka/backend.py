@@ -7,23 +7,23 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from backends.kafka.admin import KafkaAdmin
-from backends.kafka.backlog import group_backlog
-from backends.kafka.consumer import GroupCore
-from backends.kafka.log import KafkaLog
-from backends.kafka.producer import AsyncProducer
-from backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
-from backends.kafka.queue import (
+from broker.backend import BackendBase, topics_tuple
+from broker.backends.kafka.admin import KafkaAdmin
+from broker.backends.kafka.backlog import group_backlog
+from broker.backends.kafka.consumer import GroupCore
+from broker.backends.kafka.log import KafkaLog
+from broker.backends.kafka.producer import AsyncProducer
+from broker.backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
+from broker.backends.kafka.queue import (
     QueueBatchedMessageIterator,
     QueueMessageIterator,
     RedeliveryTracker,
     open_messages,
 )
-from backends.kafka.queue.settings import QueueSettings, queue_settings_for_topic
-from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
-from backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
-from backends.kafka.settings import ConsumerOptions, KafkaSettings
-from broker.backend import BackendBase, topics_tuple
+from broker.backends.kafka.queue.settings import QueueSettings, queue_settings_for_topic
+from broker.backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
+from broker.backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
+from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.log import TopicPartition
@@ -177,7 +177,7 @@ class KafkaBackend(BackendBase):
         """Consume ``topics`` (a list or comma-separated) as a member of ``group``.
 
         ``Record.ack()`` queues the commit of its offset and returns; ``await iterator.commit()``
-        waits until the broker has every commit acked so far (see ``backends.kafka.records``).
+        waits until the broker has every commit acked so far (see ``broker.backends.kafka.records``).
         ``options`` override the connection's consumer settings: ``start``, ``batch_size``,
         ``isolation_level``, ``session_timeout``, ``fetch_max_wait``, ... (see ``ConsumerOptions``).
         """
@@ -217,7 +217,7 @@ class KafkaBackend(BackendBase):
         (``embedded_tracker=False`` to run them apart: ``queue_tracker()`` / ``broker queue
         tracker``). Other options: ``marker_topic`` (default ``<topic>.markers``),
         ``max_attempts`` + ``dead_letter_topic``, ``marker_format`` (``"batched"``, or kafka-mq-go's
-        ``"per-message"``), and the rest of :class:`~backends.kafka.queue.QueueSettings`.
+        ``"per-message"``), and the rest of :class:`~broker.backends.kafka.queue.QueueSettings`.
 
         Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out, and
         marks messages handed out (a KEEPALIVE written a little ahead of the application: about four
@@ -282,7 +282,7 @@ class KafkaBackend(BackendBase):
         flight are not counted). For a subscription this backend did not open, the queue's group
         is used when it committed offsets of ``topic``, else ``subscription`` as a group. A group
         that committed nothing counts every retained record. ``UnknownTopic`` for a missing topic.
-        See :mod:`backends.kafka.backlog`.
+        See :mod:`broker.backends.kafka.backlog`.
         """
         self._check_open()
         admin = self.admin

@@ -2,7 +2,7 @@
 
 The backlog is the lag of kefka's ``LagForTopicPartition`` summed over the topic's partitions:
 the high watermark minus the group's committed offset (``high - low`` where the group committed
-nothing; see :func:`backends.kafka.client.metadata.lag_from`). ``records()`` consumers commit on
+nothing; see :func:`broker.backends.kafka.client.metadata.lag_from`). ``records()`` consumers commit on
 ``Record.ack()``, so their backlog is what is not acked yet. The marker queue of ``messages()``
 commits the queue topic when a fetched batch is STARTed, so its backlog is what no consumer of
 the subscription fetched yet: messages in flight are not counted. Redelivered copies are written
@@ -11,8 +11,8 @@ back to the topic, so they count again until fetched.
 
 from __future__ import annotations
 
-from backends.kafka.admin import KafkaAdmin
-from backends.kafka.client.metadata import lag_from
+from broker.backends.kafka.admin import KafkaAdmin
+from broker.backends.kafka.client.metadata import lag_from
 from broker.log import TopicPartition
 
 __all__ = ["group_backlog"]

@@ -1,6 +1,6 @@
 """The asyncio side of a confluent-kafka ``Consumer``: fetching, rebalances, commits, close.
 
-Every SDK call runs on the consumer's own :class:`~backends.kafka.threads.SdkThread` (the SDK lets
+Every SDK call runs on the consumer's own :class:`~broker.backends.kafka.threads.SdkThread` (the SDK lets
 one thread in at a time). Fetches are short (``consume`` waits at most ``POLL_SLICE`` seconds per
 call) so a commit, seek or close queued behind one waits briefly. A fetch abandoned by a cancelled
 caller is not lost: its result is kept and handed to the next caller.
@@ -27,17 +27,17 @@ import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Final
 
-from backends.kafka import sdk
-from backends.kafka.errors import error_of, receive_error, translate
-from backends.kafka.mapping import to_records
-from backends.kafka.threads import SdkThread
+from broker.backends.kafka import sdk
+from broker.backends.kafka.errors import error_of, receive_error, translate
+from broker.backends.kafka.mapping import to_records
+from broker.backends.kafka.threads import SdkThread
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
 from broker.message import Record
 
 __all__ = ["POLL_SLICE", "GroupCore", "ReaderCore"]
 
-log = logging.getLogger("backends.kafka")
+log = logging.getLogger("broker.backends.kafka")
 
 #: The longest single ``consume`` call, in seconds: bounds how long a queued call waits.
 POLL_SLICE: Final = 0.05

@@ -1,6 +1,6 @@
 """The ``broker.log`` port on Kafka: topics, partitions, watermarks, producing, groups, readers.
 
-The marker queue and the stream processor run on this port; ``backends.inmem.log`` is its
+The marker queue and the stream processor run on this port; ``broker.backends.inmem.log`` is its
 in-memory twin, and the same behaviours are tested on both.
 
 Producing goes through one idempotent producer (its delivery reports resolve the futures
@@ -17,22 +17,27 @@ from collections.abc import Awaitable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from backends.kafka import sdk
-from backends.kafka.admin import KafkaAdmin
-from backends.kafka.consumer import GroupCore, ReaderCore
-from backends.kafka.errors import translate
-from backends.kafka.mapping import produce, raw_fields
-from backends.kafka.producer import AsyncProducer
-from backends.kafka.rdkafka_config import common_config, consumer_config, producer_config, reader_config
-from backends.kafka.settings import KafkaSettings
 from broker.attributes import validate_attributes
+from broker.backends.kafka import sdk
+from broker.backends.kafka.admin import KafkaAdmin
+from broker.backends.kafka.consumer import GroupCore, ReaderCore
+from broker.backends.kafka.errors import translate
+from broker.backends.kafka.mapping import produce, raw_fields
+from broker.backends.kafka.producer import AsyncProducer
+from broker.backends.kafka.rdkafka_config import (
+    common_config,
+    consumer_config,
+    producer_config,
+    reader_config,
+)
+from broker.backends.kafka.settings import KafkaSettings
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
 from broker.message import Record
 
 __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
 
-log = logging.getLogger("backends.kafka")
+log = logging.getLogger("broker.backends.kafka")
 
 _names = itertools.count(1)
 

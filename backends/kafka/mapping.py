@@ -15,7 +15,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from backends.kafka import sdk
+from broker.backends.kafka import sdk
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.log import RawFields
 from broker.message import EMPTY_ATTRIBUTES, Committer, Record

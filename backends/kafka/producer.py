@@ -13,14 +13,14 @@ import asyncio
 import logging
 from typing import Any, Final
 
-from backends.kafka import sdk
-from backends.kafka.errors import translate
-from backends.kafka.threads import SdkThread
+from broker.backends.kafka import sdk
+from broker.backends.kafka.errors import translate
+from broker.backends.kafka.threads import SdkThread
 from broker.errors import ClosedError, PublishError, Timeout
 
 __all__ = ["AsyncProducer", "DeliveryBatch"]
 
-log = logging.getLogger("backends.kafka")
+log = logging.getLogger("broker.backends.kafka")
 
 _MIN_INTERVAL: Final = 0.0005
 _MAX_INTERVAL: Final = 0.005

@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from backends.kafka import sdk
-from backends.kafka.errors import error_of, translate
-from backends.kafka.mapping import produce
-from backends.kafka.producer import AsyncProducer, DeliveryBatch
+from broker.backends.kafka import sdk
+from broker.backends.kafka.errors import error_of, translate
+from broker.backends.kafka.mapping import produce
+from broker.backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage, Record
@@ -25,7 +25,7 @@ from broker.publishing import DriverPublisher, DriverTopic
 
 __all__ = ["GroupMetadataSource", "KafkaPublishDriver", "KafkaPublisher", "KafkaTransactionalPublisher"]
 
-log = logging.getLogger("backends.kafka")
+log = logging.getLogger("broker.backends.kafka")
 
 
 class KafkaPublishDriver:

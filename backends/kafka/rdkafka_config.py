@@ -1,4 +1,4 @@
-"""librdkafka configuration dicts built from :class:`~backends.kafka.settings.KafkaSettings`.
+"""librdkafka configuration dicts built from :class:`~broker.backends.kafka.settings.KafkaSettings`.
 
 Order of precedence, lowest first: our defaults, the settings' typed fields, the raw
 ``librdkafka`` dict, then the role's raw dict (``producer_config`` / ``consumer_config``). Nothing
@@ -11,12 +11,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from backends.kafka.settings import ConsumerOptions, KafkaSettings
+from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 
 __all__ = ["common_config", "consumer_config", "producer_config", "reader_config", "redacted"]
 
 #: librdkafka's own log lines go to this logger (``logger`` config key), not to stderr.
-sdk_log = logging.getLogger("backends.kafka.librdkafka")
+sdk_log = logging.getLogger("broker.backends.kafka.librdkafka")
 
 _ACKS = {"all": "all", "leader": "1", "none": "0"}
 _SECRET_WORDS = ("password", "secret", "pem", "token", "jaas", "keytab")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.kafka.settings import KafkaSettings
 from broker.backend import Backend
+from broker.backends.kafka.settings import KafkaSettings
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError
 from broker.settings import ParsedUrl
@@ -22,7 +22,7 @@ def _with_port(host: str) -> str:
 
 
 class KafkaFactory:
-    """Builds :class:`~backends.kafka.backend.KafkaBackend` from ``kafka://host:port[,host:port]?...``."""
+    """Builds :class:`~broker.backends.kafka.backend.KafkaBackend` from ``kafka://host:port[,host:port]?...``."""
 
     extra = "kafka"
     settings_type = KafkaSettings
@@ -61,15 +61,15 @@ class KafkaFactory:
 
     def open(self, settings: KafkaSettings) -> Backend:
         """The backend for ``settings`` (``MissingDependency`` without confluent-kafka)."""
-        from backends.kafka import sdk
-        from backends.kafka.backend import KafkaBackend
+        from broker.backends.kafka import sdk
+        from broker.backends.kafka.backend import KafkaBackend
 
         sdk.confluent()
         return KafkaBackend(settings)
 
     def dev_server(self, port: int | None = None) -> ProcessServer:
         """An unstarted local Kafka-compatible broker (Tansu) for ``broker dev kafka`` and tests."""
-        from backends.kafka.devserver import tansu_server
+        from broker.backends.kafka.devserver import tansu_server
 
         return tansu_server(port)
 

@@ -25,7 +25,7 @@ __all__ = ["SdkThread"]
 
 T = TypeVar("T")
 
-log = logging.getLogger("backends.kafka")
+log = logging.getLogger("broker.backends.kafka")
 
 _STOP: Final = object()
 _WAKE: Final = object()

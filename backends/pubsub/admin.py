@@ -17,16 +17,16 @@ from typing import TypeVar
 from google.api_core import exceptions as api_exceptions
 from google.pubsub_v1.types import DeadLetterPolicy, Subscription
 
-from backends.pubsub.clients import Clients
-from backends.pubsub.errors import translate
-from backends.pubsub.settings import ConsumerOptions
+from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.errors import translate
+from broker.backends.pubsub.settings import ConsumerOptions
 from broker.errors import BrokerError, UnknownTopic
 
 __all__ = ["Admin", "SubscriptionInfo"]
 
 T = TypeVar("T")
 
-log = logging.getLogger("backends.pubsub")
+log = logging.getLogger("broker.backends.pubsub")
 
 _RPC_TIMEOUT = 30.0
 

@@ -1,9 +1,9 @@
 """The Google Cloud Pub/Sub backend: ``pubsub://PROJECT``.
 
-* ``publisher()``: batching publisher (:mod:`backends.pubsub.publisher`).
-* ``messages()`` / ``batched_messages()``: pull-based iterators (:mod:`backends.pubsub.pull`).
+* ``publisher()``: batching publisher (:mod:`broker.backends.pubsub.publisher`).
+* ``messages()`` / ``batched_messages()``: pull-based iterators (:mod:`broker.backends.pubsub.pull`).
 * ``receiver()`` / ``batched_receiver()``: streaming pull with bounded concurrency
-  (:mod:`backends.pubsub.receiver`).
+  (:mod:`broker.backends.pubsub.receiver`).
 * ``ensure_topic()`` / ``ensure_subscription()``: create what is missing up front (consumers and
   publishers also do it on first use while ``create_missing`` is on). Pub/Sub delivers to a
   subscription only what is published after it exists.
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.pubsub.admin import Admin, SubscriptionInfo
-from backends.pubsub.clients import Clients
-from backends.pubsub.publisher import PubsubPublisher
-from backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
-from backends.pubsub.receiver import PubsubReceiver
-from backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backend import BackendBase
+from broker.backends.pubsub.admin import Admin, SubscriptionInfo
+from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.publisher import PubsubPublisher
+from broker.backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
+from broker.backends.pubsub.receiver import PubsubReceiver
+from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError

@@ -34,7 +34,7 @@ from google.pubsub_v1.services.subscriber.transports import (
     SubscriberGrpcTransport,
 )
 
-from backends.pubsub.settings import PubsubSettings
+from broker.backends.pubsub.settings import PubsubSettings
 from broker.errors import ClosedError, ConfigError
 
 __all__ = ["Clients"]

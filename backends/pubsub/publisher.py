@@ -10,7 +10,7 @@ event loop): at most ``publish_max_outstanding_messages`` / ``_bytes`` are hande
 and not yet confirmed; publishing beyond waits without blocking the loop.
 
 With ``message_ordering`` on, a message's ``key`` becomes its ordering key; otherwise the key
-travels as the ``polybroker-key`` attribute (see :mod:`backends.pubsub.mapping`). When a publish
+travels as the ``polybroker-key`` attribute (see :mod:`broker.backends.pubsub.mapping`). When a publish
 with an ordering key fails, the SDK pauses that key; the error is raised and the key resumed, so
 a retry by the caller goes through.
 
@@ -34,25 +34,25 @@ from google.api_core.retry import Retry, if_exception_type
 from google.cloud import pubsub_v1  # type: ignore[import-untyped]
 from google.pubsub_v1.types import PubsubMessage
 
-from backends.pubsub.admin import Admin
-from backends.pubsub.clients import Clients
-from backends.pubsub.errors import translate
-from backends.pubsub.futures import CompletionGroup, post
-from backends.pubsub.mapping import (
+from broker.backends.pubsub.admin import Admin
+from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.errors import translate
+from broker.backends.pubsub.futures import CompletionGroup, post
+from broker.backends.pubsub.mapping import (
     RESERVED_ATTRIBUTE_NAMES,
     check_reserved,
     ordering_key,
     outbound_size,
     wire_attributes,
 )
-from backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
+from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
 from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
 from broker.publishing import DriverPublisher
 
 __all__ = ["PubsubPublishDriver", "PubsubPublisher"]
 
-log = logging.getLogger("backends.pubsub")
+log = logging.getLogger("broker.backends.pubsub")
 
 #: Publish errors the client retries (as its own default), until ``publish_timeout``.
 _TRANSIENT = (

@@ -33,19 +33,19 @@ from typing import Any, Self
 from google.api_core import exceptions as api_exceptions
 from google.pubsub_v1.types import PullResponse
 
-from backends.pubsub.admin import Admin, SubscriptionInfo
-from backends.pubsub.clients import Clients
-from backends.pubsub.deadletter import forward_dead_letter
-from backends.pubsub.errors import translate
-from backends.pubsub.mapping import from_received
-from backends.pubsub.settings import MAX_ACK_DEADLINE, ConsumerOptions, PubsubSettings
+from broker.backends.pubsub.admin import Admin, SubscriptionInfo
+from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.deadletter import forward_dead_letter
+from broker.backends.pubsub.errors import translate
+from broker.backends.pubsub.mapping import from_received
+from broker.backends.pubsub.settings import MAX_ACK_DEADLINE, ConsumerOptions, PubsubSettings
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
 from broker.message import Message, claim_ack, release_claim
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
 __all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
 
-log = logging.getLogger("backends.pubsub")
+log = logging.getLogger("broker.backends.pubsub")
 
 #: Ack ids per Acknowledge / ModifyAckDeadline request (as the SDK does, under the 512 KiB limit).
 _ACK_IDS_PER_REQUEST = 2500

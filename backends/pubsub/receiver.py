@@ -32,15 +32,20 @@ from typing import Any, Self
 from google.cloud.pubsub_v1 import types as sdk_types  # type: ignore[import-untyped]
 from google.cloud.pubsub_v1.subscriber.scheduler import Scheduler  # type: ignore[import-untyped]
 
-from backends.pubsub.admin import Admin, SubscriptionInfo
-from backends.pubsub.clients import Clients
-from backends.pubsub.deadletter import forward_dead_letter
-from backends.pubsub.errors import translate
-from backends.pubsub.futures import post
-from backends.pubsub.mapping import from_streamed
-from backends.pubsub.pull import PullSettler, nack_seconds
-from backends.pubsub.settings import MAX_ACK_DEADLINE, MIN_ACK_DEADLINE, ConsumerOptions, PubsubSettings
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
+from broker.backends.pubsub.admin import Admin, SubscriptionInfo
+from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.deadletter import forward_dead_letter
+from broker.backends.pubsub.errors import translate
+from broker.backends.pubsub.futures import post
+from broker.backends.pubsub.mapping import from_streamed
+from broker.backends.pubsub.pull import PullSettler, nack_seconds
+from broker.backends.pubsub.settings import (
+    MAX_ACK_DEADLINE,
+    MIN_ACK_DEADLINE,
+    ConsumerOptions,
+    PubsubSettings,
+)
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.errors import ClosedError, ReceiveError
 from broker.interfaces import BatchHandler, Handler
@@ -50,7 +55,7 @@ from broker.retry import Retrier
 
 __all__ = ["LoopScheduler", "PubsubReceiver", "StreamSettler"]
 
-log = logging.getLogger("backends.pubsub")
+log = logging.getLogger("broker.backends.pubsub")
 
 
 class LoopScheduler(Scheduler):  # type: ignore[misc]

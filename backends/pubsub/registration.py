@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.pubsub.settings import PubsubSettings
 from broker.backend import Backend
+from broker.backends.pubsub.settings import PubsubSettings
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError, MissingDependency
 from broker.settings import ParsedUrl
@@ -19,7 +19,7 @@ __all__ = ["PubsubFactory", "factory"]
 
 
 class PubsubFactory:
-    """Builds :class:`~backends.pubsub.backend.PubsubBackend` from ``pubsub://PROJECT?setting=value``."""
+    """Builds :class:`~broker.backends.pubsub.backend.PubsubBackend` from ``pubsub://PROJECT?setting=value``."""
 
     extra = "pubsub"
     settings_type = PubsubSettings
@@ -56,7 +56,7 @@ class PubsubFactory:
             import google.cloud.pubsub_v1  # type: ignore[import-untyped]  # noqa: F401
         except ImportError as exc:
             raise MissingDependency("pubsub", "google.cloud.pubsub_v1") from exc
-        from backends.pubsub.backend import PubsubBackend
+        from broker.backends.pubsub.backend import PubsubBackend
 
         return PubsubBackend(settings)
 
@@ -64,10 +64,10 @@ class PubsubFactory:
         """Google's Pub/Sub emulator on ``127.0.0.1:port`` (a free port by default), not yet started.
 
         ``with factory.dev_server() as server: broker.connect(server.url)``. Raises
-        :class:`~backends.pubsub.emulator.EmulatorNotFound`, naming the Debian package
+        :class:`~broker.backends.pubsub.emulator.EmulatorNotFound`, naming the Debian package
         ``google-cloud-cli-pubsub-emulator``, when the emulator is not installed.
         """
-        from backends.pubsub.emulator import emulator_server
+        from broker.backends.pubsub.emulator import emulator_server
 
         return emulator_server(port)
 

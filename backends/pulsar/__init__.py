@@ -11,10 +11,10 @@
 * The client's blocking calls run on threads and its callbacks are resolved on the event loop,
   so the loop never blocks.
 
-See :mod:`backends.pulsar.settings` for the settings and the choices behind their defaults. The
+See :mod:`broker.backends.pulsar.settings` for the settings and the choices behind their defaults. The
 modules here import the ``pulsar-client`` SDK; the registration does not.
 """
 
-from backends.pulsar.settings import ConsumerOptions, PulsarSettings
+from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
 
 __all__ = ["ConsumerOptions", "PulsarSettings"]

@@ -7,19 +7,19 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
-from backends.pulsar.callbacks import settle, wait
-from backends.pulsar.client import create_client
-from backends.pulsar.consumer import (
+from broker.backend import BackendBase, topics_tuple
+from broker.backends.pulsar.callbacks import settle, wait
+from broker.backends.pulsar.client import create_client
+from broker.backends.pulsar.consumer import (
     CLOSE_TIMEOUT,
     PulsarBatchedMessageIterator,
     PulsarMessageIterator,
     Subscription,
     log,
 )
-from backends.pulsar.publisher import PulsarPublisher
-from backends.pulsar.records import PulsarReader, PulsarRecordIterator
-from backends.pulsar.settings import PulsarSettings
-from broker.backend import BackendBase, topics_tuple
+from broker.backends.pulsar.publisher import PulsarPublisher
+from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
+from broker.backends.pulsar.settings import PulsarSettings
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ConnectionFailed
 from broker.message import OutboundMessage
@@ -57,7 +57,7 @@ class PulsarBackend(BackendBase):
     ``messages()`` / ``batched_messages()`` consume a subscription (``shared`` by default: competing
     consumers); ``records()`` reads topics as a log through a durable failover subscription named
     after the group; :meth:`reader` replays a topic from a message id. Consumer options are the
-    fields of :class:`~backends.pulsar.settings.ConsumerOptions` (``ack_timeout``,
+    fields of :class:`~broker.backends.pulsar.settings.ConsumerOptions` (``ack_timeout``,
     ``nack_redelivery_delay``, ``max_attempts``, ``dead_letter_topic``, ``subscription_type``, ...),
     defaulting to the backend's settings.
     """

@@ -13,7 +13,7 @@ from typing import Any
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.errors import translate
+from broker.backends.pulsar.errors import translate
 from broker.errors import BrokerError, Timeout
 
 __all__ = ["error_or_value", "outcome", "settle", "wait"]

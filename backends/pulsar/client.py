@@ -8,7 +8,7 @@ from typing import Any
 import _pulsar  # type: ignore[import-not-found]
 import pulsar  # type: ignore[import-untyped]
 
-from backends.pulsar.settings import PulsarSettings
+from broker.backends.pulsar.settings import PulsarSettings
 from broker.errors import ConfigError
 
 __all__ = ["create_client"]

@@ -1,7 +1,7 @@
 """Per-message consumption of a Pulsar subscription: message iterators and their acker.
 
 A consumer subscribes as soon as it is made inside a running event loop (``async with`` waits for
-the subscription), receives on a thread (:mod:`backends.pulsar.fetcher`) and settles messages
+the subscription), receives on a thread (:mod:`broker.backends.pulsar.fetcher`) and settles messages
 through the client:
 
 * ``ack()`` acknowledges the message individually;
@@ -29,11 +29,11 @@ from typing import Any, Final, Self
 import _pulsar  # type: ignore[import-not-found]
 import pulsar  # type: ignore[import-untyped]
 
-from backends.pulsar.callbacks import error_or_value, outcome, wait
-from backends.pulsar.errors import translate
-from backends.pulsar.fetcher import Fetcher
-from backends.pulsar.mapping import to_message, to_messages
-from backends.pulsar.settings import ConsumerOptions
+from broker.backends.pulsar.callbacks import error_or_value, outcome, wait
+from broker.backends.pulsar.errors import translate
+from broker.backends.pulsar.fetcher import Fetcher
+from broker.backends.pulsar.mapping import to_message, to_messages
+from broker.backends.pulsar.settings import ConsumerOptions
 from broker.errors import AckError, BrokerError, ClosedError, NotSupported, ReceiveError
 from broker.message import Message, OutboundMessage, claim_ack, release_claim
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
@@ -48,7 +48,7 @@ __all__ = [
     "consumer_configuration",
 ]
 
-log = logging.getLogger("backends.pulsar")
+log = logging.getLogger("broker.backends.pulsar")
 
 #: Seconds closing a consumer may take before it is abandoned (closing never hangs).
 CLOSE_TIMEOUT: Final = 5.0

@@ -24,7 +24,7 @@ __all__ = ["CONFIG_NAME", "find_binary", "pulsar_lite"]
 CONFIG_NAME = "pulsar-lite.toml"
 
 _CONFIG = """\
-# Written by backends.pulsar.devserver for a local development broker.
+# Written by broker.backends.pulsar.devserver for a local development broker.
 addr = "127.0.0.1:{port}"
 default_partitions = {partitions}
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.errors import is_closed, is_timeout, translate
+from broker.backends.pulsar.errors import is_closed, is_timeout, translate
 from broker.errors import ClosedError, ReceiveError, Timeout
 
 __all__ = ["Fetcher"]

@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.callbacks import error_or_value, outcome, settle, wait
-from backends.pulsar.mapping import build
-from backends.pulsar.settings import PulsarSettings
+from broker.backends.pulsar.callbacks import error_or_value, outcome, settle, wait
+from broker.backends.pulsar.mapping import build
+from broker.backends.pulsar.settings import PulsarSettings
 from broker.errors import BrokerError, ClosedError, PublishError, Timeout
 from broker.message import OutboundMessage
 from broker.publishing import DriverPublisher

@@ -18,12 +18,12 @@ from typing import Any, Self
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.callbacks import error_or_value, outcome, wait
-from backends.pulsar.consumer import CLOSE_TIMEOUT, MAX_CHUNK, Subscription, log
-from backends.pulsar.errors import translate
-from backends.pulsar.fetcher import Fetcher
-from backends.pulsar.mapping import message_id, message_id_text, to_records
-from backends.pulsar.settings import ConsumerOptions
+from broker.backends.pulsar.callbacks import error_or_value, outcome, wait
+from broker.backends.pulsar.consumer import CLOSE_TIMEOUT, MAX_CHUNK, Subscription, log
+from broker.backends.pulsar.errors import translate
+from broker.backends.pulsar.fetcher import Fetcher
+from broker.backends.pulsar.mapping import message_id, message_id_text, to_records
+from broker.backends.pulsar.settings import ConsumerOptions
 from broker.errors import AckError, BrokerError, ClosedError, ConfigError, ReceiveError
 from broker.message import Record
 from broker.resources import RecordIteration

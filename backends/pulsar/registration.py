@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.pulsar.settings import PulsarSettings
 from broker.backend import Backend
+from broker.backends.pulsar.settings import PulsarSettings
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError, MissingDependency
 from broker.settings import ParsedUrl
@@ -22,7 +22,7 @@ def _with_port(host: str) -> str:
 
 
 class PulsarFactory:
-    """Builds :class:`~backends.pulsar.backend.PulsarBackend` from ``pulsar://host:port[,host:port]?...``."""
+    """Builds :class:`~broker.backends.pulsar.backend.PulsarBackend` from ``pulsar://host:port[,host:port]?...``."""
 
     extra = "pulsar"
     settings_type = PulsarSettings
@@ -56,7 +56,7 @@ class PulsarFactory:
     def open(self, settings: PulsarSettings) -> Backend:
         """The backend for ``settings``; needs the ``pulsar-client`` package."""
         try:
-            from backends.pulsar.backend import PulsarBackend
+            from broker.backends.pulsar.backend import PulsarBackend
         except ImportError as exc:
             if exc.name in ("pulsar", "_pulsar"):
                 raise MissingDependency(self.extra, "pulsar") from exc
@@ -65,7 +65,7 @@ class PulsarFactory:
 
     def dev_server(self, port: int | None = None) -> ProcessServer:
         """A local pulsar-lite broker on ``127.0.0.1:port``, not started (use it with ``with``)."""
-        from backends.pulsar.devserver import pulsar_lite
+        from broker.backends.pulsar.devserver import pulsar_lite
 
         return pulsar_lite(port)
 

@@ -1,12 +1,12 @@
 """RabbitMQ backend (``rabbitmq://user:password@host:port/vhost``), on aio-pika.
 
 Connect with ``broker.connect("rabbitmq://guest:guest@127.0.0.1:5672/")``; query parameters and
-mapping keys fill :class:`~backends.rabbitmq.settings.RabbitmqSettings`. A topic is a durable
+mapping keys fill :class:`~broker.backends.rabbitmq.settings.RabbitmqSettings`. A topic is a durable
 exchange, a subscription the durable quorum queue ``<topic>.<subscription>`` bound to it
-(:mod:`backends.rabbitmq.backend` has the full mapping). ``factory.dev_server()``
+(:mod:`broker.backends.rabbitmq.backend` has the full mapping). ``factory.dev_server()``
 (``broker dev rabbitmq``) starts a local ``rabbitmq-server`` on loopback.
 """
 
-from backends.rabbitmq.settings import ConsumerOptions, RabbitmqSettings
+from broker.backends.rabbitmq.settings import ConsumerOptions, RabbitmqSettings
 
 __all__ = ["ConsumerOptions", "RabbitmqSettings"]

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.rabbitmq.backlog import queue_backlog
-from backends.rabbitmq.connection import RabbitmqConnection
-from backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
-from backends.rabbitmq.publisher import RabbitmqPublishDriver
-from backends.rabbitmq.settings import MAX_MESSAGE_BYTES, RabbitmqSettings
 from broker.backend import BackendBase
+from broker.backends.rabbitmq.backlog import queue_backlog
+from broker.backends.rabbitmq.connection import RabbitmqConnection
+from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
+from broker.backends.rabbitmq.publisher import RabbitmqPublishDriver
+from broker.backends.rabbitmq.settings import MAX_MESSAGE_BYTES, RabbitmqSettings
 from broker.capabilities import Capabilities
 from broker.publishing import DriverPublisher
 
@@ -74,7 +74,7 @@ class RabbitmqBackend(BackendBase):
         """Consume ``topic`` through the quorum queue of ``subscription`` (declared when entered).
 
         Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``prefetch``
-        (:class:`~backends.rabbitmq.settings.ConsumerOptions`).
+        (:class:`~broker.backends.rabbitmq.settings.ConsumerOptions`).
         """
         self._check_open()
         consumer = RabbitmqMessageIterator(
@@ -107,7 +107,7 @@ class RabbitmqBackend(BackendBase):
         """The ready messages of the queue ``<topic>.<subscription>`` (not the unacked ones).
 
         A passive declare's ``message_count``; ``UnknownTopic`` when the queue does not exist.
-        See :mod:`backends.rabbitmq.backlog`.
+        See :mod:`broker.backends.rabbitmq.backlog`.
         """
         self._check_open()
         return await queue_backlog(self.connection, topic, subscription)

@@ -8,9 +8,9 @@ and is not used), nor are those a consumer holds back for a delayed nack.
 
 from __future__ import annotations
 
-from backends.rabbitmq.connection import RabbitmqConnection, close_quietly
-from backends.rabbitmq.errors import translate
-from backends.rabbitmq.settings import queue_name
+from broker.backends.rabbitmq.connection import RabbitmqConnection, close_quietly
+from broker.backends.rabbitmq.errors import translate
+from broker.backends.rabbitmq.settings import queue_name
 
 __all__ = ["queue_backlog"]
 

@@ -13,8 +13,8 @@ import ssl
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection, ExchangeType
 
-from backends.rabbitmq.errors import translate
-from backends.rabbitmq.settings import RabbitmqSettings
+from broker.backends.rabbitmq.errors import translate
+from broker.backends.rabbitmq.settings import RabbitmqSettings
 from broker.errors import ClosedError, ConnectionFailed
 
 __all__ = ["RabbitmqConnection", "declare_exchange"]

@@ -29,10 +29,10 @@ from typing import Any, Final, Self
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from backends.rabbitmq.connection import RabbitmqConnection, close_quietly, declare_exchange
-from backends.rabbitmq.errors import translate
-from backends.rabbitmq.mapping import to_message
-from backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
+from broker.backends.rabbitmq.connection import RabbitmqConnection, close_quietly, declare_exchange
+from broker.backends.rabbitmq.errors import translate
+from broker.backends.rabbitmq.mapping import to_message
+from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
 from broker.message import Message
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 from aio_pika.abc import AbstractChannel, AbstractExchange
 
-from backends.rabbitmq.connection import RabbitmqConnection, close_quietly, declare_exchange
-from backends.rabbitmq.errors import translate
-from backends.rabbitmq.mapping import routing_key, to_sdk
-from backends.rabbitmq.settings import check_name
+from broker.backends.rabbitmq.connection import RabbitmqConnection, close_quietly, declare_exchange
+from broker.backends.rabbitmq.errors import translate
+from broker.backends.rabbitmq.mapping import routing_key, to_sdk
+from broker.backends.rabbitmq.settings import check_name
 from broker.errors import PublishError, Timeout
 from broker.message import OutboundMessage
 

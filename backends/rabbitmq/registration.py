@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from backends.rabbitmq.devserver import RabbitmqDevServer
-from backends.rabbitmq.settings import RabbitmqSettings
 from broker.backend import Backend
+from broker.backends.rabbitmq.devserver import RabbitmqDevServer
+from broker.backends.rabbitmq.settings import RabbitmqSettings
 from broker.errors import ConfigError, MissingDependency
 from broker.settings import ParsedUrl
 
@@ -19,7 +19,7 @@ __all__ = ["RabbitmqFactory", "factory"]
 
 
 class RabbitmqFactory:
-    """Builds :class:`~backends.rabbitmq.backend.RabbitmqBackend` from ``rabbitmq://user:pass@host:port/vhost``."""
+    """Builds :class:`~broker.backends.rabbitmq.backend.RabbitmqBackend` from ``rabbitmq://user:pass@host:port/vhost``."""
 
     extra = "rabbitmq"
     settings_type = RabbitmqSettings
@@ -62,7 +62,7 @@ class RabbitmqFactory:
             import aio_pika  # noqa: F401
         except ImportError as exc:
             raise MissingDependency(self.extra, "aio_pika") from exc
-        from backends.rabbitmq.backend import RabbitmqBackend
+        from broker.backends.rabbitmq.backend import RabbitmqBackend
 
         return RabbitmqBackend(settings)
 

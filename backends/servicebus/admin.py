@@ -25,12 +25,12 @@ from urllib.parse import urlsplit, urlunsplit
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ServiceRequestError
 from azure.core.pipeline.transport import RequestsTransport
 
-from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_connection_string
+from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_connection_string
 from broker.errors import ConfigError
 
 __all__ = ["EMULATOR_MANAGEMENT_PORT", "EntityAdmin", "management_endpoint"]
 
-log = logging.getLogger("backends.servicebus")
+log = logging.getLogger("broker.backends.servicebus")
 
 #: The plain-HTTP management port of Microsoft's Service Bus emulator.
 EMULATOR_MANAGEMENT_PORT = 5300

@@ -4,7 +4,7 @@ Names: ``publisher().topic(name)`` sends to the queue or topic ``name``.
 ``messages(topic, subscription)`` reads the queue ``topic`` when ``subscription`` is empty or
 equal to ``topic``, and otherwise the subscription ``subscription`` of the topic ``topic``.
 Service Bus creates nothing on first use; with ``create_missing`` (the default) the backend does,
-through the management API (:mod:`backends.servicebus.admin`): entering a consumer creates its
+through the management API (:mod:`broker.backends.servicebus.admin`): entering a consumer creates its
 queue, or its topic and subscription (with a lock duration of ``ack_deadline``), and a publish to a
 missing name creates a topic. Lock duration and max delivery count of existing entities are
 entity properties, set where the entity is defined.
@@ -23,13 +23,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from backends.servicebus.admin import EntityAdmin
-from backends.servicebus.backlog import BacklogReader
-from backends.servicebus.connection import Shutdowns
-from backends.servicebus.consumer import Entity, ServiceBusBatchedMessageIterator, ServiceBusMessageIterator
-from backends.servicebus.publisher import ServiceBusPublisher
-from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
 from broker.backend import BackendBase
+from broker.backends.servicebus.admin import EntityAdmin
+from broker.backends.servicebus.backlog import BacklogReader
+from broker.backends.servicebus.connection import Shutdowns
+from broker.backends.servicebus.consumer import (
+    Entity,
+    ServiceBusBatchedMessageIterator,
+    ServiceBusMessageIterator,
+)
+from broker.backends.servicebus.publisher import ServiceBusPublisher
+from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.settings import build_settings
@@ -145,7 +149,7 @@ class ServiceBusBackend(BackendBase):
         """``active_message_count`` of the queue or subscription (names as for :meth:`messages`).
 
         None where the management API reports no counts or cannot be used; ``UnknownTopic`` when
-        the entity does not exist. See :mod:`backends.servicebus.backlog`.
+        the entity does not exist. See :mod:`broker.backends.servicebus.backlog`.
         """
         self._check_open()
         entity = self._entity(topic, subscription)

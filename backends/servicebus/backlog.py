@@ -3,7 +3,7 @@
 The management API's runtime properties carry ``active_message_count``: the messages of the
 entity in the active state (Azure's definition; scheduled and dead-lettered ones are apart). It
 is asked through the same ``ServiceBusAdministrationClient`` set-up as entity creation
-(:class:`backends.servicebus.admin.EntityAdmin`: its endpoint and credentials). Where the
+(:class:`broker.backends.servicebus.admin.EntityAdmin`: its endpoint and credentials). Where the
 management API gives no counts (an emulator that leaves out ``CountDetails``) or cannot be used
 (a token credential object), the backlog is None.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from backends.servicebus.admin import EntityAdmin
-from backends.servicebus.errors import translate
+from broker.backends.servicebus.admin import EntityAdmin
+from broker.backends.servicebus.errors import translate
 from broker.errors import UnknownTopic
 
 __all__ = ["BacklogReader"]

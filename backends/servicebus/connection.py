@@ -19,11 +19,11 @@ from typing import Any
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.servicebus.aio import ServiceBusClient
 
-from backends.servicebus.settings import ServiceBusSettings
+from broker.backends.servicebus.settings import ServiceBusSettings
 
 __all__ = ["Shutdowns", "close_quietly", "make_client"]
 
-log = logging.getLogger("backends.servicebus")
+log = logging.getLogger("broker.backends.servicebus")
 
 #: Seconds any single SDK close may take before it is abandoned.
 CLOSE_TIMEOUT = 5.0

@@ -48,18 +48,18 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 
-from backends.servicebus.admin import EntityAdmin
-from backends.servicebus.connection import Shutdowns, close_quietly, make_client
-from backends.servicebus.errors import translate
-from backends.servicebus.mapping import dead_letter_copy, redelivery_copy, to_message
-from backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
+from broker.backends.servicebus.admin import EntityAdmin
+from broker.backends.servicebus.connection import Shutdowns, close_quietly, make_client
+from broker.backends.servicebus.errors import translate
+from broker.backends.servicebus.mapping import dead_letter_copy, redelivery_copy, to_message
+from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
 from broker.message import Message, own_acker
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
 __all__ = ["Entity", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
 
-log = logging.getLogger("backends.servicebus")
+log = logging.getLogger("broker.backends.servicebus")
 
 #: Seconds a settle-at-shutdown (abandoning messages never handed out) may take in all.
 SHUTDOWN_SETTLE_TIMEOUT = 5.0

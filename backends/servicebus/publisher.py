@@ -21,11 +21,11 @@ from azure.servicebus.exceptions import (
     ServiceBusError,
 )
 
-from backends.servicebus.admin import EntityAdmin
-from backends.servicebus.connection import Shutdowns, close_quietly, make_client
-from backends.servicebus.errors import translate
-from backends.servicebus.mapping import to_sdk
-from backends.servicebus.settings import ServiceBusSettings
+from broker.backends.servicebus.admin import EntityAdmin
+from broker.backends.servicebus.connection import Shutdowns, close_quietly, make_client
+from broker.backends.servicebus.errors import translate
+from broker.backends.servicebus.mapping import to_sdk
+from broker.backends.servicebus.settings import ServiceBusSettings
 from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
 from broker.publishing import DriverPublisher

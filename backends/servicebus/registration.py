@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from backends.servicebus.settings import ServiceBusSettings
 from broker.backend import Backend
+from broker.backends.servicebus.settings import ServiceBusSettings
 from broker.errors import ConfigError, MissingDependency
 from broker.settings import ParsedUrl
 
@@ -19,7 +19,7 @@ __all__ = ["ServiceBusFactory", "factory"]
 
 
 class ServiceBusFactory:
-    """Builds :class:`~backends.servicebus.backend.ServiceBusBackend` from ``servicebus://NAMESPACE?...``."""
+    """Builds :class:`~broker.backends.servicebus.backend.ServiceBusBackend` from ``servicebus://NAMESPACE?...``."""
 
     extra = "servicebus"
     settings_type = ServiceBusSettings
@@ -63,7 +63,7 @@ class ServiceBusFactory:
             import azure.servicebus.aio  # noqa: F401
         except ImportError as exc:
             raise MissingDependency(self.extra, "azure.servicebus") from exc
-        from backends.servicebus.backend import ServiceBusBackend
+        from broker.backends.servicebus.backend import ServiceBusBackend
 
         return ServiceBusBackend(settings)
 

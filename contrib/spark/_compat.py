@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from functools import cache
 from types import ModuleType
 
+from broker.contrib.spark.errors import JavaNotFound, SparkVersionError
 from broker.errors import MissingDependency
-from contrib.spark.errors import JavaNotFound, SparkVersionError
 
 __all__ = [
     "MIN_JAVA",
@@ -55,7 +55,7 @@ def require_pyspark() -> ModuleType:
         raise MissingDependency("spark", "pyspark") from exc
     found = _version_tuple(pyspark.__version__)
     if found[:2] < MIN_PYSPARK:
-        raise SparkVersionError("contrib.spark", "4.1", pyspark.__version__)
+        raise SparkVersionError("broker.contrib.spark", "4.1", pyspark.__version__)
     return pyspark
 
 

@@ -26,15 +26,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from broker.contrib.spark import runtime
+from broker.contrib.spark.arrow import arrow_schema, messages_batch, pa
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError
 from broker.message import Message
-from contrib.spark import runtime
-from contrib.spark.arrow import arrow_schema, messages_batch, pa
-from contrib.spark.options import Options
 
 __all__ = ["AckSource", "read_journal"]
 
-log = logging.getLogger("contrib.spark")
+log = logging.getLogger("broker.contrib.spark")
 
 
 def _name(start: int, end: int) -> str:
@@ -54,7 +54,7 @@ def read_journal(directory: str, start: int, end: int) -> Iterator[Any]:
     """The journaled rows with offsets in ``[start, end)``, as Arrow record batches.
 
     A journal written before keys and attribute values became binary (``key string``,
-    ``attributes map<string,string>``) is cast to :data:`~contrib.spark.arrow.READ_SCHEMA` (the
+    ``attributes map<string,string>``) is cast to :data:`~broker.contrib.spark.arrow.READ_SCHEMA` (the
     UTF-8 text becomes its bytes), so a query restarted after an upgrade replays it.
     """
     pa()  # MissingDependency when pyarrow is absent

@@ -1,7 +1,7 @@
 """The ``broker`` data source: PySpark's Python Data Source API over every polybroker backend.
 
-Imported by :func:`contrib.spark.register` only (it imports PySpark). Spark pickles these classes
-by reference, so Spark's Python workers must be able to import ``contrib.spark`` (install
+Imported by :func:`broker.contrib.spark.register` only (it imports PySpark). Spark pickles these classes
+by reference, so Spark's Python workers must be able to import ``broker.contrib.spark`` (install
 polybroker into the interpreter ``PYSPARK_PYTHON`` names).
 
 * ``spark.read.format("broker")`` - a batch read of offset ranges (``startingOffsets``,
@@ -9,11 +9,11 @@ polybroker into the interpreter ``PYSPARK_PYTHON`` names).
 * ``spark.readStream.format("broker")`` - replayable backends (Kafka, JetStream, Pulsar) keep
   ``{topic: {partition: next offset}}`` in the checkpoint, so a restarted query resumes with
   no loss and no duplicates from the source; other backends (Pub/Sub, Service Bus, or any with
-  ``mode=ack``) use the journaling, acknowledge-on-commit reader of :mod:`contrib.spark.acks`;
+  ``mode=ack``) use the journaling, acknowledge-on-commit reader of :mod:`broker.contrib.spark.acks`;
 * ``df.write.format("broker")`` / ``writeStream.format("broker")`` - publish rows through the
-  backend's publisher with a deterministic message id per row (:mod:`contrib.spark.sink`).
+  backend's publisher with a deterministic message id per row (:mod:`broker.contrib.spark.sink`).
 
-Reads yield :data:`contrib.spark.arrow.READ_SCHEMA` on every backend: ``key binary, value binary,
+Reads yield :data:`broker.contrib.spark.arrow.READ_SCHEMA` on every backend: ``key binary, value binary,
 topic string, partition int, offset long, timestamp timestamp, attributes map<string,binary>, id
 string`` (keys and attribute values are the bytes the broker holds; ``CAST(key AS STRING)`` where
 they are text). The sink takes those rows as they are, or string keys and attribute values.
@@ -22,7 +22,7 @@ Options (case does not matter; all values are strings):
 
 =========================  ======================================================================
 ``url`` / ``urlEnv``       the broker (or ``config`` / ``configEnv`` JSON, ``setting.<name>``,
-                           ``secretEnv.<name>``; see :mod:`contrib.spark.options`)
+                           ``secretEnv.<name>``; see :mod:`broker.contrib.spark.options`)
 ``topic``                  topic(s) to read (Kafka: comma-separated) or to write to (else the
                            ``topic`` column)
 ``startingOffsets``        ``earliest`` (default), ``latest`` or JSON ``{"t": {"0": 42}}``
@@ -42,7 +42,7 @@ Options (case does not matter; all values are strings):
 ``extendInterval``         ack mode: seconds between deadline extensions (default 10)
 ``idAttribute``            sink: attribute carrying the message id (``none`` to omit)
 ``trace.<name>``           sink: attribute ``<name>`` for rows without a ``traceparent``
-                           (``contrib.spark.trace_options()`` makes them on the driver)
+                           (``broker.contrib.spark.trace_options()`` makes them on the driver)
 =========================  ======================================================================
 """
 
@@ -66,17 +66,24 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from broker.contrib.spark import _compat
+from broker.contrib.spark.acks import AckSource, read_journal
+from broker.contrib.spark.arrow import READ_SCHEMA
+from broker.contrib.spark.offsets import (
+    Offsets,
+    Range,
+    limit_offsets,
+    parse_position,
+    plan_ranges,
+    resolve_position,
+)
+from broker.contrib.spark.options import Options
+from broker.contrib.spark.sink import write_batches
 from broker.errors import ConfigError, NotSupported
-from contrib.spark import _compat
-from contrib.spark.acks import AckSource, read_journal
-from contrib.spark.arrow import READ_SCHEMA
-from contrib.spark.offsets import Offsets, Range, limit_offsets, parse_position, plan_ranges, resolve_position
-from contrib.spark.options import Options
-from contrib.spark.sink import write_batches
 
 __all__ = ["BrokerDataSource"]
 
-log = logging.getLogger("contrib.spark")
+log = logging.getLogger("broker.contrib.spark")
 
 if _compat.has_read_limits():
     from pyspark.sql.streaming.datasource import (
@@ -150,15 +157,15 @@ class _Planner:
     def __init__(self, options: Options) -> None:
         scheme = options.scheme()
         if scheme == "kafka":
-            from contrib.spark.kafka_source import KafkaPlanner
+            from broker.contrib.spark.kafka_source import KafkaPlanner
 
             self.impl: Any = KafkaPlanner(options)
         elif scheme == "nats":
-            from contrib.spark.jetstream_source import JetStreamPlanner
+            from broker.contrib.spark.jetstream_source import JetStreamPlanner
 
             self.impl = JetStreamPlanner(options)
         elif scheme == "pulsar":
-            from contrib.spark.pulsar_source import PulsarPlanner
+            from broker.contrib.spark.pulsar_source import PulsarPlanner
 
             self.impl = PulsarPlanner(options)
         else:
@@ -176,15 +183,15 @@ class _Planner:
 def _read_range(options: Options, part: Range) -> Iterator[Any]:
     scheme = options.scheme()
     if scheme == "kafka":
-        from contrib.spark import kafka_source
+        from broker.contrib.spark import kafka_source
 
         return kafka_source.read_range(options, part)
     if scheme == "nats":
-        from contrib.spark import jetstream_source
+        from broker.contrib.spark import jetstream_source
 
         return jetstream_source.read_range(options, part)
     if scheme == "pulsar":
-        from contrib.spark import pulsar_source
+        from broker.contrib.spark import pulsar_source
 
         return pulsar_source.read_range(options, part)
     raise NotSupported(f"{scheme}:// has no replayable source here")
@@ -310,7 +317,7 @@ class BrokerStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: igno
             and self.planner.scheme == "kafka"
             and self.options.get_bool("commitGroup", True)
         ):
-            from contrib.spark.kafka_source import commit_group
+            from broker.contrib.spark.kafka_source import commit_group
 
             commit_group(self.options, group, {t: dict(ps) for t, ps in end.items()})
 
@@ -437,7 +444,7 @@ class BrokerDataSource(DataSource):
         return Options(dict(self.options))
 
     def schema(self) -> str:
-        """:data:`contrib.spark.arrow.READ_SCHEMA`."""
+        """:data:`broker.contrib.spark.arrow.READ_SCHEMA`."""
         return READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -15,12 +15,12 @@ from typing import Any
 
 import nats.js.errors
 
-from backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.contrib.spark import runtime
+from broker.contrib.spark.arrow import records_batch
+from broker.contrib.spark.offsets import Offsets, Range
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError, Timeout
-from contrib.spark import runtime
-from contrib.spark.arrow import records_batch
-from contrib.spark.offsets import Offsets, Range
-from contrib.spark.options import Options
 
 __all__ = ["JetStreamPlanner", "read_range"]
 

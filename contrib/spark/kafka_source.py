@@ -5,9 +5,9 @@ the backend's admin client. The executor side (:func:`read_range`) reads one ``[
 range with a confluent-kafka consumer configured from the same settings (security included),
 assigned at ``start`` (no group, no commits), and turns each fetched chunk into one Arrow record
 batch without a Python object per record (key, value and header values as the bytes on the
-wire, undecoded: :func:`contrib.spark.arrow.kafka_batch`). A range ends at ``end`` or at the partition end the
-broker reports (transaction markers and aborted records leave gaps in offsets). A start below
-the first retained offset fails the task (``failOnDataLoss``, default true) instead of
+wire, undecoded: :func:`broker.contrib.spark.arrow.kafka_batch`). A range ends at ``end`` or at the
+partition end the broker reports (transaction markers and aborted records leave gaps in offsets). A start
+below the first retained offset fails the task (``failOnDataLoss``, default true) instead of
 skipping silently.
 """
 
@@ -18,16 +18,16 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from backends.kafka import sdk
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.errors import translate
-from backends.kafka.rdkafka_config import reader_config
+from broker.backends.kafka import sdk
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.errors import translate
+from broker.backends.kafka.rdkafka_config import reader_config
+from broker.contrib.spark import runtime
+from broker.contrib.spark.arrow import kafka_batch
+from broker.contrib.spark.offsets import Offsets, Range
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError, ReceiveError, Timeout
 from broker.log import TopicPartition
-from contrib.spark import runtime
-from contrib.spark.arrow import kafka_batch
-from contrib.spark.offsets import Offsets, Range
-from contrib.spark.options import Options
 
 __all__ = ["DataLoss", "KafkaPlanner", "commit_group", "read_range"]
 

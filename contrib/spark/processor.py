@@ -3,15 +3,15 @@
 The group's input topics and its loop topic are read by the ``broker`` source (one query,
 offsets in the checkpoint; Kafka inputs start from the group's committed offsets and the group's
 offsets are committed as Spark commits batches, so a single-machine
-:class:`~backends.kafka.processor.Processor` can take over), grouped by message key, and handed
+:class:`~broker.backends.kafka.processor.Processor` can take over), grouped by message key, and handed
 to :class:`GroupProcessor` through ``transformWithState``. It runs the graph's **own callbacks**
-with the processor's own :class:`~backends.kafka.processor.Context` class, so ``value``,
+with the processor's own :class:`~broker.backends.kafka.processor.Context` class, so ``value``,
 ``set_value``, ``delete``, ``emit``, ``loopback``, ``headers``, ``timestamp`` and the misuse
 errors behave as on one machine. The group table lives in Spark's state store (RocksDB), one
 value per key holding the same bytes as the ``<group>-table`` topic. Emits, loopbacks and each
 key's final table value of a micro-batch are written by the ``broker`` sink; the table updates
 go to ``<group>-table`` (tombstones for deletes), so a single-machine processor or a
-:class:`~backends.kafka.processor.View` can take over the table. A new query starts from that
+:class:`~broker.backends.kafka.processor.View` can take over the table. A new query starts from that
 topic's content (``initialState``).
 
 Guarantees: the table is exactly-once (state and source offsets move together in the
@@ -19,7 +19,7 @@ checkpoint); emits and table records are at-least-once, and a replayed batch rep
 identical message ids (``<group>:<source topic>:<partition>:<offset>:<emit index>``).
 
 Keys and headers: the source yields binary keys and attribute values (see
-:mod:`contrib.spark.arrow`); the operator groups by those bytes and hands callbacks the
+:mod:`broker.contrib.spark.arrow`); the operator groups by those bytes and hands callbacks the
 library's ``str`` (``decode("utf-8", "surrogateescape")``, as the Kafka backend's own reads do),
 so a key or header that is not UTF-8 reaches ``ctx.key`` / ``ctx.headers`` exactly as on one
 machine. :data:`OUTPUT_SCHEMA` is binary for ``key`` and attribute values as well (``key
@@ -31,7 +31,7 @@ takes binary or string keys and attribute values alike.
 
 Within a micro-batch a key's messages are handled in (timestamp, topic, partition, offset)
 order; loopbacks reach the group one micro-batch later. Not supported on Spark yet (raise
-:class:`~contrib.spark.errors.UnsupportedOnSpark`): ``join`` and ``lookup`` edges,
+:class:`~broker.contrib.spark.errors.UnsupportedOnSpark`): ``join`` and ``lookup`` edges,
 ``ctx.join``/``ctx.lookup``, ``ctx.defer_commit()``.
 """
 
@@ -45,16 +45,16 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
-from backends.kafka.processor.context import Context
-from backends.kafka.processor.errors import CallbackFailed, ProcessorError
-from backends.kafka.processor.graph import GroupGraph
-from backends.kafka.processor.settings import NilHandling
+from broker.backends.kafka.processor.context import Context
+from broker.backends.kafka.processor.errors import CallbackFailed, ProcessorError
+from broker.backends.kafka.processor.graph import GroupGraph
+from broker.backends.kafka.processor.settings import NilHandling
+from broker.contrib.spark import runtime
+from broker.contrib.spark.arrow import to_bytes, to_text
+from broker.contrib.spark.errors import UnsupportedOnSpark
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError
 from broker.message import EMPTY_ATTRIBUTES, Record
-from contrib.spark import runtime
-from contrib.spark.arrow import to_bytes, to_text
-from contrib.spark.errors import UnsupportedOnSpark
-from contrib.spark.options import Options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["OUTPUT_SCHEMA", "GroupProcessor", "check_graph", "run_group"]
 
 #: What the stateful operator yields: rows for the ``broker`` sink (keys and attribute values as
-#: bytes, like the source's :data:`~contrib.spark.arrow.READ_SCHEMA`).
+#: bytes, like the source's :data:`~broker.contrib.spark.arrow.READ_SCHEMA`).
 OUTPUT_SCHEMA = "topic string, key binary, value binary, attributes map<string,binary>, id string"
 
 
@@ -350,12 +350,12 @@ def run_group(
     names the broker; ``checkpoint`` holds offsets and the table state (keep it to resume).
     ``trigger`` is passed to ``DataStreamWriter.trigger`` (``{"availableNow": True}`` processes
     what is there and stops; default: micro-batches as data arrives). ``headers`` and
-    ``nil_handling`` mean what they mean in :class:`~backends.kafka.processor.ProcessorOptions`.
+    ``nil_handling`` mean what they mean in :class:`~broker.backends.kafka.processor.ProcessorOptions`.
     With ``bootstrap_table`` a new query seeds its table from ``<group>-table``.
     """
-    from contrib.spark import register
-    from contrib.spark._compat import require_pyspark
-    from contrib.spark.errors import SparkVersionError
+    from broker.contrib.spark import register
+    from broker.contrib.spark._compat import require_pyspark
+    from broker.contrib.spark.errors import SparkVersionError
 
     pyspark = require_pyspark()
     check_graph(graph)
@@ -374,7 +374,7 @@ def run_group(
             "run_group keeps the group table in Spark state with transformWithState, which needs the "
             "RocksDB state store: set spark.sql.streaming.stateStore.providerClass to "
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider "
-            "(contrib.spark.local_session() does)"
+            "(broker.contrib.spark.local_session() does)"
         )
     register(spark)
     _ensure_topics(Options(source), graph)

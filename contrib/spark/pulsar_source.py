@@ -18,14 +18,14 @@ from typing import Any
 
 import _pulsar  # type: ignore[import-not-found]
 
-from backends.pulsar.backend import PulsarBackend
-from backends.pulsar.mapping import DEFAULT_TENANT_NAMESPACE, offset_of
+from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.mapping import DEFAULT_TENANT_NAMESPACE, offset_of
+from broker.contrib.spark import runtime
+from broker.contrib.spark.arrow import records_batch
+from broker.contrib.spark.offsets import Offsets, Range
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError, Timeout
 from broker.message import Record
-from contrib.spark import runtime
-from contrib.spark.arrow import records_batch
-from contrib.spark.offsets import Offsets, Range
-from contrib.spark.options import Options
 
 __all__ = ["PulsarPlanner", "partition_topic", "read_range", "unpack"]
 
@@ -47,7 +47,7 @@ def partition_topic(client: Any, topic: str, partition: int) -> str:
 
 
 def unpack(offset: int, partition: int) -> Any:
-    """The message id packed into ``offset`` (see :func:`backends.pulsar.mapping.offset_of`)."""
+    """The message id packed into ``offset`` (see :func:`broker.backends.pulsar.mapping.offset_of`)."""
     return _pulsar.MessageId(partition, offset >> 40, (offset >> 16) & 0xFFFFFF, (offset & 0xFFFF) - 1)
 
 

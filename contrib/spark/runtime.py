@@ -55,7 +55,7 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     event_loop = loop()
     if threading.current_thread().name == "polybroker-spark-loop":
         coro.close()
-        raise RuntimeError("contrib.spark.runtime.run() called from its own event loop")
+        raise RuntimeError("broker.contrib.spark.runtime.run() called from its own event loop")
     future = asyncio.run_coroutine_threadsafe(coro, event_loop)
     try:
         return future.result(timeout)

@@ -1,6 +1,6 @@
 """A local SparkSession set up the way the ``broker`` source and ``run_group`` need it.
 
-``local_session()`` checks for Java 17+ first (:class:`~contrib.spark.errors.JavaNotFound`
+``local_session()`` checks for Java 17+ first (:class:`~broker.contrib.spark.errors.JavaNotFound`
 instead of a JVM launch failure), binds Spark to loopback, turns the UI off, uses the RocksDB
 state store (``transformWithState`` requires it) and registers the ``broker`` format.
 """
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from contrib.spark._compat import check_java, require_pyspark
+from broker.contrib.spark._compat import check_java, require_pyspark
 
 __all__ = ["SESSION_CONF", "local_session"]
 
@@ -58,7 +58,7 @@ def local_session(
         builder = builder.config(key, str(value))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
-    from contrib.spark import register
+    from broker.contrib.spark import register
 
     register(session)
     return session

@@ -38,11 +38,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from broker.backend import Backend
+from broker.contrib.spark import runtime
+from broker.contrib.spark.arrow import to_text
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError
 from broker.message import OutboundMessage
-from contrib.spark import runtime
-from contrib.spark.arrow import to_text
-from contrib.spark.options import Options
 
 __all__ = ["DEFAULT_ID_ATTRIBUTE", "TRACE_OPTION_PREFIX", "id_attribute", "trace_options", "write_batches"]
 
@@ -88,7 +88,7 @@ def id_attribute(options: Options, backend: Backend) -> str | None:
 
 
 def _text(value: Any) -> Any:
-    """Binary as the library's ``str`` (see :func:`~contrib.spark.arrow.to_text`); anything else as is."""
+    """Binary as the library's ``str`` (:func:`~broker.contrib.spark.arrow.to_text`); anything else as is."""
     return to_text(value) if isinstance(value, bytes | bytearray) else value
 
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import broker
-from backends.pulsar.backend import PulsarBackend
-from backends.pulsar.settings import MIN_ACK_TIMEOUT
+from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.settings import MIN_ACK_TIMEOUT
 from broker.testing import ConformanceSuite, Harness
 from tests.integration.pulsar.server import (
     KEY_SHARED_CHURN,

@@ -28,7 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from contrib.spark import JavaNotFound, local_session
+    from broker.contrib.spark import JavaNotFound, local_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     try:
@@ -50,7 +50,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def tansu() -> Iterator[ProcessServer]:
-    from backends.kafka.registration import factory
+    from broker.backends.kafka.registration import factory
 
     with factory.dev_server() as server:
         yield server
@@ -58,7 +58,7 @@ def tansu() -> Iterator[ProcessServer]:
 
 @pytest.fixture(scope="session")
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessServer]:
-    from backends.jetstream.registration import factory
+    from broker.backends.jetstream.registration import factory
 
     with factory.dev_server(store_dir=str(tmp_path_factory.mktemp("nats"))) as server:
         yield server

@@ -126,8 +126,8 @@ def test_rows_read_from_kafka_are_written_back_byte_exact(spark: Any, tansu: Pro
 def test_run_group_keeps_keys_and_headers_that_are_not_utf8(
     spark: Any, tansu: ProcessServer, tmp_path: Any
 ) -> None:
-    from backends.kafka.processor import define_group, input, output, persist
-    from contrib.spark import run_group
+    from broker.backends.kafka.processor import define_group, input, output, persist
+    from broker.contrib.spark import run_group
 
     prefix = unique("bin-group") + "-"
     source, echoed = f"{prefix}in", f"{prefix}echo"

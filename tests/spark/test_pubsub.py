@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def pubsub_url() -> Iterator[str]:
-    from backends.pubsub.registration import factory
+    from broker.backends.pubsub.registration import factory
 
     with factory.dev_server() as server:
         yield server.url

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def pulsar_url() -> Iterator[str]:
-    from backends.pulsar.registration import factory
+    from broker.backends.pulsar.registration import factory
 
     with factory.dev_server() as server:
         yield server.url

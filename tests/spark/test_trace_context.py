@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from opentelemetry.sdk.trace import TracerProvider
 
-import contrib.spark
-from contrib.spark.options import Options
-from contrib.spark.sink import _rows, trace_attributes, trace_options
+import broker.contrib.spark
+from broker.contrib.spark.options import Options
+from broker.contrib.spark.sink import _rows, trace_attributes, trace_options
 
 OTHER = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
 
@@ -16,7 +16,7 @@ def test_trace_options_carry_the_drivers_current_context() -> None:
     tracer = provider.get_tracer("test")
     assert trace_options() == {}  # no span: nothing to carry
     with tracer.start_as_current_span("nightly export") as span:
-        options = contrib.spark.trace_options()
+        options = broker.contrib.spark.trace_options()
     context = span.get_span_context()
     assert list(options) == ["trace.traceparent"]
     assert options["trace.traceparent"].startswith(f"00-{context.trace_id:032x}-{context.span_id:016x}-")
@@ -24,7 +24,7 @@ def test_trace_options_carry_the_drivers_current_context() -> None:
 
 
 def test_rows_without_a_traceparent_get_the_options_context_and_others_keep_theirs() -> None:
-    from contrib.spark.arrow import pa
+    from broker.contrib.spark.arrow import pa
 
     arrow = pa()
     options = Options(

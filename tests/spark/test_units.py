@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.kafka.processor import ContextError, define_group, input, loop, output, persist
+from broker.backends.kafka.processor import ContextError, define_group, input, loop, output, persist
+from broker.contrib.spark import JavaNotFound, check_java
+from broker.contrib.spark.offsets import Range, limit_offsets, parse_position, plan_ranges, resolve_position
+from broker.contrib.spark.options import Options
 from broker.errors import ConfigError, MissingDependency
-from contrib.spark import JavaNotFound, check_java
-from contrib.spark.offsets import Range, limit_offsets, parse_position, plan_ranges, resolve_position
-from contrib.spark.options import Options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_package_imports_without_pyspark_and_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['pyspark'] = None\n"
-        "import contrib.spark\n"
+        "import broker.contrib.spark\n"
         "try:\n"
-        "    contrib.spark.register(object())\n"
+        "    broker.contrib.spark.register(object())\n"
         "except ImportError as exc:\n"
         "    print(type(exc).__name__, exc)\n"
     )
@@ -40,7 +40,7 @@ def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monke
     assert "JAVA_HOME" in str(caught.value)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    from contrib.spark import local_session
+    from broker.contrib.spark import local_session
 
     with pytest.raises(JavaNotFound):  # before any attempt to launch Spark's JVM
         local_session()
@@ -123,7 +123,7 @@ def test_the_group_adapter_runs_callbacks_with_the_processor_context() -> None:
     pytest.importorskip("pyspark.sql.streaming.tws_tester", reason="TwsTester needs PySpark 4.2")
     from pyspark.sql.streaming.tws_tester import TwsTester
 
-    from contrib.spark.processor import GroupProcessor
+    from broker.contrib.spark.processor import GroupProcessor
 
     def on_input(ctx, value):  # type: ignore[no-untyped-def]
         if value == "drop":
@@ -163,7 +163,7 @@ def test_the_group_adapter_keeps_keys_and_headers_that_are_not_utf8() -> None:
     pytest.importorskip("pyspark.sql.streaming.tws_tester", reason="TwsTester needs PySpark 4.2")
     from pyspark.sql.streaming.tws_tester import TwsTester
 
-    from contrib.spark.processor import GroupProcessor
+    from broker.contrib.spark.processor import GroupProcessor
 
     seen: list[tuple[str, dict[str, str]]] = []
 
@@ -186,7 +186,7 @@ def test_misuse_in_a_callback_fails_like_on_one_machine() -> None:
     pytest.importorskip("pyspark.sql.streaming.tws_tester", reason="TwsTester needs PySpark 4.2")
     from pyspark.sql.streaming.tws_tester import TwsTester
 
-    from contrib.spark.processor import GroupProcessor
+    from broker.contrib.spark.processor import GroupProcessor
 
     graph = define_group("m", input("in", "str", lambda ctx, v: ctx.emit("undeclared", ctx.key, v)))
     with pytest.raises(ContextError, match="no output"):
@@ -194,10 +194,10 @@ def test_misuse_in_a_callback_fails_like_on_one_machine() -> None:
 
 
 def test_missing_pyspark_is_reported_for_each_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    import contrib.spark
+    import broker.contrib.spark
 
     monkeypatch.setitem(sys.modules, "pyspark", None)
-    for call in (lambda: contrib.spark.register(object()), contrib.spark.pyspark_version):
+    for call in (lambda: broker.contrib.spark.register(object()), broker.contrib.spark.pyspark_version):
         with pytest.raises(MissingDependency, match="spark"):
             call()
 
@@ -205,7 +205,7 @@ def test_missing_pyspark_is_reported_for_each_entry_point(monkeypatch: pytest.Mo
 def test_old_pyspark_versions_get_clear_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     import pyspark
 
-    from contrib.spark import SparkVersionError, _compat
+    from broker.contrib.spark import SparkVersionError, _compat
 
     monkeypatch.setattr(pyspark, "__version__", "4.0.5")
     with pytest.raises(SparkVersionError, match=r"needs PySpark 4\.1 or later, but PySpark 4\.0\.5"):
@@ -239,8 +239,8 @@ class _FakeKafkaMessage:
 
 
 def test_kafka_batch_with_fake_sdk_messages_keeps_key_and_header_bytes() -> None:
-    from backends.kafka.mapping import decode_headers
-    from contrib.spark.arrow import arrow_schema, kafka_batch
+    from broker.backends.kafka.mapping import decode_headers
+    from broker.contrib.spark.arrow import arrow_schema, kafka_batch
 
     headers = [("h", b"\xff\xfeh"), ("empty", None), ("h2", b"text"), ("h", b"\xfflast")]
     messages = [
@@ -262,8 +262,8 @@ def test_kafka_batch_with_fake_sdk_messages_keeps_key_and_header_bytes() -> None
 
 
 def test_records_and_messages_batches_restore_the_bytes_behind_surrogate_escapes() -> None:
+    from broker.contrib.spark.arrow import arrow_schema, messages_batch, records_batch
     from broker.message import Message, Record
-    from contrib.spark.arrow import arrow_schema, messages_batch, records_batch
 
     escaped_key = b"\xff\xfek".decode("utf-8", "surrogateescape")  # how the library reads such a key
     escaped_value = b"\xfe".decode("utf-8", "surrogateescape")
@@ -284,8 +284,8 @@ def test_records_and_messages_batches_restore_the_bytes_behind_surrogate_escapes
 
 
 def test_sink_rows_take_binary_or_string_keys_and_attributes_losslessly() -> None:
-    from contrib.spark.arrow import pa
-    from contrib.spark.sink import _rows
+    from broker.contrib.spark.arrow import pa
+    from broker.contrib.spark.sink import _rows
 
     arrow = pa()
     binary = arrow.RecordBatch.from_pydict(
@@ -319,8 +319,8 @@ def test_sink_rows_take_binary_or_string_keys_and_attributes_losslessly() -> Non
 def test_a_journal_written_with_string_keys_is_read_in_the_binary_schema(tmp_path: Path) -> None:
     import pyarrow.ipc
 
-    from contrib.spark.acks import read_journal
-    from contrib.spark.arrow import arrow_schema, pa
+    from broker.contrib.spark.acks import read_journal
+    from broker.contrib.spark.arrow import arrow_schema, pa
 
     arrow = pa()
     old_schema = arrow.schema(

@@ -108,8 +108,8 @@ class _TrackerBackend:
         self.options: list[dict[str, object]] = []
 
     def queue_tracker(self, topic: str, **options: object) -> object:
-        from backends.kafka.queue import RedeliveryTracker
-        from backends.kafka.queue.settings import queue_settings_for_topic
+        from broker.backends.kafka.queue import RedeliveryTracker
+        from broker.backends.kafka.queue.settings import queue_settings_for_topic
 
         self.options.append(dict(options))
         tracker = RedeliveryTracker(
@@ -159,7 +159,7 @@ def test_queue_tracker_exits_non_zero_when_the_broker_stays_unreachable(
 def test_queue_tracker_exits_non_zero_when_the_tracker_stops_on_its_own(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from backends.inmem import InmemBackend
+    from broker.backends.inmem import InmemBackend
     from broker.cli import commands
 
     inmem = broker.connect(f"inmem://cli-tracker-{uuid.uuid4().hex}")

@@ -49,7 +49,7 @@ def violations(folder: str, rule) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_core_imports_no_backend_contrib_or_sdk() -> None:
     def rule(path: Path, module: str) -> str | None:
-        if under(module, "backends") or under(module, "contrib"):
+        if under(module, "broker.backends") or under(module, "broker.contrib"):
             return "the core never imports backends or contrib"
         if any(under(module, sdk) for sdk in SDKS):
             return "the core imports no broker SDK"
@@ -61,10 +61,10 @@ def test_core_imports_no_backend_contrib_or_sdk() -> None:
 def test_backends_import_only_core_and_their_own_package() -> None:
     def rule(path: Path, module: str) -> str | None:
         own = path.relative_to(ROOT / "backends").parts[0]
-        if under(module, "contrib"):
+        if under(module, "broker.contrib"):
             return "backends never import contrib"
         for other in BACKENDS:
-            if other != own and under(module, f"backends.{other}"):
+            if other != own and under(module, f"broker.backends.{other}"):
                 return f"backends.{own} must not import another backend"
         return None
 
@@ -73,7 +73,7 @@ def test_backends_import_only_core_and_their_own_package() -> None:
 
 def test_nothing_imports_contrib() -> None:
     def rule(path: Path, module: str) -> str | None:
-        return "nothing imports contrib" if under(module, "contrib") else None
+        return "nothing imports contrib" if under(module, "broker.contrib") else None
 
     assert violations("broker", rule) == [] and violations("backends", rule) == []
 
@@ -105,12 +105,12 @@ PORT_ONLY = ("backends/kafka/queue", "backends/kafka/processor")
 
 def test_queue_and_processor_depend_on_the_log_port_only() -> None:
     """The marker queue and the processor import ``broker`` and their own package, nothing else of
-    ``backends.kafka`` (function-level imports included), and never test for a Kafka class: what
+    ``broker.backends.kafka`` (function-level imports included), and never test for a Kafka class: what
     they need of Kafka is an optional, typed part of ``broker.log``."""
 
     def rule(path: Path, module: str) -> str | None:
-        own = ".".join(path.relative_to(ROOT).parts[:3])
-        if under(module, "backends") and not under(module, own):
+        own = "broker." + ".".join(path.relative_to(ROOT).parts[:3])
+        if under(module, "broker.backends") and not under(module, own):
             return f"{own} depends on the broker.log port only"
         if any(under(module, sdk) for sdk in SDKS):
             return f"{own} imports no broker SDK"
@@ -128,3 +128,36 @@ def test_queue_and_processor_depend_on_the_log_port_only() -> None:
                 ):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} tests for a Kafka class")
     assert found == []
+
+
+def test_one_import_path_per_module() -> None:
+    """``backends/`` and ``contrib/`` are imported as ``broker.backends`` and ``broker.contrib`` only:
+    no source file names the old top-level packages, and loading every backend and integration
+    leaves no ``backends.*`` or ``contrib.*`` module beside them (two copies, two registries)."""
+    old = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for folder in ("broker", "backends", "contrib", "tests", "examples", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line, module in imports_of(path)
+        if under(module, "backends") or under(module, "contrib")
+    ]
+    assert old == []
+    assert (ROOT / "broker" / "backends").resolve() == ROOT / "backends"
+    assert (ROOT / "broker" / "contrib").resolve() == ROOT / "contrib"
+    code = """
+import importlib, pkgutil, sys
+import broker.backends, broker.contrib
+for package in (broker.backends, broker.contrib):
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if ".spark" in info.name or info.name.endswith("devserver"):
+            continue  # pyspark is heavy and optional; dev servers start nothing on import anyway
+        importlib.import_module(info.name)
+import broker
+broker.connect("inmem://one-path")
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("backends", "contrib")))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

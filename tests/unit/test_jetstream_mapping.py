@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from nats.aio.msg import Msg
 
-from backends.jetstream.mapping import KEY_HEADER, to_messages
+from broker.backends.jetstream.mapping import KEY_HEADER, to_messages
 from broker.errors import ReceiveError
 from broker.message import Acker
 

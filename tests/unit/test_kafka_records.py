@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from backends.kafka.mapping import KafkaRecord, to_records
+from broker.backends.kafka.mapping import KafkaRecord, to_records
 from broker.message import EMPTY_ATTRIBUTES, Record
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from backends.kafka.threads import SdkThread
+from broker.backends.kafka.threads import SdkThread
 from broker.errors import ClosedError
 
 

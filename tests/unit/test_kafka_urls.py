@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.settings import KafkaSettings
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.settings import KafkaSettings
 from broker.errors import ConfigError
 
 

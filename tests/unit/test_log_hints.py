@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import broker
-from backends.inmem import InmemBackend
+from broker.backends.inmem import InmemBackend
 from broker.errors import ConfigError
 from broker.log import RawBatches, ReadHints, TopicPartition
 
@@ -23,9 +23,9 @@ def test_hints_are_checked() -> None:
 
 def test_the_kafka_log_maps_hints_within_its_bounds() -> None:
     pytest.importorskip("confluent_kafka")
-    from backends.kafka.admin import KafkaAdmin
-    from backends.kafka.log import KafkaLog
-    from backends.kafka.settings import KafkaSettings
+    from broker.backends.kafka.admin import KafkaAdmin
+    from broker.backends.kafka.log import KafkaLog
+    from broker.backends.kafka.settings import KafkaSettings
 
     admin = KafkaAdmin({"bootstrap.servers": "127.0.0.1:1"}, timeout=1.0)  # never used
     servers = ("127.0.0.1:1",)

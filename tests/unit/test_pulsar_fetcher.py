@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from backends.pulsar.fetcher import Fetcher
+from broker.backends.pulsar.fetcher import Fetcher
 from broker.errors import ClosedError
 
 

@@ -122,7 +122,7 @@ def test_unknown_backend_lists_the_registered_ones() -> None:
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     class BrokenEntryPoint:
         name = "fancy"
-        value = "backends.fancy:factory"
+        value = "broker.backends.fancy:factory"
 
         def load(self) -> Any:
             raise ModuleNotFoundError("No module named 'fancy_sdk'", name="fancy_sdk")
@@ -133,7 +133,7 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_third_parties_can_register_a_backend() -> None:
-    from backends.inmem.registration import InmemFactory
+    from broker.backends.inmem.registration import InmemFactory
 
     broker.register_backend("mine", InmemFactory())
     assert "mine" in broker.available_backends()

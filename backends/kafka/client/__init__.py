@@ -10,18 +10,18 @@
   explicit offset, with a partition-EOF callback and ``watermarks()``.
 * :func:`lag` and :func:`message_count` (and :class:`MetadataClient`).
 * Logging: every helper takes ``logger=`` (a standard ``logging.Logger`` or adapter; default
-  ``backends.kafka.client``), which also receives librdkafka's own log lines.
+  ``broker.backends.kafka.client``), which also receives librdkafka's own log lines.
 
 Nothing is forced: the helpers' defaults sit under the caller's librdkafka config, which wins.
 Handlers get confluent-kafka ``Message`` objects; values are raw bytes (decode them with the
 codec of your choice, e.g. ``JsonCodec().decode(message.value())``).
 """
 
-from backends.kafka.client.codecs import resolve_codec
-from backends.kafka.client.consumer import Commit, Consumer, ErrorCallback, MessageHandler
-from backends.kafka.client.metadata import MetadataClient, lag, message_count
-from backends.kafka.client.producer import DeliveryCallback, DeliveryReport, Producer
-from backends.kafka.client.reader import (
+from broker.backends.kafka.client.codecs import resolve_codec
+from broker.backends.kafka.client.consumer import Commit, Consumer, ErrorCallback, MessageHandler
+from broker.backends.kafka.client.metadata import MetadataClient, lag, message_count
+from broker.backends.kafka.client.producer import DeliveryCallback, DeliveryReport, Producer
+from broker.backends.kafka.client.reader import (
     FIRST_OFFSET,
     LAST_OFFSET,
     PartitionEOFCallback,

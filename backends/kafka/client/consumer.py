@@ -14,10 +14,10 @@ import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from backends.kafka import sdk
-from backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
-from backends.kafka.client.metadata import lag_from
-from backends.kafka.consumer import GroupCore
+from broker.backends.kafka import sdk
+from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
+from broker.backends.kafka.client.metadata import lag_from
+from broker.backends.kafka.consumer import GroupCore
 from broker.errors import ClosedError, ConfigError
 from broker.log import TopicPartition
 

@@ -9,14 +9,14 @@ from typing import Any
 __all__ = ["DEFAULT_LOGGER", "LoggerLike", "resolve_logger", "with_sdk_logger"]
 
 #: The logger helpers use when none is given.
-DEFAULT_LOGGER = "backends.kafka.client"
+DEFAULT_LOGGER = "broker.backends.kafka.client"
 
 #: What ``logger=`` accepts.
 LoggerLike = logging.Logger | logging.LoggerAdapter[Any]
 
 
 def resolve_logger(logger: LoggerLike | None) -> LoggerLike:
-    """``logger``, or the ``backends.kafka.client`` logger."""
+    """``logger``, or the ``broker.backends.kafka.client`` logger."""
     return logger if logger is not None else logging.getLogger(DEFAULT_LOGGER)
 
 

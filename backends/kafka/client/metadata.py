@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.kafka.admin import KafkaAdmin
+from broker.backends.kafka.admin import KafkaAdmin
 from broker.log import TopicPartition
 
 __all__ = ["MetadataClient", "lag", "lag_from", "message_count"]

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.kafka import sdk
-from backends.kafka.client.codecs import resolve_codec
-from backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
-from backends.kafka.errors import translate
-from backends.kafka.producer import AsyncProducer
+from broker.backends.kafka import sdk
+from broker.backends.kafka.client.codecs import resolve_codec
+from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
+from broker.backends.kafka.errors import translate
+from broker.backends.kafka.producer import AsyncProducer
 from broker.codecs import Codec
 from broker.errors import BrokerError, EncodeError, PublishError, Timeout
 

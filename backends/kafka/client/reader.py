@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backends.kafka import sdk
-from backends.kafka.client.consumer import ErrorCallback, MessageHandler
-from backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
-from backends.kafka.consumer import ReaderCore
-from backends.kafka.errors import translate
+from broker.backends.kafka import sdk
+from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler
+from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
+from broker.backends.kafka.consumer import ReaderCore
+from broker.backends.kafka.errors import translate
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 

@@ -20,10 +20,10 @@ Everything here depends on :mod:`broker.log` only: it runs on Kafka
 (``broker.connect("inmem://name").log()``).
 """
 
-from backends.kafka.processor.codecs import Int64Codec
-from backends.kafka.processor.context import Context
-from backends.kafka.processor.emitter import Emitter
-from backends.kafka.processor.errors import (
+from broker.backends.kafka.processor.codecs import Int64Codec
+from broker.backends.kafka.processor.context import Context
+from broker.backends.kafka.processor.emitter import Emitter
+from broker.backends.kafka.processor.errors import (
     CallbackFailed,
     ContextError,
     EmitterClosed,
@@ -35,7 +35,7 @@ from backends.kafka.processor.errors import (
     TableNotReady,
     VisitAborted,
 )
-from backends.kafka.processor.graph import (
+from broker.backends.kafka.processor.graph import (
     Callback,
     Edge,
     EdgeKind,
@@ -58,9 +58,9 @@ from backends.kafka.processor.graph import (
     set_table_suffix,
     visitor,
 )
-from backends.kafka.processor.lmdb_storage import LmdbStorage, lmdb_storage
-from backends.kafka.processor.processor import Processor
-from backends.kafka.processor.settings import (
+from broker.backends.kafka.processor.lmdb_storage import LmdbStorage, lmdb_storage
+from broker.backends.kafka.processor.processor import Processor
+from broker.backends.kafka.processor.settings import (
     Assignment,
     NilHandling,
     ProcessorOptions,
@@ -69,7 +69,7 @@ from backends.kafka.processor.settings import (
     RestartBackoff,
     RetryDelay,
 )
-from backends.kafka.processor.stats import (
+from broker.backends.kafka.processor.stats import (
     InputStats,
     OutputStats,
     PartitionStats,
@@ -77,7 +77,7 @@ from backends.kafka.processor.stats import (
     TableStats,
     ViewStats,
 )
-from backends.kafka.processor.storage import (
+from broker.backends.kafka.processor.storage import (
     MemoryStorage,
     NullStorage,
     Storage,
@@ -85,9 +85,9 @@ from backends.kafka.processor.storage import (
     memory_storage,
     null_storage,
 )
-from backends.kafka.processor.table import RecoveryStats, TableStatus, UpdateCallback, default_update
-from backends.kafka.processor.tester import Clock, Tester, Timestamp, Tracker
-from backends.kafka.processor.view import View, ViewIterator, ViewState
+from broker.backends.kafka.processor.table import RecoveryStats, TableStatus, UpdateCallback, default_update
+from broker.backends.kafka.processor.tester import Clock, Tester, Timestamp, Tracker
+from broker.backends.kafka.processor.view import View, ViewIterator, ViewState
 
 __all__ = [
     "Assignment",

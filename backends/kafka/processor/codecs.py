@@ -36,7 +36,7 @@ class Int64Codec:
 
 def resolve_codec(codec: Codec[Any] | str, where: str) -> Codec[Any]:
     """``codec`` itself, or the codec called ``codec``; ``where`` names the edge in errors."""
-    from backends.kafka.processor.errors import GraphError
+    from broker.backends.kafka.processor.errors import GraphError
 
     if isinstance(codec, str):
         if codec == "int64":

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from backends.kafka.processor.errors import CallbackFailed, ContextError
+from broker.backends.kafka.processor.errors import CallbackFailed, ContextError
 from broker.errors import EncodeError
 from broker.message import Record
 
 if TYPE_CHECKING:
-    from backends.kafka.processor.partition import PartitionState
-    from backends.kafka.processor.processor import Processor
+    from broker.backends.kafka.processor.partition import PartitionState
+    from broker.backends.kafka.processor.processor import Processor
 
 __all__ = ["Context"]
 

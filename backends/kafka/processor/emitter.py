@@ -15,16 +15,16 @@ import functools
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from backends.kafka.processor.codecs import resolve_codec
-from backends.kafka.processor.errors import EmitterClosed
-from backends.kafka.processor.settings import resolve_partitioner
+from broker.backends.kafka.processor.codecs import resolve_codec
+from broker.backends.kafka.processor.errors import EmitterClosed
+from broker.backends.kafka.processor.settings import resolve_partitioner
 from broker.codecs import Codec
 from broker.errors import UnknownTopic
 from broker.log import Log, TopicPartition, with_client_id
 from broker.partitioning import Partitioner
 
 if TYPE_CHECKING:
-    from backends.kafka.processor.tracing import EmitTracing
+    from broker.backends.kafka.processor.tracing import EmitTracing
 
 __all__ = ["Emitter"]
 
@@ -55,7 +55,7 @@ class Emitter:
         self._log = with_client_id(log_port, client_id)
         self._tracing: EmitTracing | None = None
         if tracer_provider is not None:
-            from backends.kafka.processor.tracing import EmitTracing, system_of
+            from broker.backends.kafka.processor.tracing import EmitTracing, system_of
 
             self._tracing = EmitTracing(tracer_provider, propagator, topic, system_of(log_port))
         self.topic = topic

@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NewType
 
-from backends.kafka.processor.codecs import resolve_codec
-from backends.kafka.processor.errors import GraphError
+from broker.backends.kafka.processor.codecs import resolve_codec
+from broker.backends.kafka.processor.errors import GraphError
 from broker.codecs import Codec
 
 if TYPE_CHECKING:
-    from backends.kafka.processor.context import Context
+    from broker.backends.kafka.processor.context import Context
 
 __all__ = [
     "Callback",

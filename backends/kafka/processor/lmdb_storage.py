@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from backends.kafka.processor.storage import Storage, StorageBuilder, key_range
+from broker.backends.kafka.processor.storage import Storage, StorageBuilder, key_range
 from broker.errors import ConfigError, MissingDependency
 
 if TYPE_CHECKING:

@@ -54,17 +54,17 @@ from types import MappingProxyType
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, unquote_to_bytes
 
-from backends.kafka.processor.errors import NotOwned, ProcessorError, TableNotReady
-from backends.kafka.processor.monitor_page import SCRIPT, STYLE, page
-from backends.kafka.processor.processor import Processor
-from backends.kafka.processor.stats import InputStats, PartitionStats, ProcessorStats, TableStats
-from backends.kafka.processor.table import RecoveryStats
-from backends.kafka.processor.view import View
+from broker.backends.kafka.processor.errors import NotOwned, ProcessorError, TableNotReady
+from broker.backends.kafka.processor.monitor_page import SCRIPT, STYLE, page
+from broker.backends.kafka.processor.processor import Processor
+from broker.backends.kafka.processor.stats import InputStats, PartitionStats, ProcessorStats, TableStats
+from broker.backends.kafka.processor.table import RecoveryStats
+from broker.backends.kafka.processor.view import View
 from broker.errors import ClosedError
 
 __all__ = ["ASGIReceive", "ASGIScope", "ASGISend", "Monitor", "MonitorServer", "jsonable"]
 
-log = logging.getLogger("backends.kafka.processor.monitor")
+log = logging.getLogger("broker.backends.kafka.processor.monitor")
 
 #: An ASGI connection scope.
 ASGIScope = MutableMapping[str, Any]

@@ -3,7 +3,7 @@
 The page is the same for every monitor. Its script fetches the JSON API (relative to the page's
 own address, so the page works wherever the application is mounted) and builds every table cell
 with ``textContent``: nothing a processor, a view or a table holds is ever parsed as HTML.
-:mod:`backends.kafka.processor.monitor` serves it with a Content-Security-Policy that allows
+:mod:`broker.backends.kafka.processor.monitor` serves it with a Content-Security-Policy that allows
 exactly :data:`STYLE` and :data:`SCRIPT` (by their SHA-256) and requests to the same origin.
 """
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from backends.kafka.processor.stats import InputStats, OutputStats, PartitionStats, TableStats
-from backends.kafka.processor.storage import Storage
-from backends.kafka.processor.table import PartitionTable
+from broker.backends.kafka.processor.stats import InputStats, OutputStats, PartitionStats, TableStats
+from broker.backends.kafka.processor.storage import Storage
+from broker.backends.kafka.processor.table import PartitionTable
 from broker.log import TopicPartition
 
 __all__ = ["PartitionState"]

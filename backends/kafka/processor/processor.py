@@ -35,8 +35,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from backends.kafka.processor.context import Context
-from backends.kafka.processor.errors import (
+from broker.backends.kafka.processor.context import Context
+from broker.backends.kafka.processor.errors import (
     CallbackFailed,
     GraphError,
     NotCopartitioned,
@@ -44,9 +44,9 @@ from backends.kafka.processor.errors import (
     ProcessorError,
     VisitAborted,
 )
-from backends.kafka.processor.graph import Edge, GroupGraph
-from backends.kafka.processor.partition import PartitionState
-from backends.kafka.processor.settings import (
+from broker.backends.kafka.processor.graph import Edge, GroupGraph
+from broker.backends.kafka.processor.partition import PartitionState
+from broker.backends.kafka.processor.settings import (
     Assignment,
     NilHandling,
     ProcessorOptions,
@@ -54,15 +54,15 @@ from backends.kafka.processor.settings import (
     RestartBackoff,
     resolve_partitioner,
 )
-from backends.kafka.processor.stats import (
+from broker.backends.kafka.processor.stats import (
     InputStats,
     OutputStats,
     PartitionStats,
     ProcessorStats,
     TableStats,
 )
-from backends.kafka.processor.storage import Storage
-from backends.kafka.processor.table import (
+from broker.backends.kafka.processor.storage import Storage
+from broker.backends.kafka.processor.table import (
     KeyPlacement,
     PartitionTable,
     TableFollower,
@@ -70,7 +70,7 @@ from backends.kafka.processor.table import (
     partitioner_name,
     recover,
 )
-from backends.kafka.processor.view import View
+from broker.backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.errors import (
     AuthenticationFailed,
@@ -90,11 +90,11 @@ from broker.log import Log, LogConsumer, TopicPartition, with_client_id
 from broker.message import Record
 
 if TYPE_CHECKING:
-    from backends.kafka.processor.tracing import CallbackTracing
+    from broker.backends.kafka.processor.tracing import CallbackTracing
 
 __all__ = ["Processor"]
 
-log = logging.getLogger("backends.kafka.processor")
+log = logging.getLogger("broker.backends.kafka.processor")
 
 
 #: Failures a restart cannot cure: the processor stops on them even with ``auto_reconnect``.
@@ -220,7 +220,7 @@ class Processor:
         #: With ``tracer_provider``: the callbacks' spans and trace propagation (None: off).
         self._tracing: CallbackTracing | None = None
         if self.options.tracer_provider is not None:
-            from backends.kafka.processor.tracing import CallbackTracing, system_of
+            from broker.backends.kafka.processor.tracing import CallbackTracing, system_of
 
             self._tracing = CallbackTracing(
                 self.options.tracer_provider, self.options.propagator, graph.group, system_of(log_port)

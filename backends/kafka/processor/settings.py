@@ -7,15 +7,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from backends.kafka.processor.storage import StorageBuilder, memory_storage
-from backends.kafka.processor.table import UpdateCallback, default_update
+from broker.backends.kafka.processor.storage import StorageBuilder, memory_storage
+from broker.backends.kafka.processor.table import UpdateCallback, default_update
 from broker.backoff import Backoff
 from broker.errors import ConfigError, UnknownSetting
 from broker.log import StartPosition
 from broker.partitioning import Partitioner, partitioner_by_name
 
 if TYPE_CHECKING:
-    from backends.kafka.processor.graph import GroupGraph
+    from broker.backends.kafka.processor.graph import GroupGraph
 
 __all__ = [
     "Assignment",
@@ -112,7 +112,7 @@ def resolve_partitioner(partitioner: str | Partitioner) -> Partitioner:
 
 @dataclass(frozen=True, slots=True)
 class ProcessorOptions:
-    """How a :class:`~backends.kafka.processor.processor.Processor` runs.
+    """How a :class:`~broker.backends.kafka.processor.processor.Processor` runs.
 
     Departure from goka: a group with no committed offset starts at the *earliest* input offset
     (``start="earliest"``), so a new group never silently skips messages already in its inputs.

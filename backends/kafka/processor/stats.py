@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from backends.kafka.processor.table import RecoveryStats, TableStatus
+from broker.backends.kafka.processor.table import RecoveryStats, TableStatus
 
 __all__ = ["InputStats", "OutputStats", "PartitionStats", "ProcessorStats", "TableStats", "ViewStats"]
 

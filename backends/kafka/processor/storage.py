@@ -8,7 +8,7 @@ is never ahead of the table topic.
 
 A :data:`StorageBuilder` opens the store of ``(name, partition)``; ``name`` is a table topic
 (or a prefixed name for views). :func:`memory_storage` keeps nothing across restarts;
-:func:`backends.kafka.processor.lmdb_storage.lmdb_storage` does.
+:func:`broker.backends.kafka.processor.lmdb_storage.lmdb_storage` does.
 """
 
 from __future__ import annotations

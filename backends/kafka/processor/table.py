@@ -12,7 +12,7 @@ the local cache" instead).
 Recovery checks that the first keys of each partition are where the configured partitioner puts
 them (:class:`KeyPlacement`): a table written with another partitioner (goka hashes with FNV-1a,
 librdkafka's default producer with CRC32, we and the Java client with murmur2) raises
-:class:`~backends.kafka.processor.errors.PartitionerMismatch` naming the one that fits, instead
+:class:`~broker.backends.kafka.processor.errors.PartitionerMismatch` naming the one that fits, instead
 of lookups that silently miss.
 """
 
@@ -25,8 +25,8 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from backends.kafka.processor.errors import PartitionerMismatch
-from backends.kafka.processor.storage import MemoryStorage, Storage
+from broker.backends.kafka.processor.errors import PartitionerMismatch
+from broker.backends.kafka.processor.storage import MemoryStorage, Storage
 from broker.log import Log, LogReader, TopicPartition
 from broker.message import Record
 from broker.partitioning import Partitioner, partitioner_by_name
@@ -42,7 +42,7 @@ __all__ = [
     "recover",
 ]
 
-log = logging.getLogger("backends.kafka.processor")
+log = logging.getLogger("broker.backends.kafka.processor")
 
 #: How a table record reaches the store: ``update(storage, partition, key, value)``.
 UpdateCallback = Callable[[Storage, int, str, bytes | None], None]

@@ -30,13 +30,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
-from backends.kafka.processor.codecs import resolve_codec
-from backends.kafka.processor.emitter import Emitter
-from backends.kafka.processor.errors import NotOwned, ProcessorError
-from backends.kafka.processor.graph import GroupGraph
-from backends.kafka.processor.processor import Processor
-from backends.kafka.processor.settings import ProcessorOptions, ProcessorState, resolve_partitioner
-from backends.kafka.processor.view import View
+from broker.backends.kafka.processor.codecs import resolve_codec
+from broker.backends.kafka.processor.emitter import Emitter
+from broker.backends.kafka.processor.errors import NotOwned, ProcessorError
+from broker.backends.kafka.processor.graph import GroupGraph
+from broker.backends.kafka.processor.processor import Processor
+from broker.backends.kafka.processor.settings import ProcessorOptions, ProcessorState, resolve_partitioner
+from broker.backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import OFFSET_END, Log, LogConsumer, LogReader, TopicPartition

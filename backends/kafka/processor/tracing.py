@@ -23,7 +23,7 @@ from broker.telemetry._deps import Otel
 from broker.telemetry._deps import otel as _otel
 
 if TYPE_CHECKING:
-    from backends.kafka.processor.context import Context
+    from broker.backends.kafka.processor.context import Context
 
 __all__ = ["CallbackTracing", "EmitTracing", "system_of"]
 

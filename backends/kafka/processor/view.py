@@ -25,12 +25,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Self
 
-from backends.kafka.processor.codecs import resolve_codec
-from backends.kafka.processor.errors import TableNotReady
-from backends.kafka.processor.settings import RetryDelay, resolve_partitioner
-from backends.kafka.processor.stats import TableStats, ViewStats
-from backends.kafka.processor.storage import Storage, StorageBuilder, memory_storage
-from backends.kafka.processor.table import (
+from broker.backends.kafka.processor.codecs import resolve_codec
+from broker.backends.kafka.processor.errors import TableNotReady
+from broker.backends.kafka.processor.settings import RetryDelay, resolve_partitioner
+from broker.backends.kafka.processor.stats import TableStats, ViewStats
+from broker.backends.kafka.processor.storage import Storage, StorageBuilder, memory_storage
+from broker.backends.kafka.processor.table import (
     KeyPlacement,
     PartitionTable,
     TableFollower,
@@ -48,7 +48,7 @@ from broker.partitioning import Partitioner
 
 __all__ = ["StateCallback", "View", "ViewIterator", "ViewState"]
 
-log = logging.getLogger("backends.kafka.processor")
+log = logging.getLogger("broker.backends.kafka.processor")
 
 
 class ViewState(enum.IntEnum):

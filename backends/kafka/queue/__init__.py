@@ -10,9 +10,9 @@ Runs on the ``broker.log`` port only, so it works on any partitioned log (Kafka,
 * :func:`open_messages`: the portable ``MessageIterator`` for ``Backend.messages()``.
 """
 
-from backends.kafka.queue.client import MqClient
-from backends.kafka.queue.consumer import QueueConsumer
-from backends.kafka.queue.markers import (
+from broker.backends.kafka.queue.client import MqClient
+from broker.backends.kafka.queue.consumer import QueueConsumer
+from broker.backends.kafka.queue.markers import (
     BatchMarker,
     Handout,
     Marker,
@@ -25,17 +25,17 @@ from backends.kafka.queue.markers import (
     encode_marker,
     ranges_of,
 )
-from backends.kafka.queue.markers_queue import MarkersQueue, Started
-from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import MessageSender, QueueProducer
-from backends.kafka.queue.service import (
+from broker.backends.kafka.queue.markers_queue import MarkersQueue, Started
+from broker.backends.kafka.queue.metrics import QueueMetrics
+from broker.backends.kafka.queue.producer import MessageSender, QueueProducer
+from broker.backends.kafka.queue.service import (
     QueueBatchedMessageIterator,
     QueueMessageIterator,
     QueueService,
     open_messages,
 )
-from backends.kafka.queue.settings import QueueSettings
-from backends.kafka.queue.tracker import AssignedPartition, RedeliveryTracker
+from broker.backends.kafka.queue.settings import QueueSettings
+from broker.backends.kafka.queue.tracker import AssignedPartition, RedeliveryTracker
 
 __all__ = [
     "AssignedPartition",
@@ -72,7 +72,7 @@ def __getattr__(name: str) -> object:
         import warnings
 
         warnings.warn(
-            "backends.kafka.queue.QueueConfig is deprecated: use QueueSettings",
+            "broker.backends.kafka.queue.QueueConfig is deprecated: use QueueSettings",
             DeprecationWarning,
             stacklevel=2,
         )

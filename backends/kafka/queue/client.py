@@ -14,15 +14,21 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, Literal
 
-from backends.kafka.queue.markers import Handout, MarkerFormat, MarkerProducer, OffsetRange, marker_format_for
-from backends.kafka.queue.settings import QueueSettings
-from backends.kafka.queue.source import QueueSource, source_for
+from broker.backends.kafka.queue.markers import (
+    Handout,
+    MarkerFormat,
+    MarkerProducer,
+    OffsetRange,
+    marker_format_for,
+)
+from broker.backends.kafka.queue.settings import QueueSettings
+from broker.backends.kafka.queue.source import QueueSource, source_for
 from broker.errors import BrokerError, ClosedError, ReceiveError
 from broker.log import OFFSET_BEGINNING, Log, LogConsumer, ReadHints, TopicPartition
 
 __all__ = ["MqClient"]
 
-log = logging.getLogger("backends.kafka.queue")
+log = logging.getLogger("broker.backends.kafka.queue")
 
 
 def read_hints(config: QueueSettings, *, min_bytes: int = 1) -> ReadHints:

@@ -38,10 +38,10 @@ import time
 from collections import deque
 from typing import Any
 
-from backends.kafka.queue.client import MqClient
-from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import MessageSender
-from backends.kafka.queue.source import QueueSource
+from broker.backends.kafka.queue.client import MqClient
+from broker.backends.kafka.queue.metrics import QueueMetrics
+from broker.backends.kafka.queue.producer import MessageSender
+from broker.backends.kafka.queue.source import QueueSource
 from broker.errors import AckError, ClosedError, Timeout
 from broker.log import TopicPartition
 from broker.message import Message, claim_ack, own_acker
@@ -49,7 +49,7 @@ from broker.resources import AsyncResource
 
 __all__ = ["QueueConsumer"]
 
-log = logging.getLogger("backends.kafka.queue")
+log = logging.getLogger("broker.backends.kafka.queue")
 
 
 async def _stop(task: asyncio.Task[Any] | None) -> None:

@@ -8,7 +8,14 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import repeat
 
-from backends.kafka.queue.markers import BatchMarker, Handout, Marker, MarkerType, MessageId, OffsetRange
+from broker.backends.kafka.queue.markers import (
+    BatchMarker,
+    Handout,
+    Marker,
+    MarkerType,
+    MessageId,
+    OffsetRange,
+)
 
 __all__ = ["MarkersQueue", "Started", "spans"]
 

@@ -1,6 +1,6 @@
 """Writing payloads: to a topic (MessageSender), and to one logical queue (QueueProducer).
 
-Markers are written by :class:`backends.kafka.queue.markers.MarkerProducer`.
+Markers are written by :class:`broker.backends.kafka.queue.markers.MarkerProducer`.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import logging
 import random
 from collections.abc import Awaitable, Mapping
 
-from backends.kafka.queue.settings import HEADER_KEY, QueueSettings
 from broker.attributes import validate_attributes
+from broker.backends.kafka.queue.settings import HEADER_KEY, QueueSettings
 from broker.log import Log, TopicPartition
 
 __all__ = ["MessageSender", "QueueProducer"]
 
-log = logging.getLogger("backends.kafka.queue")
+log = logging.getLogger("broker.backends.kafka.queue")
 
 
 class MessageSender:

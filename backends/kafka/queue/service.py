@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Literal, Self
 
-from backends.kafka.queue.client import MqClient
-from backends.kafka.queue.consumer import QueueConsumer
-from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import QueueProducer
-from backends.kafka.queue.settings import QueueSettings
-from backends.kafka.queue.tracker import RedeliveryTracker
+from broker.backends.kafka.queue.client import MqClient
+from broker.backends.kafka.queue.consumer import QueueConsumer
+from broker.backends.kafka.queue.metrics import QueueMetrics
+from broker.backends.kafka.queue.producer import QueueProducer
+from broker.backends.kafka.queue.settings import QueueSettings
+from broker.backends.kafka.queue.tracker import RedeliveryTracker
 from broker.errors import ClosedError, ConfigError, ReceiveError, Timeout
 from broker.log import Log
 from broker.message import Message
@@ -18,7 +18,7 @@ from broker.resources import BatchedMessageIteration, MessageIteration
 
 __all__ = ["QueueBatchedMessageIterator", "QueueMessageIterator", "QueueService", "open_messages"]
 
-log = logging.getLogger("backends.kafka.queue.service")
+log = logging.getLogger("broker.backends.kafka.queue.service")
 
 
 class QueueService:
@@ -75,7 +75,7 @@ class QueueMessageIterator(MessageIteration):
 
     The consumer and the tracker start when the iterator is entered (``async with``) or on the
     first ``next_message``. A failing embedded tracker is restarted with backoff (see
-    :mod:`backends.kafka.queue.tracker`); while it fails, :attr:`tracker_error` holds its error,
+    :mod:`broker.backends.kafka.queue.tracker`); while it fails, :attr:`tracker_error` holds its error,
     and once it failed ``tracker_failures_to_raise`` times in a row, the next ``next_message``
     raises :class:`~broker.errors.ReceiveError` (once per streak; the tracker keeps restarting
     and the iterator stays usable).

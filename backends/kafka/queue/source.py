@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Literal
 
-from backends.kafka.queue.markers import MessageId, OffsetRange, ranges_reader
-from backends.kafka.queue.settings import (
+from broker.backends.kafka.queue.markers import MessageId, OffsetRange, ranges_reader
+from broker.backends.kafka.queue.settings import (
     HEADER_ATTEMPT,
     HEADER_KEY,
     HEADER_ORIGINAL_ID,

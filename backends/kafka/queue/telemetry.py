@@ -5,8 +5,8 @@ every count. :class:`OtelQueueMetrics` is such a hook: it records each count on 
 counter (the ``in_flight`` gauge on an up-down counter), so redeliveries, dead letters and the
 markers the queue writes reach the same meter provider as :mod:`broker.telemetry`'s metrics:
 
-    from backends.kafka.queue import QueueMetrics, QueueService
-    from backends.kafka.queue.telemetry import OtelQueueMetrics
+    from broker.backends.kafka.queue import QueueMetrics, QueueService
+    from broker.backends.kafka.queue.telemetry import OtelQueueMetrics
 
     metrics = QueueMetrics(OtelQueueMetrics(meter_provider, queue="emails"))
     service = QueueService(log, settings, metrics)
@@ -59,7 +59,8 @@ QUEUE_METRICS: Final[Mapping[str, tuple[str, str]]] = {
 
 
 class OtelQueueMetrics:
-    """A :class:`~backends.kafka.queue.QueueMetrics` hook recording the counts on OpenTelemetry instruments.
+    """A :class:`~broker.backends.kafka.queue.QueueMetrics` hook recording the counts on OpenTelemetry
+    instruments.
 
     ``meter_provider``: an OpenTelemetry ``MeterProvider`` (default: the global one). ``queue`` and
     ``destination`` (the message topic) label every point when given; ``attributes`` adds more

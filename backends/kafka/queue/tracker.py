@@ -43,13 +43,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Self
 
-from backends.kafka.queue.client import read_hints
-from backends.kafka.queue.markers import MarkerProducer, MessageId, decode
-from backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
-from backends.kafka.queue.metrics import QueueMetrics
-from backends.kafka.queue.producer import MessageSender
-from backends.kafka.queue.reader import QueueTopicReader
-from backends.kafka.queue.settings import (
+from broker.backends.kafka.queue.client import read_hints
+from broker.backends.kafka.queue.markers import MarkerProducer, MessageId, decode
+from broker.backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
+from broker.backends.kafka.queue.metrics import QueueMetrics
+from broker.backends.kafka.queue.producer import MessageSender
+from broker.backends.kafka.queue.reader import QueueTopicReader
+from broker.backends.kafka.queue.settings import (
     HEADER_ATTEMPT,
     HEADER_ORIGINAL_ID,
     HEADER_REDELIVERY_FOR,
@@ -69,7 +69,7 @@ from broker.resources import AsyncResource
 
 __all__ = ["AssignedPartition", "RedeliveryTracker"]
 
-log = logging.getLogger("backends.kafka.queue.tracker")
+log = logging.getLogger("broker.backends.kafka.queue.tracker")
 
 
 #: Errors a retry cannot fix: a redelivery failing with one fails the tracker's loop instead.

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
+from broker.backends.inmem import InmemBackend, InmemLog
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from broker.testing.log_port import LogHarness, LogPortSuite
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import broker
-from backends.inmem import InmemBackend
+from broker.backends.inmem import InmemBackend
 from broker.errors import AckError, ClosedError, ConfigError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.backend import JetStreamBackend
 from broker.devserver import ProcessServer
 from tests.integration.jetstream.server import running_nats_server
 

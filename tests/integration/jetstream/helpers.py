@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.backend import JetStreamBackend
 
 
 def unique(prefix: str = "t") -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from backends.jetstream.registration import factory
+from broker.backends.jetstream.registration import factory
 from broker.devserver import ProcessServer
 
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
 from broker.testing.harness import collect
 from tests.integration.jetstream.helpers import unique
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from backends.jetstream.backend import JetStreamBackend
-from backends.jetstream.settings import JetStreamSettings
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.settings import JetStreamSettings
 from broker.errors import ConfigError
 from broker.testing import collect
 from tests.integration.jetstream.helpers import unique

@@ -6,9 +6,9 @@ import pytest
 from nats.js import api
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
-from backends.jetstream.provisioning import stream_name_for, subject_covers
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.provisioning import stream_name_for, subject_covers
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError, UnknownTopic
 from broker.testing.harness import collect

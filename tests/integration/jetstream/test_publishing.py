@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
-from backends.jetstream.mapping import ENCODED_HEADER, KEY_HEADER, decode_headers, encode_headers
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.mapping import ENCODED_HEADER, KEY_HEADER, decode_headers, encode_headers
 from broker.devserver import ProcessServer
 from broker.errors import ClosedError, ConfigError, MessageTooLarge, Timeout, UnknownTopic
 from broker.testing.harness import collect, drain

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
 from broker.testing.harness import collect_records
 from tests.integration.jetstream.helpers import unique
 

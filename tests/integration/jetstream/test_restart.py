@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
-from backends.jetstream.registration import factory
 from broker import OutboundMessage
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.registration import factory
 from broker.devserver import free_port
 from broker.errors import ConnectionFailed
 from broker.testing.harness import collect

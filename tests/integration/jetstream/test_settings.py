@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import broker
-from backends.jetstream.backend import JetStreamBackend
-from backends.jetstream.devserver import NatsServerNotFound, find_nats_server
-from backends.jetstream.registration import factory
-from backends.jetstream.settings import JetStreamSettings
+from broker.backends.jetstream.backend import JetStreamBackend
+from broker.backends.jetstream.devserver import NatsServerNotFound, find_nats_server
+from broker.backends.jetstream.registration import factory
+from broker.backends.jetstream.settings import JetStreamSettings
 from broker.errors import ConfigError, MissingDependency
 from broker.settings import describe
 

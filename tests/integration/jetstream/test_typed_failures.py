@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import broker
-from backends.jetstream.devserver import nats_dev_server
 from broker import OutboundMessage
+from broker.backends.jetstream.devserver import nats_dev_server
 from broker.devserver import ProcessServer
 from broker.errors import AuthenticationFailed, PermissionDenied
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.backend import KafkaBackend
 from broker.devserver import ProcessServer
 from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, TEST_QUERY, tansu
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from backends.kafka.registration import factory
+from broker.backends.kafka.registration import factory
 from broker.devserver import ProcessServer
 
 #: Group joins on Tansu cost about session.timeout/2 (servers.md §1); short fetch waits keep

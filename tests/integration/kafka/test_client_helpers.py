@@ -1,4 +1,4 @@
-"""The Kafka helpers (backends.kafka.client) on Tansu: producer, consumer, reader, lag, counts, logging."""
+"""The Kafka helpers (``broker.backends.kafka.client``) on Tansu: producer, consumer, reader, lag, counts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.client import (
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.client import (
     FIRST_OFFSET,
     LAST_OFFSET,
     Consumer,

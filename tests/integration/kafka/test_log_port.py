@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Mapping
 
 import pytest
 
-from backends.kafka import sdk
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.log import KafkaLog
+from broker.backends.kafka import sdk
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.log import KafkaLog
 from broker.testing.log_port import LogHarness, LogPortSuite
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.records import KafkaRecordIterator
 from broker import OutboundMessage, Record
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.records import KafkaRecordIterator
 from broker.errors import ClosedError, InvalidAttributes, Timeout
 from broker.log import TopicPartition
 from broker.partitioning import partition_for

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.rdkafka_config import consumer_config, producer_config, reader_config, redacted
-from backends.kafka.registration import factory
-from backends.kafka.settings import ConsumerOptions, KafkaSettings
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.rdkafka_config import consumer_config, producer_config, reader_config, redacted
+from broker.backends.kafka.registration import factory
+from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError, UnknownSetting
 from broker.settings import describe

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.records import KafkaRecordIterator
 from broker import OutboundMessage, Record
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.records import KafkaRecordIterator
 from broker.errors import TransactionError
 from broker.log import TopicPartition
 from tests.integration.kafka.support import TANSU_ABORTED_VISIBLE_BUG, unique

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.log import KafkaLog
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.log import KafkaLog
 from broker.devserver import ProcessServer
 from tests.integration.kafka.support import TEST_QUERY, tansu
 

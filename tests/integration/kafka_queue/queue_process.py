@@ -20,8 +20,8 @@ import sys
 from typing import Any
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.queue import QueueService, QueueSettings
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.queue import QueueService, QueueSettings
 
 
 def say(line: str) -> None:

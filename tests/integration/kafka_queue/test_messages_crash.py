@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.backend import KafkaBackend
 from broker.message import OutboundMessage
 from tests.integration.kafka.support import unique
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.backend import KafkaBackend
 from broker.errors import Timeout
 from broker.message import Message, OutboundMessage
 from broker.testing import wait_until

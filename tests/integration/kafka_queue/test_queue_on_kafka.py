@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 import broker
-from backends.kafka.backend import KafkaBackend
-from backends.kafka.log import KafkaLog
-from backends.kafka.queue import QueueConsumer, QueueService, QueueSettings, RedeliveryTracker
-from backends.kafka.queue.source import RawSource, RecordSource
+from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.log import KafkaLog
+from broker.backends.kafka.queue import QueueConsumer, QueueService, QueueSettings, RedeliveryTracker
+from broker.backends.kafka.queue.source import RawSource, RecordSource
 from broker.errors import Timeout
 from broker.log import OFFSET_BEGINNING, TopicPartition
 from broker.message import Message, Record

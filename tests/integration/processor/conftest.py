@@ -25,7 +25,7 @@ KAFKA_QUERY = "session_timeout=2&heartbeat_interval=0.3&fetch_max_wait=0.05"
 
 @pytest.fixture(scope="session")
 def kafka_url() -> Iterator[str]:
-    from backends.kafka.registration import factory
+    from broker.backends.kafka.registration import factory
 
     with factory.dev_server() as server:
         yield f"{server.url}?{KAFKA_QUERY}"

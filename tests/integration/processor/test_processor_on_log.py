@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backends.kafka.processor import (
+from broker.backends.kafka.processor import (
     Context,
     Emitter,
     Processor,
@@ -23,7 +23,7 @@ from backends.kafka.processor import (
     output,
     persist,
 )
-from backends.kafka.processor.storage import StorageBuilder
+from broker.backends.kafka.processor.storage import StorageBuilder
 from broker.log import Log, TopicPartition
 from broker.testing import wait_until
 

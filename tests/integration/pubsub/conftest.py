@@ -22,8 +22,8 @@ def shared_emulator() -> ProcessServer:
     """The session's emulator, started on first use (also used by the conformance module)."""
     global _server
     if _server is None or not _server.running:
-        from backends.pubsub.emulator import EmulatorNotFound
-        from backends.pubsub.registration import factory
+        from broker.backends.pubsub.emulator import EmulatorNotFound
+        from broker.backends.pubsub.registration import factory
 
         try:
             server = factory.dev_server()

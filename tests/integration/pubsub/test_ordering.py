@@ -31,7 +31,7 @@ from google.pubsub_v1.services.publisher.transports import PublisherGrpcTranspor
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
 import broker
-from backends.pubsub.backend import PubsubBackend
+from broker.backends.pubsub.backend import PubsubBackend
 from broker.devserver import ProcessServer
 from broker.message import OutboundMessage
 

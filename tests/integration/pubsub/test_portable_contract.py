@@ -27,8 +27,8 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransp
 from google.pubsub_v1.types import PubsubMessage
 
 import broker
-from backends.pubsub.backend import BACKLOG_FOR_NEW_SUBSCRIPTIONS, PubsubBackend
-from backends.pubsub.mapping import KEY_ATTRIBUTE
+from broker.backends.pubsub.backend import BACKLOG_FOR_NEW_SUBSCRIPTIONS, PubsubBackend
+from broker.backends.pubsub.mapping import KEY_ATTRIBUTE
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError, InvalidAttributes, NotSupported, UnknownSetting, UnknownTopic
 from broker.message import Message, OutboundMessage
@@ -412,8 +412,8 @@ async def test_our_publish_raw_receive_is_byte_exact(pubsub_emulator: ProcessSer
 def test_google_api_errors_are_typed(google_error: str, expected: str, retryable: bool) -> None:
     from google.api_core import exceptions as api_exceptions
 
-    from backends.pubsub.errors import translate
     from broker import errors
+    from broker.backends.pubsub.errors import translate
 
     sdk_error = getattr(api_exceptions, google_error)("no")
     error = translate(sdk_error, "pulling", errors.ReceiveError)

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 import broker
-from backends.pubsub.backend import PubsubBackend
-from backends.pubsub.receiver import PubsubReceiver
+from broker.backends.pubsub.backend import PubsubBackend
+from broker.backends.pubsub.receiver import PubsubReceiver
 from broker.devserver import ProcessServer
 from broker.errors import ClosedError, ConfigError, MessageTooLarge, UnknownTopic
 from broker.message import Message, OutboundMessage
@@ -101,7 +101,7 @@ def test_url_settings_capabilities_and_secrets(pubsub_emulator: ProcessServer) -
 
 
 def test_missing_emulator_fails_naming_the_debian_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.pubsub import emulator
+    from broker.backends.pubsub import emulator
 
     monkeypatch.setattr(emulator, "_candidates", lambda: [])
     with pytest.raises(emulator.EmulatorNotFound, match="google-cloud-cli-pubsub-emulator"):
@@ -292,7 +292,7 @@ async def test_receiver_delayed_nack_is_not_extended_by_lease_management(backend
 # -- streaming receivers and shutdown --------------------------------------------------------
 async def test_graceful_shutdown_with_messages_in_flight(pubsub_emulator: ProcessServer) -> None:
     # The emulator keeps part of what a closed stream held leased until the stream's ack
-    # deadline, nacked or not (see backends.pubsub.receiver): make that deadline 10 s. Such
+    # deadline, nacked or not (see broker.backends.pubsub.receiver): make that deadline 10 s. Such
     # messages were seen back after one or two deadlines.
     backend = await connect(pubsub_emulator, receive_max_extension_period="10")
     async with backend:

@@ -12,7 +12,7 @@ import pytest
 import broker
 
 if TYPE_CHECKING:
-    from backends.pulsar.backend import PulsarBackend
+    from broker.backends.pulsar.backend import PulsarBackend
     from tests.integration.pulsar.server import PulsarTestServer
 
 if importlib.util.find_spec("pulsar") is None:  # the pulsar extra is not installed

@@ -17,8 +17,8 @@ import pulsar as pulsar_client  # type: ignore[import-untyped]
 import pytest
 
 import broker
-from backends.pulsar.backend import PulsarBackend
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
 from broker.testing import collect, drain
 from broker.testing.harness import collect_records
 from tests.integration.pulsar.server import (

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import pytest
 
-from backends.pulsar.backend import PulsarBackend
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
 from broker.message import Message
 from tests.integration.pulsar.server import PulsarTestServer
 

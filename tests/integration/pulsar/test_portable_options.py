@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from backends.pulsar.backend import PulsarBackend
-from backends.pulsar.settings import MIN_ACK_TIMEOUT, PulsarSettings
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.settings import MIN_ACK_TIMEOUT, PulsarSettings
 from broker.errors import ConfigError
 from broker.testing import collect
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import pytest
 
 import broker
-from backends.pulsar.backend import PulsarBackend
-from backends.pulsar.publisher import PulsarPublishDriver
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.publisher import PulsarPublishDriver
 from broker.errors import ClosedError, NotSupported
 from broker.testing import collect, drain
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from backends.pulsar.backend import PulsarBackend
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
 from broker.errors import ConfigError
 from broker.testing import collect
 from broker.testing.harness import collect_records

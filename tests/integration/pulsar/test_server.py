@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import broker
-from backends.pulsar.backend import PulsarBackend
-from backends.pulsar.devserver import CONFIG_NAME, pulsar_lite
-from backends.pulsar.registration import factory
 from broker import OutboundMessage
+from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.devserver import CONFIG_NAME, pulsar_lite
+from broker.backends.pulsar.registration import factory
 from broker.testing import collect, drain
 from broker.testing.harness import collect_records
 from tests.integration.pulsar.server import PulsarTestServer

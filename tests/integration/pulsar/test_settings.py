@@ -6,11 +6,11 @@ import _pulsar  # type: ignore[import-not-found]
 import pytest
 
 import broker
-from backends.pulsar.backend import PulsarBackend, capabilities_for
-from backends.pulsar.consumer import consumer_configuration
-from backends.pulsar.publisher import producer_configuration
-from backends.pulsar.registration import factory
-from backends.pulsar.settings import ConsumerOptions, PulsarSettings
+from broker.backends.pulsar.backend import PulsarBackend, capabilities_for
+from broker.backends.pulsar.consumer import consumer_configuration
+from broker.backends.pulsar.publisher import producer_configuration
+from broker.backends.pulsar.registration import factory
+from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
 from broker.errors import ConfigError, UnknownSetting
 from broker.settings import describe, parse_url
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import _pulsar  # type: ignore[import-not-found]
 import pytest
 
-from backends.pulsar.errors import translate
+from broker.backends.pulsar.errors import translate
 from broker.errors import AuthenticationFailed, BrokerError, PermissionDenied, Throttled
 
 

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from backends.rabbitmq.devserver import RabbitmqDevServer, RabbitmqServerNotFound
-from backends.rabbitmq.registration import factory
+from broker.backends.rabbitmq.devserver import RabbitmqDevServer, RabbitmqServerNotFound
+from broker.backends.rabbitmq.registration import factory
 
 
 @contextmanager

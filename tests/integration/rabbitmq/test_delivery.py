@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 import broker
-from backends.rabbitmq.backend import RabbitmqBackend
-from backends.rabbitmq.devserver import RabbitmqDevServer
 from broker import OutboundMessage
+from broker.backends.rabbitmq.backend import RabbitmqBackend
+from broker.backends.rabbitmq.devserver import RabbitmqDevServer
 from broker.errors import AckError, AuthenticationFailed, ConfigError
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import broker
-from backends.rabbitmq.backend import RabbitmqBackend
-from backends.rabbitmq.settings import RabbitmqSettings
+from broker.backends.rabbitmq.backend import RabbitmqBackend
+from broker.backends.rabbitmq.settings import RabbitmqSettings
 from broker.errors import ConfigError, UnknownSetting
 from broker.settings import describe
 

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 import broker
-from backends.servicebus.settings import ConsumerOptions
 from broker import OutboundMessage
+from broker.backends.servicebus.settings import ConsumerOptions
 from broker.errors import ConfigError, UnknownSetting
 from broker.testing.harness import collect
 from tests.servicebus_fake import FakeServiceBus

@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 import broker
-from backends.servicebus.registration import factory
-from backends.servicebus.settings import MAX_BATCH_SIZE, ServiceBusSettings
 from broker import OutboundMessage
+from broker.backends.servicebus.registration import factory
+from broker.backends.servicebus.settings import MAX_BATCH_SIZE, ServiceBusSettings
 from broker.errors import ConfigError, UnknownSetting
 from broker.settings import build_settings, describe, parse_url
 from broker.testing.harness import collect
@@ -97,7 +97,7 @@ async def test_namespace_and_key_reach_the_fake(
 
 
 def test_the_management_endpoint_is_checked_and_defaults_per_connection() -> None:
-    from backends.servicebus.admin import management_endpoint
+    from broker.backends.servicebus.admin import management_endpoint
 
     with pytest.raises(ConfigError, match="management_endpoint"):
         ServiceBusSettings(connection_string=CONNECTION, management_endpoint="ftp://host")
@@ -119,8 +119,8 @@ def test_the_management_endpoint_is_checked_and_defaults_per_connection() -> Non
 
 
 def test_entities_made_for_a_consumer_follow_its_options() -> None:
-    from backends.servicebus.admin import entity_properties
-    from backends.servicebus.settings import ConsumerOptions
+    from broker.backends.servicebus.admin import entity_properties
+    from broker.backends.servicebus.settings import ConsumerOptions
 
     assert entity_properties(ConsumerOptions()) == {}
     made = entity_properties(ConsumerOptions(ack_deadline=20, max_attempts=12, sessions=True))

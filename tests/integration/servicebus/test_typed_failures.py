@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from azure.servicebus import exceptions as sb
 
-from backends.servicebus.errors import translate
+from broker.backends.servicebus.errors import translate
 from broker.errors import AuthenticationFailed, BrokerError, ConnectionFailed, PermissionDenied, Throttled
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend
-from backends.kafka.queue import QueueSettings, open_messages
+from broker.backends.inmem import InmemBackend
+from broker.backends.kafka.queue import QueueSettings, open_messages
 from broker.log import TopicPartition
 
 #: Set only in the context of the traced ack (copied into the callbacks and tasks it schedules).
@@ -29,7 +29,7 @@ _ACKING: contextvars.ContextVar[bool] = contextvars.ContextVar("acking", default
 #: Where every ack starts (the application calls it), not a hop.
 _ENTRY = "broker.message"
 #: Observers of the path, not hops on it: counters (see ``QueueMetrics``).
-_OBSERVERS = frozenset({"backends.kafka.queue.metrics"})
+_OBSERVERS = frozenset({"broker.backends.kafka.queue.metrics"})
 
 
 def _module(frame: FrameType) -> str:
@@ -94,8 +94,8 @@ async def test_an_ack_crosses_at_most_four_modules(marker_format: str) -> None:
     assert markers >= 2, "START and END markers"
     assert len(hops) <= 4, f"an ack crosses {len(hops)} modules: {' -> '.join(hops)}"
     assert set(hops) == {
-        "backends.kafka.queue.consumer",
-        "backends.kafka.queue.client",
-        "backends.kafka.queue.markers",
+        "broker.backends.kafka.queue.consumer",
+        "broker.backends.kafka.queue.client",
+        "broker.backends.kafka.queue.markers",
         "log",
     }

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import MarkerType, QueueService, QueueSettings, decode
-from backends.kafka.queue.markers import BatchMarker, Handout
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import MarkerType, QueueService, QueueSettings, decode
+from broker.backends.kafka.queue.markers import BatchMarker, Handout
 from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.testing import wait_until

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueService, QueueSettings
-from backends.kafka.queue.client import MqClient
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import QueueService, QueueSettings
+from broker.backends.kafka.queue.client import MqClient
 from broker.errors import BrokerError, ConfigError, ReceiveError, Timeout
 
 
@@ -168,7 +168,7 @@ def test_bad_queue_settings_are_config_errors_naming_the_setting(field: str, val
 async def test_topic_mode_with_per_message_markers_warns_that_go_copies_reach_every_subscription(
     log: InmemLog, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("WARNING", logger="backends.kafka.queue.service")
+    caplog.set_level("WARNING", logger="broker.backends.kafka.queue.service")
     QueueService(log, config()).consumer("subs", mode="topic")  # batched: silent
     QueueService(log, config(marker_format="per-message")).consumer("jobs")  # queue mode: silent
     assert not caplog.records

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import backends.kafka.queue as queue
-from backends.kafka.queue.settings import QueueSettings
+import broker.backends.kafka.queue as queue
+from broker.backends.kafka.queue.settings import QueueSettings
 
 
 def test_queue_config_is_queue_settings_with_a_warning() -> None:
@@ -18,9 +18,9 @@ def test_queue_config_is_queue_settings_with_a_warning() -> None:
 
 
 def test_the_old_module_warns_and_reexports() -> None:
-    sys.modules.pop("backends.kafka.queue.config", None)
-    with pytest.warns(DeprecationWarning, match="backends.kafka.queue.settings"):
-        module = importlib.import_module("backends.kafka.queue.config")
+    sys.modules.pop("broker.backends.kafka.queue.config", None)
+    with pytest.warns(DeprecationWarning, match="broker.backends.kafka.queue.settings"):
+        module = importlib.import_module("broker.backends.kafka.queue.config")
     assert module.QueueConfig is QueueSettings
     assert module.queue_config_for_topic("jobs", {}).message_topic == "jobs"
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueService, QueueSettings, open_messages
-from backends.kafka.queue.settings import GO_TRACKER_GROUP, queue_settings_for_topic
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import QueueService, QueueSettings, open_messages
+from broker.backends.kafka.queue.settings import GO_TRACKER_GROUP, queue_settings_for_topic
 from broker.errors import ConfigError, Timeout
 from broker.log import TopicPartition
 from tests.unit.kafka_queue.test_markers_and_tracker_state import go_marker_class

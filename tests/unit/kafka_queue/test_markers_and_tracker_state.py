@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import (
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import (
     AssignedPartition,
     BatchMarker,
     Handout,

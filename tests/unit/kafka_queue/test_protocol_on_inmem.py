@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueService, QueueSettings, open_messages
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import QueueService, QueueSettings, open_messages
 from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.testing import wait_until

@@ -7,8 +7,8 @@ import random
 from operator import itemgetter
 from typing import Any
 
-from backends.kafka.queue.markers import ranges_of, ranges_reader
-from backends.kafka.queue.source import _raw_class
+from broker.backends.kafka.queue.markers import ranges_of, ranges_reader
+from broker.backends.kafka.queue.source import _raw_class
 from broker.log import RawFields
 
 

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueMetrics, QueueService, QueueSettings
-from backends.kafka.queue.telemetry import OtelQueueMetrics
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import QueueMetrics, QueueService, QueueSettings
+from broker.backends.kafka.queue.telemetry import OtelQueueMetrics
 from broker.log import TopicPartition
 from broker.telemetry.propagation import extract, inject
 from broker.testing import wait_until

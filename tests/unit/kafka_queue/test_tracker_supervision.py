@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.queue import QueueSettings, RedeliveryTracker, open_messages
-from backends.kafka.queue.reader import QueueTopicReader
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.queue import QueueSettings, RedeliveryTracker, open_messages
+from broker.backends.kafka.queue.reader import QueueTopicReader
 from broker.errors import (
     AuthenticationFailed,
     ConfigError,
@@ -57,14 +57,14 @@ async def test_a_failing_tracker_is_logged_counted_raised_once_and_restarted(
 
     monkeypatch.setattr(RedeliveryTracker, "_create_topics", flaky)
     hooked: list[tuple[str, int]] = []
-    from backends.kafka.queue import QueueMetrics
+    from broker.backends.kafka.queue import QueueMetrics
 
     iterator = open_messages(log, config(), "sub", metrics=QueueMetrics(lambda n, a: hooked.append((n, a))))
     tracker = iterator.tracker
     assert tracker is not None
     tracker.restart_backoff = 0.01
     await log.produce("q", b"one")
-    with caplog.at_level(logging.ERROR, logger="backends.kafka.queue.tracker"):
+    with caplog.at_level(logging.ERROR, logger="broker.backends.kafka.queue.tracker"):
         async with iterator:
             await wait_until(lambda: tracker.failure_streak >= 3, 5)
             assert isinstance(iterator.tracker_error, RuntimeError)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import broker
-from backends.inmem import InmemBackend, InmemLog
+from broker.backends.inmem import InmemBackend, InmemLog
 from broker.errors import PublishError
 from broker.log import (
     Log,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backends.kafka.processor import (
+from broker.backends.kafka.processor import (
     CallbackFailed,
     Context,
     ContextError,

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
-from backends.kafka.processor import Tester, View
+from broker.backends.kafka.processor import Tester, View
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from backends.inmem import InmemLog
-from backends.kafka.processor import (
+from broker.backends.inmem import InmemLog
+from broker.backends.kafka.processor import (
     CallbackFailed,
     Context,
     Emitter,
@@ -31,8 +31,8 @@ from backends.kafka.processor import (
     output,
     persist,
 )
-from backends.kafka.processor.processor import restartable_failure
-from backends.kafka.processor.storage import StorageBuilder
+from broker.backends.kafka.processor.processor import restartable_failure
+from broker.backends.kafka.processor.storage import StorageBuilder
 from broker.backoff import Backoff
 from broker.errors import ClosedError, ConfigError, ConnectionFailed, PublishError, Timeout
 from broker.log import Log, TopicPartition, with_client_id
@@ -256,8 +256,8 @@ async def test_processors_and_views_report_their_client_id(log: InmemLog) -> Non
 
 def test_the_kafka_log_sets_client_id(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("confluent_kafka")
-    from backends.kafka import log as kafka_log
-    from backends.kafka.settings import KafkaSettings
+    from broker.backends.kafka import log as kafka_log
+    from broker.backends.kafka.settings import KafkaSettings
 
     configs: list[tuple[str, dict[str, Any]]] = []
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from backends.inmem import InmemBackend, InmemLog
-from backends.kafka.processor import (
+from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.kafka.processor import (
     Assignment,
     Context,
     NotCopartitioned,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.kafka.processor import LmdbStorage, MemoryStorage, Storage, lmdb_storage, memory_storage
+from broker.backends.kafka.processor import LmdbStorage, MemoryStorage, Storage, lmdb_storage, memory_storage
 from broker.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from backends.kafka.processor import (
+from broker.backends.kafka.processor import (
     Context,
     ProcessorError,
     Tester,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.inmem import InmemLog
-from backends.kafka.processor import (
+from broker.backends.inmem import InmemLog
+from broker.backends.kafka.processor import (
     Context,
     Emitter,
     EmitterClosed,
@@ -23,7 +23,7 @@ from backends.kafka.processor import (
     lmdb_storage,
     persist,
 )
-from backends.kafka.processor.storage import Storage
+from broker.backends.kafka.processor.storage import Storage
 from broker.errors import PublishError
 from broker.log import TopicPartition
 from broker.partitioning import partitioner_by_name
@@ -168,13 +168,13 @@ async def test_recovery_into_memory_says_that_every_restart_reads_the_table_agai
 ) -> None:
     for i in range(12):
         await put(log, f"k{i}", b"%d" % i)
-    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+    with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
         async with View(log, "table", "int64") as view:
             await view.wait_running(5)
     (warning,) = [r.getMessage() for r in caplog.records if "in memory" in r.getMessage()]
     assert "view 'table'" in warning and "12 records" in warning and "lmdb_storage" in warning
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+    with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
         async with View(log, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
             await view.wait_running(5)
     assert not [r for r in caplog.records if "in memory" in r.getMessage()], "on disk: no warning"
@@ -196,7 +196,7 @@ async def test_a_processor_recovering_into_memory_says_that_every_restart_reads_
     assert not [r for r in caplog.records if "in memory" in r.getMessage()]
     written = sum([(await log.watermarks(TopicPartition("counts-table", p)))[1] for p in range(3)])
     assert written >= 12
-    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+    with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
         async with Processor(log, graph) as proc:
             await wait_until(lambda: proc.recovered, 5)
     (warning,) = [r.getMessage() for r in caplog.records if "in memory" in r.getMessage()]
@@ -204,14 +204,14 @@ async def test_a_processor_recovering_into_memory_says_that_every_restart_reads_
     assert f"{written} records from the beginning" in warning and "every restart" in warning
     assert "lmdb_storage" in warning
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+    with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
         # Recovered ahead, the tables are read once; the assignment reads only their tail: one warning.
         async with Processor(log, graph, recover_ahead=True) as proc:
             await wait_until(lambda: proc.recovered, 5)
     (warning,) = [r.getMessage() for r in caplog.records if "in memory" in r.getMessage()]
     assert "processor 'counts'" in warning
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+    with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
         async with Processor(log, graph, storage=lmdb_storage(tmp_path)) as proc:
             await wait_until(lambda: proc.recovered, 5)
     assert not [r for r in caplog.records if "in memory" in r.getMessage()], "on disk: no warning"
@@ -253,7 +253,7 @@ async def test_a_store_ahead_of_a_recreated_topic_is_dropped_and_recovered(
         await fresh.create_topic("table", 3)
         for i in range(3):
             await fresh.produce("table", b"%d" % (100 + i), key=f"new{i}", partition=murmur2(b"new%d" % i, 3))
-        with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+        with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
             async with View(fresh, "table", "int64", storage=lmdb_storage(tmp_path)) as view:
                 await view.wait_running(5)
                 assert dict(view.iterate()) == {"new0": 100, "new1": 101, "new2": 102}, "old state kept"
@@ -282,7 +282,7 @@ async def test_a_store_behind_the_oldest_offset_resumes_there_and_says_what_is_m
         await log.produce("one", b"%d" % i, key=f"k{i}", partition=0)
     retained = _Retained(log)
     retained.low = 5  # offsets 2..4 are gone
-    with caplog.at_level(logging.WARNING, logger="backends.kafka.processor"):
+    with caplog.at_level(logging.WARNING, logger="broker.backends.kafka.processor"):
         async with View(as_log(retained), "one", "int64", storage=lmdb_storage(tmp_path)) as view:
             await view.wait_running(5)
             assert dict(view.iterate()) == {f"k{i}": i for i in (0, 1, 5, 6, 7, 8, 9)}

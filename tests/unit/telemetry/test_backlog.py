@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 import broker
-from backends.inmem.backend import InmemBackend
-from backends.inmem.settings import InmemSettings
 from broker.backend import Backlog
+from broker.backends.inmem.backend import InmemBackend
+from broker.backends.inmem.settings import InmemSettings
 from broker.errors import ConnectionFailed, UnknownTopic
 from broker.message import OutboundMessage
 from broker.telemetry import InstrumentedBackend, PrometheusMetrics, instrument
