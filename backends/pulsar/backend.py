@@ -39,7 +39,7 @@ def capabilities_for(settings: PulsarSettings) -> Capabilities:
         messages=True,
         records=True,
         nack_redelivers=True,
-        delayed_nack=False,
+        delayed_nack=True,
         ack_deadline=True,
         in_progress=False,
         delivery_attempt=True,

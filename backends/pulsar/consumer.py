@@ -223,13 +223,14 @@ class Subscription:
 class PulsarAcker:
     """Settles the messages of one consumer through the client (see the module documentation)."""
 
-    __slots__ = ("_dead_letters", "_dlq_topic", "_subscription", "_warned")
+    __slots__ = ("_dead_letters", "_dlq_topic", "_held", "_subscription")
 
     def __init__(self, subscription: Subscription, dead_letters: DeadLetterSink, dlq_topic: str) -> None:
         self._subscription = subscription
         self._dead_letters = dead_letters
         self._dlq_topic = dlq_topic
-        self._warned = False
+        #: Nacks held back to honour a delay longer than the consumer's nack_redelivery_delay.
+        self._held: dict[int, asyncio.TimerHandle] = {}
 
     def _consumer(self) -> Any:
         consumer = self._subscription.consumer
@@ -264,18 +265,44 @@ class PulsarAcker:
         return others
 
     async def nack(self, message: Message, delay: float | None) -> None:
-        """Negatively acknowledge ``message``: redelivered after the consumer's nack redelivery delay."""
-        if delay is not None and not self._warned:
-            self._warned = True
-            log.info(
-                "Pulsar redelivers nacked messages after the consumer's nack_redelivery_delay (%ss); "
-                "a per-call delay is not honoured",
-                self._subscription.options.nack_redelivery_delay,
-            )
+        """Negatively acknowledge ``message``: redelivered after ``delay`` seconds (emulated).
+
+        Pulsar redelivers a nacked message after the consumer's ``nack_redelivery_delay``; a
+        longer ``delay`` is honoured by holding the nack in this client for the difference. A held
+        message is not lost: if the consumer closes (or the process dies) first, the broker
+        redelivers it as it does every unacknowledged message; if the consumer's ack timeout is
+        shorter than the delay, that timeout redelivers it and no nack is sent.
+        """
+        consumer = self._consumer()
+        options = self._subscription.options
+        extra = (delay or 0.0) - options.nack_redelivery_delay
+        if extra > 0.001:
+            if options.ack_timeout is not None and delay is not None and delay >= options.ack_timeout:
+                return  # the ack timeout redelivers it sooner than the nack would
+            loop = asyncio.get_running_loop()
+            self._held[id(message)] = loop.call_later(extra, self._nack_held, message)
+            return
         try:
-            self._consumer().negative_acknowledge(message.raw)
+            consumer.negative_acknowledge(message.raw)
         except _pulsar.PulsarException as exc:
             raise translate(exc, f"nacking {message.id}", AckError) from None
+
+    def _nack_held(self, message: Message) -> None:
+        self._held.pop(id(message), None)
+        subscription = self._subscription
+        consumer = subscription.consumer
+        if consumer is None or subscription.closed:
+            return  # the broker redelivers what a closed consumer held
+        try:
+            consumer.negative_acknowledge(message.raw)
+        except _pulsar.PulsarException as exc:  # the broker redelivers it on close or ack timeout
+            log.warning("could not nack %s after its delay: %r", message.id, exc)
+
+    def cancel_held(self) -> None:
+        """Drop the held nacks (the consumer is closing: the broker redelivers those messages)."""
+        for handle in self._held.values():
+            handle.cancel()
+        self._held.clear()
 
     async def in_progress(self, message: Message) -> None:
         """Not supported: Pulsar cannot extend one message's ack timeout."""
@@ -327,6 +354,7 @@ class _Consuming(AsyncResource):
 
     async def close(self) -> None:
         """Close the consumer, keeping the subscription and its unacknowledged messages. Idempotent."""
+        self._acker.cancel_held()
         await self._subscription.close()
 
     async def unsubscribe(self) -> None:

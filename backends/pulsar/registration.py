@@ -32,6 +32,7 @@ class PulsarFactory:
         "messages": "shared subscription",
         "records": "failover subscription",
         "nack_redelivers": "negative ack",
+        "delayed_nack": "negative ack held by the client (emulated)",
         "ack_deadline": "ack timeout (≥ 10 s)",
         "delivery_attempt": "redelivery count",
         "dead_letter": "dead-letter policy",

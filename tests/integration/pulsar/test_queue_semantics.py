@@ -46,19 +46,37 @@ async def test_nack_redelivers_after_the_configured_delay(backend: PulsarBackend
     assert waited >= 0.9, f"redelivered after {waited:.2f}s, the delay is 1s"
 
 
-async def test_nack_delay_argument_is_not_honoured(backend: PulsarBackend, name: Name) -> None:
-    """Pulsar has one nack delay per consumer; the backend says so in its capabilities."""
-    assert not backend.capabilities.delayed_nack
+async def test_a_nack_delay_longer_than_the_consumers_is_held_by_the_client(
+    backend: PulsarBackend, name: Name
+) -> None:
+    """Pulsar has one nack delay per consumer; a longer ``nack(delay)`` is emulated by holding the nack."""
+    assert backend.capabilities.delayed_nack
     topic, sub = name("topic"), name("sub")
     await backend.create_subscription(topic, sub)
-    async with backend.messages(topic, sub) as consumer:
+    async with backend.messages(topic, sub, nack_redelivery_delay=0.2) as consumer:
         await backend.publisher().topic(topic).publish(OutboundMessage(b"x"))
         (first,) = await collect(consumer, 1, 10, ack=False)
         started = time.monotonic()
-        await first.nack(delay=30)
+        await first.nack(delay=2.5)
+        with pytest.raises(TimeoutError):  # not before the delay
+            await consumer.next_message(timeout=1.5)
         (again,) = await collect(consumer, 1, 10)
-    assert again.id == first.id
-    assert time.monotonic() - started < 10
+    waited = time.monotonic() - started
+    assert again.id == first.id and again.delivery_attempt == 2
+    assert waited >= 2.5, f"redelivered after {waited:.2f}s, the delay was 2.5s"
+
+
+async def test_a_held_nack_is_not_lost_when_its_consumer_closes(backend: PulsarBackend, name: Name) -> None:
+    """Closing with a nack still held: the broker redelivers the message, as any unacknowledged one."""
+    topic, sub = name("topic"), name("sub")
+    await backend.create_subscription(topic, sub)
+    async with backend.messages(topic, sub, nack_redelivery_delay=0.2) as consumer:
+        await backend.publisher().topic(topic).publish(OutboundMessage(b"held"))
+        (first,) = await collect(consumer, 1, 10, ack=False)
+        await first.nack(delay=600)
+    async with backend.messages(topic, sub) as consumer:
+        (again,) = await collect(consumer, 1, 15)
+    assert again.id == first.id and again.data == b"held"
 
 
 async def test_dead_letter_after_max_attempts(backend: PulsarBackend, name: Name) -> None:

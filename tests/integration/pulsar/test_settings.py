@@ -42,7 +42,7 @@ def test_defaults() -> None:
     assert producer.block_if_queue_full() is False
     assert producer.batching_enabled() is False
     caps = capabilities_for(settings)
-    assert caps.competing_consumers and not caps.per_key_order and not caps.delayed_nack
+    assert caps.competing_consumers and not caps.per_key_order and caps.delayed_nack
     assert capabilities_for(PulsarSettings(subscription_type="key_shared")).per_key_order
 
 
