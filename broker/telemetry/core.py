@@ -294,22 +294,27 @@ class ConsumerTelemetry:
             series.add("redelivered", 1)
         return True
 
-    def begin(self, message: Message) -> Any:
-        """A message was received: count it, wrap its acker, start its process span (None: no tracing)."""
-        self._adopt(message)
+    def _process_span(self, topic: str, attributes: Mapping[str, str]) -> Any:
+        """A CONSUMER span continuing the trace carried in ``attributes`` (None: no tracing)."""
         tracer = self.tracer
         if tracer is None:
             return None
         otel = self.otel
         assert otel is not None
-        attributes = message.attributes
         parent = self.telemetry.extract(attributes) if attributes else None
-        span = tracer.start_span(
-            f"process {self.destination}",
+        return tracer.start_span(
+            f"process {topic}",
             context=parent,
             kind=otel.trace.SpanKind.CONSUMER,
-            attributes=self._attributes(self.destination, "process"),
+            attributes=self._attributes(topic, "process"),
         )
+
+    def begin(self, message: Message) -> Any:
+        """A message was received: count it, wrap its acker, start its process span (None: no tracing)."""
+        self._adopt(message)
+        span = self._process_span(self.destination, message.attributes)
+        if span is None:
+            return None
         if span.is_recording():
             span.set_attribute("messaging.message.id", message.id)
             span.set_attribute("messaging.message.body.size", len(message.data))
@@ -327,19 +332,9 @@ class ConsumerTelemetry:
                 traced = self._committers[id(committer)] = TracedCommitter(committer, self)
             record.committer = traced
             self.series_of(record.topic).add("received", 1)
-        tracer = self.tracer
-        if tracer is None:
+        span = self._process_span(record.topic, record.attributes)
+        if span is None:
             return None
-        otel = self.otel
-        assert otel is not None
-        attributes = record.attributes
-        parent = self.telemetry.extract(attributes) if attributes else None
-        span = tracer.start_span(
-            f"process {record.topic}",
-            context=parent,
-            kind=otel.trace.SpanKind.CONSUMER,
-            attributes=self._attributes(record.topic, "process"),
-        )
         if span.is_recording():
             self._record_attributes(span, record)
             self._keep(id(record), span)

@@ -18,6 +18,7 @@ raised. Polling stops for good when the backend answers None (its broker does no
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -232,7 +233,7 @@ class _Current:
             span.end()
 
 
-class _TracedPull(_Delegate):
+class _TracedPull(_Delegate, abc.ABC):
     def __init__(self, wrapped: Any, consumer: ConsumerTelemetry, watch: BacklogWatch | None = None) -> None:
         self.wrapped = wrapped
         self.consumer = consumer
@@ -261,8 +262,9 @@ class _TracedPull(_Delegate):
             health.failure(exc)
             raise
 
+    @abc.abstractmethod
     def _handed(self, unit: Any) -> Any:
-        raise NotImplementedError
+        """Count what a pull handed out and start its process span; return it."""
 
     def __aiter__(self) -> Self:
         return self
