@@ -23,6 +23,7 @@ __all__ = [
     "Message",
     "OutboundMessage",
     "Record",
+    "RecordBatch",
     "claim_ack",
     "claim_acks",
     "own_acker",
@@ -283,3 +284,74 @@ class Record:
     async def ack(self) -> None:
         """Commit this record's offset (and so every lower offset of its partition)."""
         await self.committer.commit(self)
+
+
+class RecordBatch(list[Record]):
+    """A list of records that may know, per partition, its highest record as read.
+
+    A backend can build its batches as a ``RecordBatch`` that knows (or works out cheaply from
+    what it read) each partition's highest record, so :func:`~broker.commit_highest_offsets`
+    does not walk the records. Any change to the list forgets that knowledge (the next commit
+    walks the records); a batch built by hand knows nothing and behaves as a plain list.
+    """
+
+    __slots__ = ("_highest", "_known")
+
+    def __init__(self, records: Iterable[Record] = (), highest: dict[tuple[str, int], Record] | None = None):
+        super().__init__(records)
+        self._highest = highest
+        self._known = highest is not None
+
+    def highest(self) -> dict[tuple[str, int], Record] | None:
+        """``(topic, partition) -> record`` of that partition's highest offset; None when unknown."""
+        return self._highest if self._known else None
+
+    def _forget(self) -> None:
+        self._known = False
+        self._highest = None
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._forget()
+        super().__setitem__(index, value)
+
+    def __delitem__(self, index: Any) -> None:
+        self._forget()
+        super().__delitem__(index)
+
+    def __iadd__(self, other: Iterable[Record]) -> RecordBatch:  # type: ignore[override]
+        self._forget()
+        return super().__iadd__(other)  # type: ignore[return-value]
+
+    def __imul__(self, count: Any) -> RecordBatch:  # type: ignore[override]
+        self._forget()
+        return super().__imul__(count)  # type: ignore[return-value]
+
+    def append(self, record: Record) -> None:
+        """Append ``record`` (the batch forgets its highest offsets)."""
+        self._forget()
+        super().append(record)
+
+    def extend(self, records: Iterable[Record]) -> None:
+        """Append ``records`` (the batch forgets its highest offsets)."""
+        self._forget()
+        super().extend(records)
+
+    def insert(self, index: Any, record: Record) -> None:
+        """Insert ``record`` (the batch forgets its highest offsets)."""
+        self._forget()
+        super().insert(index, record)
+
+    def pop(self, index: Any = -1) -> Record:
+        """Remove and return a record (the batch forgets its highest offsets)."""
+        self._forget()
+        return super().pop(index)
+
+    def remove(self, record: Record) -> None:
+        """Remove ``record`` (the batch forgets its highest offsets)."""
+        self._forget()
+        super().remove(record)
+
+    def clear(self) -> None:
+        """Remove every record (the batch forgets its highest offsets)."""
+        self._forget()
+        super().clear()

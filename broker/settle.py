@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Sequence
 from typing import Any
 
-from broker.message import Message, Record
+from broker.message import Message, Record, RecordBatch
 
 __all__ = ["ack_all", "commit_highest_offsets", "nack_all"]
 
@@ -47,6 +47,11 @@ async def nack_all(messages: Sequence[Message], delay: float | None = None) -> N
 
 async def commit_highest_offsets(records: Iterable[Record]) -> None:
     """Commit, per partition, the highest offset among ``records`` (one commit per partition)."""
+    if isinstance(records, RecordBatch):
+        known = records.highest()
+        if known is not None:  # the backend knows them from the read
+            await _ack_each(known.values())
+            return
     highest: dict[tuple[str, int], Record] = {}
     run: tuple[str, int] = ("", -1)
     best: Record | None = None
@@ -61,5 +66,12 @@ async def commit_highest_offsets(records: Iterable[Record]) -> None:
             best = record
     if best is not None:
         highest[run] = best
-    if highest:
-        await asyncio.gather(*(r.ack() for r in highest.values()))
+    await _ack_each(highest.values())
+
+
+async def _ack_each(records: Collection[Record]) -> None:
+    if len(records) == 1:  # the common case (one partition): no task per ack
+        for record in records:
+            await record.ack()
+    elif records:
+        await asyncio.gather(*(r.ack() for r in records))

@@ -35,17 +35,27 @@ from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, Unkn
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
 from broker.message import Record
 
-__all__ = ["POLL_SLICE", "GroupCore", "ReaderCore"]
+__all__ = ["COMMIT_INTERVAL", "POLL_SLICE", "GroupCore", "ReaderCore"]
 
 log = logging.getLogger("broker.backends.kafka")
 
 #: The longest single ``consume`` call, in seconds: bounds how long a queued call waits.
 POLL_SLICE: Final = 0.05
 
+#: The shortest time between two commits of acks that do not wait (seconds): acks arriving in
+#: between are merged into the next commit, so a handler acking one record at a time does not
+#: send one commit request per record.
+COMMIT_INTERVAL: Final = 0.005
+
 TP = tuple[str, int]
 
 #: The core whose rebalance listener is running in this context (polling it there would deadlock).
 _LISTENER_OF: contextvars.ContextVar[object] = contextvars.ContextVar("kafka_listener_of", default=None)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _DroppingCommitter:
@@ -423,6 +433,9 @@ class GroupCore(_CoreBase):
     ) -> None:
         if not topics:
             raise ConfigError("a consumer needs at least one topic")
+        config = dict(config)
+        self._user_on_commit = config.pop("on_commit", None)
+        config["on_commit"] = self._on_commit
         super().__init__(config, name=name, prefetch=prefetch, close_timeout=close_timeout)
         self.group = str(config.get("group.id"))
         self.topics = tuple(topics)
@@ -435,6 +448,11 @@ class GroupCore(_CoreBase):
         self._pending_commits: dict[TP, int] = {}
         self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
         self._commit_task: asyncio.Task[None] | None = None
+        #: When the last commit that nobody waits for went out (loop time), and whether the
+        #: commit task is waiting out COMMIT_INTERVAL before the next.
+        self._last_quiet_commit = -COMMIT_INTERVAL
+        self._pacing = False
+        self._pace: asyncio.Future[None] | None = None
         #: False: ``Record.ack()`` queues its commit and returns (see :meth:`commit_soon`); the
         #: broker has it within a commit round trip, ``flush()`` waits for it, revoke and close
         #: flush. True: ``ack()`` returns once the broker confirmed the commit.
@@ -473,7 +491,7 @@ class GroupCore(_CoreBase):
             self._loop.call_soon(self._read_ahead_soon)
 
     def _read_ahead_soon(self) -> None:
-        if self._pending_commits or self._commit_task is not None:
+        if (self._pending_commits or self._commit_task is not None) and not self._pacing:
             return  # the commit round sends it right after its commit
         self._send_read_ahead()
 
@@ -592,6 +610,7 @@ class GroupCore(_CoreBase):
         future: asyncio.Future[None] = loop.create_future()
         self._pending_commits.update(live)
         self._commit_waiters.append((future, tuple(live)))
+        self._wake_pacing()
         if self._commit_task is None:
             self._commit_task = loop.create_task(self._commit_rounds())
         await future
@@ -613,16 +632,59 @@ class GroupCore(_CoreBase):
 
     async def flush(self) -> None:
         """Wait until the broker has the commit of every record acked so far (``AckError`` if refused)."""
+        if self._pending_commits and not self._commit_waiters:
+            # Acks queued without waiting: sent now, synchronously (ahead of any read-ahead).
+            await self.commit(dict(self._pending_commits))
         await self._drain_commits()  # the rounds already queued or in flight (no second request)
         unconfirmed = {tp: c.acked for tp, c in self.committers.items() if c.acked > c.confirmed}
         if unconfirmed:  # refused before: send again, raise a refusal
             await self.commit(unconfirmed)
+
+    def _wake_pacing(self) -> None:
+        if self._pace is not None:
+            _wake(self._pace)
 
     async def _flush_quietly(self) -> None:
         try:
             await self.flush()
         except Exception as exc:  # the next owner reads those records again (at-least-once)
             log.warning("%s: the last commits failed: %r", self.name, exc)
+
+    def _commit_async(self, offsets: dict[TP, int]) -> None:
+        self.consumer.commit(
+            offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=True
+        )
+
+    def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        """The SDK's commit report (worker thread, inside ``consume``): confirmed offsets go to the loop."""
+        if self._user_on_commit is not None:
+            try:
+                self._user_on_commit(error, partitions)
+            except Exception as exc:
+                log.warning("%s: the on_commit callback failed: %r", self.name, exc)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        results = [(p.topic, p.partition, p.offset, p.error) for p in partitions]
+        try:
+            loop.call_soon_threadsafe(self._committed, error, results)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def _committed(self, error: Any, results: list[tuple[str, int, int, Any]]) -> None:
+        failed = []
+        for topic, partition, offset, partition_error in results:
+            tp = (topic, partition)
+            committer = self.committers.get(tp)
+            if committer is None:
+                continue  # revoked meanwhile
+            if error is None and partition_error is None:
+                if offset > committer.confirmed:
+                    committer.confirmed = offset
+            elif (partition_error or error).name() != "_NO_OFFSET":
+                failed.append((tp, partition_error or error))
+        if failed:  # not confirmed: the next flush (commit(), revoke, close) sends it again
+            log.warning("%s: commit of %s failed: %s", self.name, sorted(tp for tp, _ in failed), failed[0][1])
 
     def _commit_sync(self, offsets: dict[TP, int]) -> list[Any]:
         result: list[Any] = self.consumer.commit(
@@ -631,12 +693,38 @@ class GroupCore(_CoreBase):
         return result
 
     async def _commit_rounds(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._pending_commits:
+                if not self._commit_waiters:  # acks that do not wait: one commit per interval
+                    wait = self._last_quiet_commit + COMMIT_INTERVAL - loop.time()
+                    if wait > 0:
+                        self._pacing = True
+                        pace = self._pace = loop.create_future()
+                        timer = loop.call_later(wait, _wake, pace)
+                        try:
+                            await pace  # woken early by a waiting commit() or flush()
+                        finally:
+                            timer.cancel()
+                            self._pacing = False
+                            self._pace = None
+                        continue
                 offsets, self._pending_commits = self._pending_commits, {}
                 waiters, self._commit_waiters = self._commit_waiters, []
                 failed: dict[TP, BaseException] = {}
                 live = {tp: offset for tp, offset in offsets.items() if tp in self.assigned}
+                if live and not waiters:
+                    # Nobody waits: sent asynchronously, so the worker goes on fetching at once;
+                    # the SDK's report confirms it (_on_commit), and flush() commits again, and
+                    # waits, whatever is not confirmed by then.
+                    self._last_quiet_commit = loop.time()
+                    job = self.thread.submit(self._commit_async, live)
+                    self._send_read_ahead()
+                    try:
+                        await job
+                    except Exception as exc:
+                        log.warning("%s: commit of %s failed: %r", self.name, sorted(live), exc)
+                    continue
                 if live:
                     try:
                         job = self.thread.submit(self._commit_sync, live)

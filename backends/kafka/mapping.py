@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from broker.backends.kafka import sdk
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.log import RawFields
-from broker.message import EMPTY_ATTRIBUTES, Committer, Record
+from broker.message import EMPTY_ATTRIBUTES, Committer, Record, RecordBatch
 
 __all__ = [
     "KafkaRecord",
+    "KafkaRecordBatch",
     "attributes_of",
     "decode_headers",
     "escaped",
@@ -106,7 +107,7 @@ def key_of(message: Any) -> str | None:
     return data.decode("utf-8", "surrogateescape") if data is not None else None
 
 
-#: A lazily decoded field not read yet.
+#: The attributes of a record not read yet.
 _UNREAD: Any = object()
 
 #: Headers seen lately -> their attributes (most streams repeat a few header sets; a copy is
@@ -120,81 +121,180 @@ def attributes_of(message: Any) -> Mapping[str, str]:
     headers = message.headers()
     if not headers:
         return EMPTY_ATTRIBUTES
+    return _attributes_from(headers)
+
+
+def _attributes_from(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
     decoded = _decoded_headers.get(tuple(headers))
     if decoded is not None:
         return decoded.copy()
-    attributes = decode_headers(headers)
+    attributes = dict(decode_headers(headers))
     if len(_decoded_headers) >= _DECODED_HEADERS_MAX:
         _decoded_headers.clear()  # header sets that never repeat (trace ids) keep it from growing
-    _decoded_headers[tuple(headers)] = dict(attributes)
+    _decoded_headers[tuple(headers)] = attributes.copy()
     return attributes
 
 
-class KafkaRecord(Record):
-    """A :class:`~broker.Record` read from Kafka whose key, attributes and publish time are decoded
-    from the SDK message when first read (the consumer's hot path builds one per record).
+class _Fetch:
+    """What the records of one fetch share: their partitions' committers as of the fetch, the
+    committer of any other partition, the time they were read, and the headers decoded last
+    (records of one fetch mostly carry the same header set)."""
 
-    Values are exactly those of an eagerly built ``Record``; the fields stay assignable, and the
-    value read once is the one read every time (changes to the attributes mapping stick).
+    __slots__ = ("attributes", "committers", "default", "headers", "now")
+
+    def __init__(self, committers: dict[tuple[str, int], Committer], default: Committer, now: float) -> None:
+        self.committers = committers
+        self.default = default
+        self.now = now
+        self.headers: list[tuple[str, bytes | None]] | None = None
+        self.attributes: dict[str, str] = {}
+
+
+#: The fields a KafkaRecord reads from its SDK message (or its fetch) when asked.
+_LAZY_FIELDS: Final = (
+    "topic",
+    "partition",
+    "offset",
+    "value",
+    "key",
+    "attributes",
+    "publish_time",
+    "ingestion_time",
+    "committer",
+)
+
+
+def _settle(record: KafkaRecord) -> None:
+    """Turn ``record`` into a plain one (every field stored): called before a field is assigned."""
+    values = [getattr(record, name) for name in _LAZY_FIELDS]
+    record.__class__ = _StoredKafkaRecord
+    for name, value in zip(_LAZY_FIELDS, values, strict=True):
+        setattr(record, name, value)
+
+
+def _lazy(name: str, getter: Any, doc: str) -> Any:
+    def assign(record: KafkaRecord, value: Any) -> None:
+        _settle(record)
+        setattr(record, name, value)
+
+    return property(getter, assign, doc=doc)
+
+
+# The getters are the consumer's per-record cost once a handler reads the fields: each is one
+# Python call with the decoding inlined.
+def _key(record: KafkaRecord) -> str | None:
+    data = record.raw.key()
+    return data.decode("utf-8", "surrogateescape") if data is not None else None
+
+
+def _attributes(record: KafkaRecord) -> Mapping[str, str]:
+    attributes = record._attributes
+    if attributes is _UNREAD:
+        headers = record.raw.headers()
+        if not headers:
+            attributes = EMPTY_ATTRIBUTES
+        else:
+            fetch = record._fetch
+            if headers == fetch.headers:  # as the record before: no hashing, no decoding
+                attributes = fetch.attributes.copy()
+            else:
+                attributes = _attributes_from(headers)
+                fetch.headers, fetch.attributes = headers, attributes.copy()
+        record._attributes = attributes
+    return attributes  # type: ignore[no-any-return]
+
+
+def _committer(record: KafkaRecord) -> Committer:
+    fetch = record._fetch
+    raw = record.raw
+    return fetch.committers.get((raw.topic(), raw.partition()), fetch.default)
+
+
+class KafkaRecord(Record):
+    """A :class:`~broker.Record` read from Kafka that reads its fields from the SDK message when
+    asked (the consumer's hot path builds one per record: three stores, no decoding).
+
+    Values are exactly those of an eagerly built ``Record``. Fields stay assignable: the first
+    assignment stores every field in the record (it becomes a plain one); the attributes mapping
+    is decoded once and kept, so changes to it stick.
     """
 
-    __slots__ = ("_attributes", "_key", "_publish_time")
+    __slots__ = ("_attributes", "_fetch")
 
-    _key: Any
     _attributes: Any
-    _publish_time: Any
+    _fetch: _Fetch
 
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        value: bytes | None,
-        raw: Any,
-        committer: Committer,
-        now: float,
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.value = value
-        self.raw = raw
-        self.committer = committer
-        self.ingestion_time = now
-        self._key = self._attributes = self._publish_time = _UNREAD
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Built by hand (``dataclasses.replace``, tests): a plain record with every field stored.
+        self.__class__ = _StoredKafkaRecord
+        Record.__init__(self, *args, **kwargs)
 
-    # The getters are the consumer's per-record cost once a handler reads the fields: each is
-    # one Python call, with the decoding inlined.
-    def _get_key(self) -> str | None:
-        key = self._key
-        if key is _UNREAD:
-            key = self._key = key_of(self.raw)
-        return key  # type: ignore[no-any-return]
+    topic = _lazy("topic", lambda r: r.raw.topic(), "The record's topic.")
+    partition = _lazy("partition", lambda r: r.raw.partition(), "The record's partition.")
+    offset = _lazy("offset", lambda r: r.raw.offset(), "The record's offset.")
+    value = _lazy("value", lambda r: r.raw.value(), "The value (None for a tombstone).")
+    key = _lazy("key", _key, "The record key (UTF-8; undecodable bytes as surrogate escapes).")
+    attributes = _lazy("attributes", _attributes, "Headers as attributes.")
+    publish_time = _lazy("publish_time", lambda r: publish_time_of(r.raw), "The record timestamp in seconds.")
+    ingestion_time = _lazy("ingestion_time", lambda r: r._fetch.now, "When the consumer fetched the record.")
+    committer = _lazy("committer", _committer, "Commits for the record's partition (as assigned at the fetch).")
 
-    def _set_key(self, value: str | None) -> None:
-        self._key = value
 
-    def _get_attributes(self) -> Mapping[str, str]:
-        attributes = self._attributes
-        if attributes is _UNREAD:
-            attributes = self._attributes = attributes_of(self.raw)
-        return attributes  # type: ignore[no-any-return]
+class _StoredKafkaRecord(KafkaRecord):
+    """A KafkaRecord whose fields are all stored (after an assignment, or built by hand)."""
 
-    def _set_attributes(self, value: Mapping[str, str]) -> None:
-        self._attributes = value
+    __slots__ = ()
 
-    def _get_publish_time(self) -> float | None:
-        publish_time = self._publish_time
-        if publish_time is _UNREAD:
-            publish_time = self._publish_time = publish_time_of(self.raw)
-        return publish_time  # type: ignore[no-any-return]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        Record.__init__(self, *args, **kwargs)
 
-    def _set_publish_time(self, value: float | None) -> None:
-        self._publish_time = value
 
-    key = property(_get_key, _set_key, doc="The record key (UTF-8; undecodable bytes as surrogate escapes).")
-    attributes = property(_get_attributes, _set_attributes, doc="Headers as attributes.")
-    publish_time = property(_get_publish_time, _set_publish_time, doc="The record timestamp in seconds.")
+for _name in _LAZY_FIELDS:  # the plain slots of Record again
+    setattr(_StoredKafkaRecord, _name, Record.__dict__[_name])
+_StoredKafkaRecord.__qualname__ = "KafkaRecord"  # as it reads in a repr
+
+
+class KafkaRecordBatch(RecordBatch):
+    """The records of one fetch, with the SDK messages they read from: a partition's highest
+    record is found from the messages when first asked (no per-record work until then)."""
+
+    __slots__ = ("_messages",)
+
+    def __init__(self, records: list[Record], messages: Sequence[Any]) -> None:
+        super().__init__(records)
+        self._messages = messages
+        self._known = True
+
+    def highest(self) -> dict[tuple[str, int], Record] | None:
+        """``(topic, partition) -> record`` of that partition's highest offset; None when unknown."""
+        if not self._known:
+            return None
+        if self._highest is None:
+            self._highest = _highest(self, self._messages)
+        return self._highest
+
+
+def _highest(records: list[Record], messages: Sequence[Any]) -> dict[tuple[str, int], Record]:
+    ends: dict[tuple[str, int], int] = {}  # partition -> index of its highest message
+    last_topic: str | None = None
+    last_partition = -1
+    for index, message in enumerate(messages):  # messages come in runs of one partition
+        partition = message.partition()
+        topic = message.topic()
+        if partition != last_partition or topic != last_topic:
+            if index:
+                _keep(ends, (last_topic, last_partition), index - 1, messages)  # type: ignore[arg-type]
+            last_topic, last_partition = topic, partition
+    if messages:
+        _keep(ends, (last_topic, last_partition), len(messages) - 1, messages)  # type: ignore[arg-type]
+    return {tp: records[index] for tp, index in ends.items()}
+
+
+def _keep(ends: dict[tuple[str, int], int], tp: tuple[str, int], index: int, messages: Sequence[Any]) -> None:
+    """The message at ``index`` ends a run of ``tp``: keep it unless another run went further."""
+    other = ends.get(tp)
+    if other is None or messages[other].offset() < messages[index].offset():
+        ends[tp] = index
 
 
 def to_records(
@@ -202,25 +302,25 @@ def to_records(
     committers: Mapping[tuple[str, int], Committer],
     default: Committer,
     now: float,
-) -> list[Record]:
-    """Many SDK messages as Records (the hot path of every consumer: one lookup per partition run).
+) -> KafkaRecordBatch:
+    """Many SDK messages as Records (the hot path of every consumer: three stores per record).
 
-    A record's committer is its partition's entry in ``committers``, else ``default``. Key,
-    attributes and publish time are decoded when first read (see :class:`KafkaRecord`).
+    A record's committer is its partition's entry in ``committers`` as it is now (a committer
+    retired later drops the record's ack), else ``default``. Fields are read from the SDK
+    message when first asked (see :class:`KafkaRecord`).
     """
+    fetch = _Fetch(dict(committers), default, now)
+    new = object.__new__
+    cls = KafkaRecord
     out: list[Record] = []
     append = out.append
-    last_topic: str | None = None
-    last_partition = -1
-    committer: Committer = default
     for message in messages:
-        topic = message.topic()
-        partition = message.partition()
-        if partition != last_partition or topic != last_topic:
-            last_topic, last_partition = topic, partition
-            committer = committers.get((topic, partition), default)
-        append(KafkaRecord(topic, partition, message.offset(), message.value(), message, committer, now))
-    return out
+        record = new(cls)
+        record.raw = message
+        record._fetch = fetch
+        record._attributes = _UNREAD
+        append(record)
+    return KafkaRecordBatch(out, messages)
 
 
 @functools.cache

@@ -108,6 +108,31 @@ async def test_commit_highest_offsets_commits_once_per_partition() -> None:
     assert sorted(commits) == [("t", 0, 5), ("t", 1, 9), ("u", 0, 7)]
 
 
+async def test_a_record_batch_commits_what_it_knows_until_it_changes() -> None:
+    from broker.message import RecordBatch
+
+    commits: list[tuple[str, int, int]] = []
+
+    class Committer:
+        async def commit(self, record: Record) -> None:
+            commits.append((record.topic, record.partition, record.offset))
+
+    c = Committer()
+    records = [Record("t", 0, o, b"", committer=c) for o in range(5)]
+    # a backend that knows its highest records says so: the batch is not walked
+    batch = RecordBatch(records, highest={("t", 0): records[2]})
+    await broker.commit_highest_offsets(batch)
+    assert commits == [("t", 0, 2)]
+    commits.clear()
+    batch.append(Record("t", 1, 4, b"", committer=c))  # changed: walked again
+    assert batch.highest() is None
+    await broker.commit_highest_offsets(batch)
+    assert sorted(commits) == [("t", 0, 4), ("t", 1, 4)]
+    commits.clear()
+    await broker.commit_highest_offsets(RecordBatch(records))  # built by hand: knows nothing
+    assert commits == [("t", 0, 4)]
+
+
 def test_group_by_key_keeps_order_within_groups() -> None:
     items = [Record("t", 0, i, b"", key=k) for i, k in enumerate(["a", "b", None, "a", "b"])]
     groups = adapt.group_by_key(items)

@@ -305,10 +305,46 @@ async def test_ack_queues_the_commit_and_commit_waits_for_the_broker(backend: Ka
     assert await backend.log().committed(group, [tp]) == {tp: 5}
 
 
+async def test_acks_one_at_a_time_are_merged_and_reach_the_broker_without_commit(backend: KafkaBackend) -> None:
+    """The textbook loop (handle, ``await record.ack()``, with an await in the handler) sends at
+    most one commit request per COMMIT_INTERVAL, and the broker gets the last ack without any
+    ``commit()`` while the consumer keeps running."""
+    from broker.backends.kafka.consumer import COMMIT_INTERVAL
+
+    topic, group, tp = await numbered_topic(backend, "paced", 60)
+    async with backend.records(topic, group) as records:
+        core = records.core
+        requests: list[dict[tuple[str, int], int]] = []
+        real = core._commit_async
+
+        def counting(offsets: dict[tuple[str, int], int]) -> None:
+            requests.append(dict(offsets))
+            real(offsets)
+
+        core._commit_async = counting  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for _ in range(60):
+            record = await records.next_record(timeout=PATIENCE)
+            await asyncio.sleep(0.0005)  # the handler awaits something
+            await record.ack()
+        elapsed = loop.time() - start
+        # still consuming (no commit(), no close): the last ack reaches the broker by itself
+        async with asyncio.timeout(PATIENCE):
+            while (await backend.log().committed(group, [tp]))[tp] != 60:
+                await records.next_batch(timeout=0.05)  # the app goes on fetching
+    assert requests[-1] == {(topic, 0): 60}
+    assert 1 <= len(requests) <= elapsed / COMMIT_INTERVAL + 2, (len(requests), elapsed)
+    assert len(requests) < 60
+    offsets = [r[(topic, 0)] for r in requests]
+    assert offsets == sorted(offsets), "commits never go backwards"
+
+
 async def test_a_refused_commit_is_sent_again_and_commit_raises_it(
     backend: KafkaBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
     from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as SdkTopicPartition
 
     topic, group, tp = await numbered_topic(backend, "refused", 3)
     async with backend.records(topic, group) as records:
@@ -323,7 +359,19 @@ async def test_a_refused_commit_is_sent_again_and_commit_raises_it(
                 raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "refused by the test"))
             return real(offsets)
 
+        real_async = core._commit_async
+
+        def refusing_async(offsets: dict[tuple[str, int], int]) -> None:
+            # the broker's refusal, as the SDK reports an asynchronous commit
+            if refusals[0]:
+                refusals[0] -= 1
+                error = KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "refused by the test")
+                core._on_commit(error, [SdkTopicPartition(t, p, o) for (t, p), o in offsets.items()])
+                return
+            real_async(offsets)
+
         core._commit_sync = refusing  # type: ignore[method-assign]
+        core._commit_async = refusing_async  # type: ignore[method-assign]
         await taken[0].ack()  # queued; its commit is refused in the background and logged
         await until(
             lambda: any("commit of" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
