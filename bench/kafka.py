@@ -157,14 +157,18 @@ def raw_consume(settings: KafkaSettings, topic: str, count: int, batch: int, *, 
                 offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()], asynchronous=not wait
             )
         if not wait:  # the last commit confirmed, as ours
-            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()], asynchronous=False)
+            consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()], asynchronous=False
+            )
         assert start is not None
         return count / (time.perf_counter() - start)
     finally:
         consumer.close()
 
 
-async def ours_consume(backend: KafkaBackend, topic: str, count: int, batch: int, *, wait: bool = False) -> float:
+async def ours_consume(
+    backend: KafkaBackend, topic: str, count: int, batch: int, *, wait: bool = False
+) -> float:
     received = 0
     start = None
     async with backend.batched_records(topic, f"ours-{uuid.uuid4().hex}", batch_size=batch) as batches:

@@ -31,7 +31,7 @@ from broker.interfaces import (
     Topic,
     TransactionalPublisher,
 )
-from broker.message import Acker, Committer, Message, OutboundMessage, Record
+from broker.message import Acker, Committer, Message, OutboundMessage, Record, RecordBatch
 from broker.retry import DeadLetterTopic, ErrorThreshold, Retrier, RetryPolicy, ThresholdEvent
 from broker.run import run
 from broker.settle import ack_all, commit_highest_offsets, nack_all
@@ -61,6 +61,7 @@ __all__ = [
     "Publisher",
     "Receiver",
     "Record",
+    "RecordBatch",
     "RecordIterator",
     "Retrier",
     "RetryPolicy",

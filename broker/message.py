@@ -318,13 +318,13 @@ class RecordBatch(list[Record]):
         self._forget()
         super().__delitem__(index)
 
-    def __iadd__(self, other: Iterable[Record]) -> RecordBatch:  # type: ignore[override]
+    def __iadd__(self, other: Iterable[Record]) -> RecordBatch:  # type: ignore[override,misc]
         self._forget()
-        return super().__iadd__(other)  # type: ignore[return-value]
+        return super().__iadd__(other)
 
-    def __imul__(self, count: Any) -> RecordBatch:  # type: ignore[override]
+    def __imul__(self, count: Any) -> RecordBatch:  # type: ignore[misc]
         self._forget()
-        return super().__imul__(count)  # type: ignore[return-value]
+        return super().__imul__(count)
 
     def append(self, record: Record) -> None:
         """Append ``record`` (the batch forgets its highest offsets)."""

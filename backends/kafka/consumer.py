@@ -684,7 +684,9 @@ class GroupCore(_CoreBase):
             elif (partition_error or error).name() != "_NO_OFFSET":
                 failed.append((tp, partition_error or error))
         if failed:  # not confirmed: the next flush (commit(), revoke, close) sends it again
-            log.warning("%s: commit of %s failed: %s", self.name, sorted(tp for tp, _ in failed), failed[0][1])
+            log.warning(
+                "%s: commit of %s failed: %s", self.name, sorted(tp for tp, _ in failed), failed[0][1]
+            )
 
     def _commit_sync(self, offsets: dict[TP, int]) -> list[Any]:
         result: list[Any] = self.consumer.commit(
@@ -718,10 +720,10 @@ class GroupCore(_CoreBase):
                     # the SDK's report confirms it (_on_commit), and flush() commits again, and
                     # waits, whatever is not confirmed by then.
                     self._last_quiet_commit = loop.time()
-                    job = self.thread.submit(self._commit_async, live)
+                    sent = self.thread.submit(self._commit_async, live)
                     self._send_read_ahead()
                     try:
-                        await job
+                        await sent
                     except Exception as exc:
                         log.warning("%s: commit of %s failed: %r", self.name, sorted(live), exc)
                     continue

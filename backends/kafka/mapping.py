@@ -28,6 +28,7 @@ __all__ = [
     "escaped",
     "key_of",
     "produce",
+    "produce_all",
     "publish_time_of",
     "raw_fields",
     "to_records",
@@ -84,6 +85,38 @@ def produce(
     except UnicodeEncodeError:
         key_bytes, header_bytes = escaped(key, headers)
         producer.produce(topic, value, key_bytes, partition, on_delivery=on_delivery, headers=header_bytes)
+
+
+def produce_all(producer: Any, topic: str, messages: Sequence[Any], start: int, on_delivery: Any) -> int:
+    """``producer.produce`` of ``messages[start:]`` (OutboundMessages) in one call: the hot path.
+
+    Returns the index of the first message not enqueued: ``len(messages)`` when all went in, less
+    when the SDK's queue is full (``BufferError``; the caller waits for room and calls again from
+    there). The mapping is :func:`produce`'s, with no Python call per record.
+    """
+    produce_one = producer.produce
+    poll = producer.poll
+    index = start
+    end = len(messages)
+    try:
+        while index < end:
+            if not index & 255 and index:
+                poll(0)  # serve the reports so far (keeps the SDK's queue from filling up)
+            message = messages[index]
+            attributes = message.attributes
+            if attributes and type(attributes) is not dict:
+                attributes = dict(attributes)
+            try:
+                produce_one(
+                    topic, message.data, message.key, on_delivery=on_delivery, headers=attributes or None
+                )
+            except UnicodeEncodeError:  # surrogate escapes: the bytes they stand for
+                key_bytes, header_bytes = escaped(message.key, attributes)
+                produce_one(topic, message.data, key_bytes, on_delivery=on_delivery, headers=header_bytes)
+            index += 1
+    except BufferError:
+        pass
+    return index
 
 
 def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mapping[str, str]:
@@ -237,7 +270,9 @@ class KafkaRecord(Record):
     attributes = _lazy("attributes", _attributes, "Headers as attributes.")
     publish_time = _lazy("publish_time", lambda r: publish_time_of(r.raw), "The record timestamp in seconds.")
     ingestion_time = _lazy("ingestion_time", lambda r: r._fetch.now, "When the consumer fetched the record.")
-    committer = _lazy("committer", _committer, "Commits for the record's partition (as assigned at the fetch).")
+    committer = _lazy(
+        "committer", _committer, "Commits for the record's partition (as assigned at the fetch)."
+    )
 
 
 class _StoredKafkaRecord(KafkaRecord):

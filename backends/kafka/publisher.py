@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
-from broker.backends.kafka.mapping import produce
+from broker.backends.kafka.mapping import produce_all
 from broker.backends.kafka.producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
@@ -52,23 +52,17 @@ class KafkaPublishDriver:
         batch = DeliveryBatch(loop, len(messages))
         on_delivery = batch.on_delivery
         sdk_producer = owner.producer
-        poll = sdk_producer.poll
         sent = 0
+        total = len(messages)
         try:
-            for message in messages:
-                data, key, attributes = message.data, message.key, message.attributes
-                while True:
-                    try:
-                        produce(sdk_producer, topic, data, key, attributes, on_delivery)
-                        break
-                    except BufferError:
-                        owner.kick()
-                        await owner.wait_for_room()
-                        if owner.closed:
-                            raise ClosedError(f"publishing to {topic!r} stopped: publisher closed") from None
-                sent += 1
-                if not sent & 4095:
-                    poll(0)
+            while True:
+                sent = produce_all(sdk_producer, topic, messages, sent, on_delivery)
+                if sent == total:
+                    break
+                owner.kick()  # the SDK's queue is full: serve reports, then go on from there
+                await owner.wait_for_room()
+                if owner.closed:
+                    raise ClosedError(f"publishing to {topic!r} stopped: publisher closed") from None
         except sdk.confluent().KafkaException as exc:
             raise translate(exc, f"cannot publish to {topic!r}", PublishError) from exc
         finally:

@@ -2,9 +2,9 @@
 
 ``Record.ack()`` commits ``offset + 1`` of its partition (acks of a partition this member lost
 in a rebalance are dropped). It queues the commit and returns without waiting for the broker, as
-Kafka consumers commit by default: the commit goes out at once, merged with the acks that arrive
-while the previous commit is in flight, so the textbook loop (``async for record ...: handle;
-await record.ack()``) runs at fetch speed, not one commit round trip per record. ``commit()`` waits
+Kafka consumers commit by default: commits are sent asynchronously, at most one request per
+``COMMIT_INTERVAL`` (acks arriving meanwhile are merged into it), so the textbook loop (``async for
+record ...: handle; await record.ack()``) runs at fetch speed, not one commit round trip per record. ``commit()`` waits
 until the broker has every commit acked so far (and raises ``AckError`` if it refused one); a
 revoke and ``close()`` do the same before the partitions go. A crash before a commit reached the
 broker reads its records again (at-least-once, as with any Kafka consumer).

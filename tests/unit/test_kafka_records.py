@@ -85,7 +85,12 @@ def test_assigning_a_field_stores_every_field_and_keeps_the_others() -> None:
     record.value = b"changed"
     assert isinstance(record, KafkaRecord)
     assert (record.topic, record.partition, record.offset, record.value) == ("t", 2, 7, b"changed")
-    assert (record.key, record.attributes, record.publish_time, record.ingestion_time) == ("k", {"h": "1"}, 2.0, 5.0)
+    assert (record.key, record.attributes, record.publish_time, record.ingestion_time) == (
+        "k",
+        {"h": "1"},
+        2.0,
+        5.0,
+    )
     assert record.committer is a
     record.offset = 9
     assert record.offset == 9 and raw.offset() == 7

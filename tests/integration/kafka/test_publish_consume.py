@@ -305,7 +305,9 @@ async def test_ack_queues_the_commit_and_commit_waits_for_the_broker(backend: Ka
     assert await backend.log().committed(group, [tp]) == {tp: 5}
 
 
-async def test_acks_one_at_a_time_are_merged_and_reach_the_broker_without_commit(backend: KafkaBackend) -> None:
+async def test_acks_one_at_a_time_are_merged_and_reach_the_broker_without_commit(
+    backend: KafkaBackend,
+) -> None:
     """The textbook loop (handle, ``await record.ack()``, with an await in the handler) sends at
     most one commit request per COMMIT_INTERVAL, and the broker gets the last ack without any
     ``commit()`` while the consumer keeps running."""
