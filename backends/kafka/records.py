@@ -4,10 +4,11 @@
 in a rebalance are dropped). It queues the commit and returns without waiting for the broker, as
 Kafka consumers commit by default: commits are sent asynchronously, at most one request per
 ``COMMIT_INTERVAL`` (acks arriving meanwhile are merged into it), so the textbook loop (``async for
-record ...: handle; await record.ack()``) runs at fetch speed, not one commit round trip per record. ``commit()`` waits
-until the broker has every commit acked so far (and raises ``AckError`` if it refused one); a
-revoke and ``close()`` do the same before the partitions go. A crash before a commit reached the
-broker reads its records again (at-least-once, as with any Kafka consumer).
+record ...: handle; await record.ack()``) runs at fetch speed, not one commit round trip per
+record. ``commit()`` waits until the broker has every commit acked so far (and raises
+``AckError`` if it refused one); a revoke and ``close()`` do the same before the partitions go. A
+crash before a commit reached the broker reads its records again (at-least-once, as with any Kafka
+consumer).
 
 ``close()`` finishes pending commits, then leaves the group; records fetched but not handed out
 are read again by the partition's next owner.

@@ -112,6 +112,21 @@ async def test_lazy_messages_decode_each_field_once_on_first_read() -> None:
     assert message.state == "acked"
 
 
+async def test_lazy_messages_built_many_at_once_equal_those_built_one_by_one() -> None:
+    acker = RecordingAcker()
+    raws = [_Raw(), _Raw(), _Raw()]
+    data = {id(raws[0]): b"a", id(raws[1]): None, id(raws[2]): b"c"}
+    many = _Lazy.many(raws, lambda raw: data[id(raw)], acker, 4.0)
+    single = [_Lazy(data[id(raw)] or b"", raw, acker, 4.0) for raw in raws]
+    assert [type(m) for m in many] == [_Lazy] * 3
+    names = [f.name for f in dataclasses.fields(Message)]
+    for built, one in zip(many, single, strict=True):
+        assert [getattr(built, n) for n in names] == [getattr(one, n) for n in names]
+    assert [m.data for m in many] == [b"a", b"", b"c"]
+    await many[1].ack()
+    assert acker.acked == ["7"] and many[1].state == "acked" and many[0].state == "pending"
+
+
 async def test_claim_acks_marks_the_pending_messages_of_one_acker_and_returns_the_rest() -> None:
     mine, theirs = RecordingAcker(), RecordingAcker()
     pending = [Message(str(i), b"x", acker=mine) for i in range(3)]

@@ -238,8 +238,7 @@ class RawSource(QueueSource):
 
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
         """A lazily decoded Message per client record."""
-        cls, value = self._class, self._fields.value
-        return [cls(value(r) or b"", r, acker, now) for r in items]
+        return self._class.many(items, self._fields.value, acker, now)
 
 
 def source_for(consumer: LogConsumer, queue_id: str, mode: Mode, *, raw: bool = True) -> QueueSource:
