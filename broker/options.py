@@ -11,11 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.errors import ConfigError
+from broker.settings import build_settings, field_values
 
-__all__ = ["PORTABLE_OPTIONS", "PortableOption", "portable_option", "rename_portable"]
+__all__ = [
+    "PORTABLE_OPTIONS",
+    "PortableOption",
+    "build_consumer_options",
+    "portable_option",
+    "rename_portable",
+]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +109,23 @@ def rename_portable(options: Mapping[str, Any], native_names: Mapping[str, str])
                 raise ConfigError(f"give {native} or {portable}, not both")
             out[native] = out.pop(portable)
     return out
+
+
+def build_consumer_options(
+    cls: type[T],
+    settings: Any,
+    overrides: Mapping[str, Any],
+    *,
+    native_names: Mapping[str, str],
+    backend: str,
+) -> T:
+    """The options of one consumer: the dataclass ``cls`` filled from ``settings`` and ``overrides``.
+
+    ``settings`` carries the defaults under ``cls``'s field names; ``overrides`` may use the portable
+    names (:func:`rename_portable` with ``native_names``) and strings, coerced as
+    :func:`~broker.settings.build_settings` does. Unknown names raise
+    :class:`~broker.errors.UnknownSetting`, bad values :class:`~broker.errors.ConfigError`.
+    """
+    values = field_values(cls, settings)
+    values.update(rename_portable(overrides, native_names))
+    return build_settings(cls, values, backend=backend)

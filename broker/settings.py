@@ -15,11 +15,21 @@ import types
 import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from broker.errors import ConfigError, UnknownSetting
 
-__all__ = ["ParsedUrl", "build_settings", "describe", "parse_url", "redact_url", "secret"]
+__all__ = [
+    "ParsedUrl",
+    "build_settings",
+    "check_positive",
+    "describe",
+    "field_values",
+    "parse_url",
+    "redact_url",
+    "secret",
+    "with_default_port",
+]
 
 T = TypeVar("T")
 
@@ -42,6 +52,17 @@ class ParsedUrl:
     query: Mapping[str, str] = dataclasses.field(repr=False)  # may carry credentials
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
+
+    def credentials(self, user: str, password: str, *, decode: bool = False) -> dict[str, str]:
+        """The URL's ``user:password@`` as the settings named ``user`` and ``password``.
+
+        A part the URL does not give is left out; ``decode`` undoes its percent-encoding.
+        """
+        options: dict[str, str] = {}
+        for setting, value in ((user, self.username), (password, self.password)):
+            if value is not None:
+                options[setting] = unquote(value) if decode else value
+        return options
 
 
 def parse_url(url: str) -> ParsedUrl:
@@ -88,6 +109,12 @@ def _check_host(host: str, url: str) -> None:
         port = port_text if colon else None
     if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
         raise ConfigError(f"bad port {port!r} in {redact_url(url)!r}: ports are 1-65535")
+
+
+def with_default_port(host: str, port: int) -> str:
+    """``host`` (``name[:port]`` or ``[v6][:port]``) with ``port`` added when it names none."""
+    has_port = "]:" in host if host.startswith("[") else ":" in host
+    return host if has_port else f"{host}:{port}"
 
 
 def redact_url(url: str) -> str:
@@ -158,20 +185,14 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
             return value.lower() in _TRUE
         raise ConfigError(f"setting {name!r} must be true or false, got {value!r}")
-    if hint is int:
+    if hint is int or hint is float:
+        what = "an integer" if hint is int else "a number"
         if isinstance(value, bool):
-            raise ConfigError(f"setting {name!r} must be an integer, got {value!r}")
+            raise ConfigError(f"setting {name!r} must be {what}, got {value!r}")
         try:
-            return int(value)
+            return hint(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"setting {name!r} must be an integer, got {value!r}") from None
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"setting {name!r} must be a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"setting {name!r} must be a number, got {value!r}") from None
+            raise ConfigError(f"setting {name!r} must be {what}, got {value!r}") from None
     if hint is str:
         if isinstance(value, str):
             return value
@@ -208,6 +229,26 @@ def build_settings(cls: type[T], values: Mapping[str, Any], *, backend: str) -> 
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"invalid settings for backend {backend!r}: {exc}") from exc
+
+
+def field_values(cls: type[Any], source: Any) -> dict[str, Any]:
+    """``source``'s values of the fields of the dataclass ``cls``, by name and in field order.
+
+    A backend's settings carry the defaults of its ``ConsumerOptions`` under the same names:
+    ``field_values(ConsumerOptions, settings)`` reads them.
+    """
+    return {f.name: getattr(source, f.name) for f in dataclasses.fields(cls)}
+
+
+def check_positive(unit: str = "", /, **values: float) -> None:
+    """Raise :class:`~broker.errors.ConfigError` for the first of ``values`` that is not above 0.
+
+    ``check_positive("seconds", close_timeout=t)`` says ``close_timeout must be > 0 seconds, got -1``.
+    """
+    suffix = f" {unit}" if unit else ""
+    for name, value in values.items():
+        if value <= 0:
+            raise ConfigError(f"{name} must be > 0{suffix}, got {value}")
 
 
 def describe(settings: Any) -> dict[str, Any]:

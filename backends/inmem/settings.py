@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
+from broker.settings import field_values
 
 __all__ = ["ConsumerOptions", "InmemSettings"]
 
@@ -34,6 +35,10 @@ class ConsumerOptions:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
 
 
+#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`InmemSettings`.
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
+
+
 @dataclass(frozen=True, slots=True)
 class InmemSettings:
     """``inmem://NAME?partitions=4&ack_deadline=10``: the process-wide broker called NAME."""
@@ -44,27 +49,21 @@ class InmemSettings:
     partitions: int = 1
     #: ``murmur2`` (Kafka's default) or ``fnv1a`` (goka's).
     partitioner: str = "murmur2"
-    ack_deadline: float = 30.0
-    max_attempts: int | None = None
-    dead_letter_topic: str | None = None
-    start: Literal["earliest", "latest"] = "earliest"
-    batch_size: int = 100
+
+    # -- consumer defaults (see ConsumerOptions) ---------------------------------------------
+    ack_deadline: float = _CONSUMER_DEFAULTS.ack_deadline
+    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
+    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
+    start: Literal["earliest", "latest"] = _CONSUMER_DEFAULTS.start
+    batch_size: int = _CONSUMER_DEFAULTS.batch_size
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise ConfigError(f"partitions must be >= 1, got {self.partitions}")
         if not self.name:
             raise ConfigError("the in-memory broker needs a non-empty name")
-        ConsumerOptions(
-            self.ack_deadline, self.max_attempts, self.dead_letter_topic, self.start, self.batch_size
-        )
+        ConsumerOptions(**self.consumer_defaults())
 
-    def consumer_defaults(self) -> dict[str, object]:
+    def consumer_defaults(self) -> dict[str, Any]:
         """The consumer options this connection uses unless a consumer overrides them."""
-        return {
-            "ack_deadline": self.ack_deadline,
-            "max_attempts": self.max_attempts,
-            "dead_letter_topic": self.dead_letter_topic,
-            "start": self.start,
-            "batch_size": self.batch_size,
-        }
+        return field_values(ConsumerOptions, self)

@@ -11,8 +11,8 @@ from typing import Any
 from broker.backend import Backend
 from broker.backends.jetstream.devserver import nats_dev_server
 from broker.backends.jetstream.settings import JetStreamSettings
+from broker.dependencies import import_for_extra
 from broker.devserver import ProcessServer
-from broker.errors import MissingDependency
 from broker.settings import ParsedUrl
 
 __all__ = ["JetStreamFactory", "factory"]
@@ -57,10 +57,7 @@ class JetStreamFactory:
 
     def open(self, settings: JetStreamSettings) -> Backend:
         """The backend for ``settings`` (connects on first use)."""
-        try:
-            import nats  # noqa: F401
-        except ImportError as exc:
-            raise MissingDependency(self.extra, "nats") from exc
+        import_for_extra(self.extra, "nats")
         from broker.backends.jetstream.backend import JetStreamBackend
 
         return JetStreamBackend(settings)

@@ -9,14 +9,13 @@ token, NKey seed, TLS key password) are :func:`~broker.settings.secret` fields, 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.options import rename_portable
-from broker.settings import parse_url, redact_url, secret
+from broker.options import build_consumer_options, rename_portable
+from broker.settings import check_positive, parse_url, redact_url, secret
 
 __all__ = [
     "MSG_ID_HEADER",
@@ -151,7 +150,8 @@ class ConsumerOptions:
             check_subject(self.dead_letter_subject, wildcards=False)
 
 
-_CONSUMER_FIELDS = tuple(f.name for f in dataclasses.fields(ConsumerOptions))
+#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`JetStreamSettings`.
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,18 +216,18 @@ class JetStreamSettings:
     # -- consumers (defaults of ConsumerOptions) --------------------------------------------
     #: Consumer name used when ``messages()`` gets an empty subscription.
     durable: str | None = None
-    ack_wait: float = 30.0
-    max_deliver: int | None = None
-    max_ack_pending: int | None = None
-    backoff: tuple[float, ...] = ()
-    deliver_policy: DeliverPolicy = "all"
-    batch_size: int = 100
-    prefetch: int = 10
-    pull_expires: float = 5.0
-    ack_sync: bool = False
-    dead_letter_subject: str | None = None
-    create_consumers: bool = True
-    update_consumers: bool = False
+    ack_wait: float = _CONSUMER_DEFAULTS.ack_wait
+    max_deliver: int | None = _CONSUMER_DEFAULTS.max_deliver
+    max_ack_pending: int | None = _CONSUMER_DEFAULTS.max_ack_pending
+    backoff: tuple[float, ...] = _CONSUMER_DEFAULTS.backoff
+    deliver_policy: DeliverPolicy = _CONSUMER_DEFAULTS.deliver_policy
+    batch_size: int = _CONSUMER_DEFAULTS.batch_size
+    prefetch: int = _CONSUMER_DEFAULTS.prefetch
+    pull_expires: float = _CONSUMER_DEFAULTS.pull_expires
+    ack_sync: bool = _CONSUMER_DEFAULTS.ack_sync
+    dead_letter_subject: str | None = _CONSUMER_DEFAULTS.dead_letter_subject
+    create_consumers: bool = _CONSUMER_DEFAULTS.create_consumers
+    update_consumers: bool = _CONSUMER_DEFAULTS.update_consumers
 
     # -- publishing --------------------------------------------------------------------------
     #: Seconds a publish waits for its PubAck when no ``timeout=`` is given.
@@ -245,14 +245,13 @@ class JetStreamSettings:
             raise ConfigError("at least one NATS server URL is needed")
         for server in self.servers:
             check_server_url(server)
-        for name, value in (
-            ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
-            ("close_timeout", self.close_timeout),
-            ("publish_timeout", self.publish_timeout),
-        ):
-            if value <= 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {value}")
+        check_positive(
+            "seconds",
+            connect_timeout=self.connect_timeout,
+            request_timeout=self.request_timeout,
+            close_timeout=self.close_timeout,
+            publish_timeout=self.publish_timeout,
+        )
         if self.reconnect_wait < 0:
             raise ConfigError(f"reconnect_wait must be >= 0 seconds, got {self.reconnect_wait}")
         if self.stream is not None:
@@ -288,12 +287,9 @@ class JetStreamSettings:
 
     def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
         """The options of one consumer: these settings' defaults with ``overrides`` applied."""
-        from broker.settings import build_settings
-
-        values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS if name != "stream"}
-        values["stream"] = self.stream
-        values.update(portable_to_native(overrides))
-        return build_settings(ConsumerOptions, values, backend="nats")
+        return build_consumer_options(
+            ConsumerOptions, self, overrides, native_names=PORTABLE_NAMES, backend="nats"
+        )
 
 
 #: Portable option names (:mod:`broker.options`) and the JetStream consumer option each one is.

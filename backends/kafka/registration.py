@@ -9,16 +9,12 @@ from broker.backend import Backend
 from broker.backends.kafka.settings import KafkaSettings
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError
-from broker.settings import ParsedUrl
+from broker.settings import ParsedUrl, with_default_port
 
 __all__ = ["KafkaFactory", "factory"]
 
-
-def _with_port(host: str) -> str:
-    """``host`` with Kafka's port 9092 added when it names none (``[v6]`` included)."""
-    if host.startswith("["):
-        return host if "]:" in host else f"{host}:9092"
-    return host if ":" in host else f"{host}:9092"
+#: The port of a ``kafka://`` host that names none.
+DEFAULT_PORT = 9092
 
 
 class KafkaFactory:
@@ -50,13 +46,10 @@ class KafkaFactory:
         query names ``bootstrap_servers``: no host is assumed."""
         options: dict[str, Any] = {}
         if url.hosts:
-            options["bootstrap_servers"] = tuple(_with_port(h) for h in url.hosts)
+            options["bootstrap_servers"] = tuple(with_default_port(h, DEFAULT_PORT) for h in url.hosts)
         elif "bootstrap_servers" not in url.query and "bootstrap-servers" not in url.query:
             raise ConfigError("kafka:// needs a host: kafka://host:port[,host:port]")
-        if url.username:
-            options["sasl_username"] = url.username
-        if url.password:
-            options["sasl_password"] = url.password
+        options.update(url.credentials("sasl_username", "sasl_password"))
         return options
 
     def open(self, settings: KafkaSettings) -> Backend:

@@ -25,10 +25,10 @@ never show in ``repr`` or :func:`broker.settings.describe`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import secret
+from broker.settings import check_positive, field_values, secret
 
 __all__ = ["ConsumerOptions", "KafkaSettings"]
 
@@ -36,11 +36,6 @@ MiB = 1024 * 1024
 
 Start = Literal["earliest", "latest"]
 Isolation = Literal["read_committed", "read_uncommitted"]
-
-
-def _positive(name: str, value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"{name} must be > 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +75,12 @@ class ConsumerOptions:
             raise ConfigError(f"fetch_min_bytes must be >= 1, got {self.fetch_min_bytes}")
         if self.fetch_max_wait < 0:
             raise ConfigError(f"fetch_max_wait must be >= 0, got {self.fetch_max_wait}")
-        _positive("fetch_max_bytes", self.fetch_max_bytes)
-        _positive("session_timeout", self.session_timeout)
-        _positive("heartbeat_interval", self.heartbeat_interval)
-        _positive("max_poll_interval", self.max_poll_interval)
+        check_positive(
+            fetch_max_bytes=self.fetch_max_bytes,
+            session_timeout=self.session_timeout,
+            heartbeat_interval=self.heartbeat_interval,
+            max_poll_interval=self.max_poll_interval,
+        )
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError(
                 f"heartbeat_interval ({self.heartbeat_interval}s) must be below "
@@ -96,20 +93,8 @@ class ConsumerOptions:
         return "cooperative" in (self.assignment_strategy or "")
 
 
-#: Names of the ConsumerOptions fields that KafkaSettings carries as defaults.
-CONSUMER_FIELDS = (
-    "start",
-    "batch_size",
-    "fetch_min_bytes",
-    "fetch_max_wait",
-    "fetch_max_bytes",
-    "isolation_level",
-    "session_timeout",
-    "heartbeat_interval",
-    "max_poll_interval",
-    "assignment_strategy",
-    "consumer_config",
-)
+#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`KafkaSettings`.
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,16 +174,16 @@ class KafkaSettings:
     replication_factor: int = -1
 
     # -- consumer defaults (see ConsumerOptions) ---------------------------------------------
-    start: Start = "earliest"
-    batch_size: int = 100
-    fetch_min_bytes: int = 1
-    fetch_max_wait: float = 0.5
-    fetch_max_bytes: int = 10 * MiB
-    isolation_level: Isolation = "read_committed"
-    session_timeout: float = 45.0
-    heartbeat_interval: float = 3.0
-    max_poll_interval: float = 300.0
-    assignment_strategy: str | None = None
+    start: Start = _CONSUMER_DEFAULTS.start
+    batch_size: int = _CONSUMER_DEFAULTS.batch_size
+    fetch_min_bytes: int = _CONSUMER_DEFAULTS.fetch_min_bytes
+    fetch_max_wait: float = _CONSUMER_DEFAULTS.fetch_max_wait
+    fetch_max_bytes: int = _CONSUMER_DEFAULTS.fetch_max_bytes
+    isolation_level: Isolation = _CONSUMER_DEFAULTS.isolation_level
+    session_timeout: float = _CONSUMER_DEFAULTS.session_timeout
+    heartbeat_interval: float = _CONSUMER_DEFAULTS.heartbeat_interval
+    max_poll_interval: float = _CONSUMER_DEFAULTS.max_poll_interval
+    assignment_strategy: str | None = _CONSUMER_DEFAULTS.assignment_strategy
     consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
 
     def __post_init__(self) -> None:
@@ -210,13 +195,14 @@ class KafkaSettings:
                 raise ConfigError(f"bootstrap server {server!r} is not host:port")
             if not 0 < int(port) < 65536:
                 raise ConfigError(f"bootstrap server {server!r}: ports are 1-65535")
-        _positive("operation_timeout", self.operation_timeout)
-        _positive("close_timeout", self.close_timeout)
-        _positive("transaction_timeout", self.transaction_timeout)
+        check_positive(
+            operation_timeout=self.operation_timeout,
+            close_timeout=self.close_timeout,
+            transaction_timeout=self.transaction_timeout,
+        )
         if self.linger < 0:
             raise ConfigError(f"linger must be >= 0 seconds, got {self.linger}")
-        _positive("batch_bytes", self.batch_bytes)
-        _positive("max_buffered_records", self.max_buffered_records)
+        check_positive(batch_bytes=self.batch_bytes, max_buffered_records=self.max_buffered_records)
         if self.group_id == "":
             raise ConfigError("group_id must not be empty (leave it unset instead)")
         if self.sasl_mechanism == "GSSAPI" and self.sasl_password:
@@ -233,13 +219,11 @@ class KafkaSettings:
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:
         """The consumer options of this connection, with ``overrides`` (already typed) applied."""
-        values = {name: getattr(self, name) for name in CONSUMER_FIELDS}
-        values.update(overrides)
-        return ConsumerOptions(**values)
+        return ConsumerOptions(**{**self.consumer_defaults(), **overrides})
 
     def consumer_defaults(self) -> dict[str, Any]:
         """The consumer option defaults, by name (for ``build_settings(ConsumerOptions, ...)``)."""
-        return {name: getattr(self, name) for name in CONSUMER_FIELDS}
+        return field_values(ConsumerOptions, self)
 
     @property
     def servers(self) -> str:

@@ -11,8 +11,9 @@ from typing import Any
 
 from broker.backend import Backend
 from broker.backends.pubsub.settings import PubsubSettings
+from broker.dependencies import import_for_extra
 from broker.devserver import ProcessServer
-from broker.errors import ConfigError, MissingDependency
+from broker.errors import ConfigError
 from broker.settings import ParsedUrl
 
 __all__ = ["PubsubFactory", "factory"]
@@ -52,10 +53,7 @@ class PubsubFactory:
 
     def open(self, settings: PubsubSettings) -> Backend:
         """The backend for ``settings`` (imports google-cloud-pubsub)."""
-        try:
-            import google.cloud.pubsub_v1  # type: ignore[import-untyped]  # noqa: F401
-        except ImportError as exc:
-            raise MissingDependency("pubsub", "google.cloud.pubsub_v1") from exc
+        import_for_extra(self.extra, "google.cloud.pubsub_v1")
         from broker.backends.pubsub.backend import PubsubBackend
 
         return PubsubBackend(settings)

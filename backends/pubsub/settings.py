@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import ConfigError, NotSupported
-from broker.settings import secret
+from broker.settings import check_positive, secret
 
 __all__ = [
     "DEFAULT_DELIVERY_ATTEMPTS",
@@ -66,12 +66,6 @@ def _check_start(value: str | None) -> None:
             "ensure_subscription() to keep what is published before the first consumer"
         )
     raise ConfigError(f"start must be 'earliest' or 'latest', got {value!r}")
-
-
-def _positive(**values: float) -> None:
-    for name, value in values.items():
-        if value <= 0:
-            raise ConfigError(f"{name} must be > 0, got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +225,7 @@ class PubsubSettings:
                     else self.max_delivery_attempts
                 ),
             )
-        _positive(
+        check_positive(
             pull_timeout=self.pull_timeout,
             publish_delay_threshold=self.publish_delay_threshold,
             publish_count_threshold=self.publish_count_threshold,

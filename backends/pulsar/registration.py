@@ -7,18 +7,15 @@ from typing import Any
 
 from broker.backend import Backend
 from broker.backends.pulsar.settings import PulsarSettings
+from broker.dependencies import import_for_extra
 from broker.devserver import ProcessServer
-from broker.errors import ConfigError, MissingDependency
-from broker.settings import ParsedUrl
+from broker.errors import ConfigError
+from broker.settings import ParsedUrl, with_default_port
 
 __all__ = ["PulsarFactory", "factory"]
 
+#: The port of a ``pulsar://`` host that names none.
 DEFAULT_PORT = 6650
-
-
-def _with_port(host: str) -> str:
-    has_port = "]:" in host if host.startswith("[") else ":" in host
-    return host if has_port else f"{host}:{DEFAULT_PORT}"
 
 
 class PulsarFactory:
@@ -47,21 +44,16 @@ class PulsarFactory:
         options: dict[str, Any] = {}
         if url.hosts:
             scheme = "pulsar+ssl" if url.scheme == "pulsar+ssl" else "pulsar"
-            options["service_url"] = f"{scheme}://" + ",".join(_with_port(h) for h in url.hosts)
-        if url.username is not None:
-            options["basic_username"] = url.username
-        if url.password is not None:
-            options["basic_password"] = url.password
+            hosts = ",".join(with_default_port(h, DEFAULT_PORT) for h in url.hosts)
+            options["service_url"] = f"{scheme}://{hosts}"
+        options.update(url.credentials("basic_username", "basic_password"))
         return options
 
     def open(self, settings: PulsarSettings) -> Backend:
         """The backend for ``settings``; needs the ``pulsar-client`` package."""
-        try:
-            from broker.backends.pulsar.backend import PulsarBackend
-        except ImportError as exc:
-            if exc.name in ("pulsar", "_pulsar"):
-                raise MissingDependency(self.extra, "pulsar") from exc
-            raise
+        import_for_extra(self.extra, "pulsar")
+        from broker.backends.pulsar.backend import PulsarBackend
+
         return PulsarBackend(settings)
 
     def dev_server(self, port: int | None = None) -> ProcessServer:

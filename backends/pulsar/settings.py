@@ -36,12 +36,12 @@ policy (``maxRedeliverCount = max_attempts - 1``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.options import rename_portable
-from broker.settings import build_settings, parse_url, redact_url, secret
+from broker.options import build_consumer_options, rename_portable
+from broker.settings import check_positive, parse_url, redact_url, secret
 
 __all__ = [
     "MIN_ACK_TIMEOUT",
@@ -112,7 +112,8 @@ class ConsumerOptions:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
 
 
-_CONSUMER_FIELDS = tuple(f.name for f in fields(ConsumerOptions))
+#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`PulsarSettings`.
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,16 +167,16 @@ class PulsarSettings:
     compression: Compression = "none"
 
     # -- consumer defaults (see ConsumerOptions) ----------------------------------------------
-    subscription_type: SubscriptionType = "shared"
-    initial_position: InitialPosition = "earliest"
-    receiver_queue_size: int = 100
-    nack_redelivery_delay: float = 30.0
-    ack_timeout: float | None = None
-    max_attempts: int | None = None
-    dead_letter_topic: str | None = None
-    batch_index_ack: bool = False
-    consumer_name: str | None = None
-    batch_size: int = 100
+    subscription_type: SubscriptionType = _CONSUMER_DEFAULTS.subscription_type
+    initial_position: InitialPosition = _CONSUMER_DEFAULTS.initial_position
+    receiver_queue_size: int = _CONSUMER_DEFAULTS.receiver_queue_size
+    nack_redelivery_delay: float = _CONSUMER_DEFAULTS.nack_redelivery_delay
+    ack_timeout: float | None = _CONSUMER_DEFAULTS.ack_timeout
+    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
+    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
+    batch_index_ack: bool = _CONSUMER_DEFAULTS.batch_index_ack
+    consumer_name: str | None = _CONSUMER_DEFAULTS.consumer_name
+    batch_size: int = _CONSUMER_DEFAULTS.batch_size
 
     def __post_init__(self) -> None:
         if not self.service_url.startswith(("pulsar://", "pulsar+ssl://")):
@@ -192,9 +193,12 @@ class PulsarSettings:
             raise ConfigError("choose one authentication: token, oauth2 or basic")
         if (self.tls_certificate_file_path is None) != (self.tls_private_key_file_path is None):
             raise ConfigError("mutual TLS needs both tls_certificate_file_path and tls_private_key_file_path")
-        for name in ("connection_timeout", "operation_timeout", "send_timeout"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        check_positive(
+            "seconds",
+            connection_timeout=self.connection_timeout,
+            operation_timeout=self.operation_timeout,
+            send_timeout=self.send_timeout,
+        )
         if self.io_threads < 1:
             raise ConfigError(f"io_threads must be >= 1, got {self.io_threads}")
         if self.max_pending_messages < 1:
@@ -212,9 +216,9 @@ class PulsarSettings:
 
     def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
         """The options of one consumer: these settings' defaults with ``overrides`` applied."""
-        values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS}
-        values.update(portable_to_native(overrides))
-        return build_settings(ConsumerOptions, values, backend="pulsar")
+        return build_consumer_options(
+            ConsumerOptions, self, overrides, native_names=PORTABLE_NAMES, backend="pulsar"
+        )
 
 
 #: Portable option names (:mod:`broker.options`) and the Pulsar option each one is.

@@ -12,7 +12,8 @@ from urllib.parse import unquote
 from broker.backend import Backend
 from broker.backends.rabbitmq.devserver import RabbitmqDevServer
 from broker.backends.rabbitmq.settings import RabbitmqSettings
-from broker.errors import ConfigError, MissingDependency
+from broker.dependencies import import_for_extra
+from broker.errors import ConfigError
 from broker.settings import ParsedUrl
 
 __all__ = ["RabbitmqFactory", "factory"]
@@ -47,10 +48,7 @@ class RabbitmqFactory:
             options["host"] = host
             if port is not None:
                 options["port"] = port
-        if url.username is not None:
-            options["user"] = unquote(url.username)
-        if url.password is not None:
-            options["password"] = unquote(url.password)
+        options.update(url.credentials("user", "password", decode=True))
         path = url.path[1:] if url.path.startswith("/") else url.path
         if path:
             options["vhost"] = unquote(path)
@@ -58,10 +56,7 @@ class RabbitmqFactory:
 
     def open(self, settings: RabbitmqSettings) -> Backend:
         """The backend for ``settings`` (connects on first use)."""
-        try:
-            import aio_pika  # noqa: F401
-        except ImportError as exc:
-            raise MissingDependency(self.extra, "aio_pika") from exc
+        import_for_extra(self.extra, "aio_pika")
         from broker.backends.rabbitmq.backend import RabbitmqBackend
 
         return RabbitmqBackend(settings)

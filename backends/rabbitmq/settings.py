@@ -10,13 +10,12 @@ The password is a :func:`~broker.settings.secret`, never shown in ``repr`` or lo
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.options import rename_portable
-from broker.settings import build_settings, secret
+from broker.options import build_consumer_options
+from broker.settings import check_positive, secret
 
 __all__ = ["ConsumerOptions", "RabbitmqSettings", "check_name", "queue_name"]
 
@@ -76,7 +75,8 @@ class ConsumerOptions:
         return arguments
 
 
-_CONSUMER_FIELDS = tuple(f.name for f in dataclasses.fields(ConsumerOptions))
+#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`RabbitmqSettings`.
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +114,10 @@ class RabbitmqSettings:
     binding_key: str = "#"
 
     # -- consumers (defaults of ConsumerOptions) --------------------------------------------
-    ack_deadline: float | None = 30.0
-    max_attempts: int | None = None
-    dead_letter_topic: str | None = None
-    prefetch: int = 100
+    ack_deadline: float | None = _CONSUMER_DEFAULTS.ack_deadline
+    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
+    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
+    prefetch: int = _CONSUMER_DEFAULTS.prefetch
 
     # -- publishing --------------------------------------------------------------------------
     #: Seconds a publish waits for the broker's confirm when no ``timeout=`` is given.
@@ -132,13 +132,12 @@ class RabbitmqSettings:
             raise ConfigError("the RabbitMQ host must be non-empty")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"port must be in 1-65535, got {self.port}")
-        for name, value in (
-            ("connect_timeout", self.connect_timeout),
-            ("publish_timeout", self.publish_timeout),
-            ("close_timeout", self.close_timeout),
-        ):
-            if value <= 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {value}")
+        check_positive(
+            "seconds",
+            connect_timeout=self.connect_timeout,
+            publish_timeout=self.publish_timeout,
+            close_timeout=self.close_timeout,
+        )
         if self.heartbeat < 0:
             raise ConfigError(f"heartbeat must be >= 0 seconds, got {self.heartbeat}")
         if not self.binding_key or len(self.binding_key.encode()) > 255:
@@ -152,6 +151,4 @@ class RabbitmqSettings:
 
     def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
         """The options of one consumer: these settings' defaults with ``overrides`` applied."""
-        values: dict[str, Any] = {name: getattr(self, name) for name in _CONSUMER_FIELDS}
-        values.update(rename_portable(overrides, {}))
-        return build_settings(ConsumerOptions, values, backend="rabbitmq")
+        return build_consumer_options(ConsumerOptions, self, overrides, native_names={}, backend="rabbitmq")

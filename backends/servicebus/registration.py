@@ -12,7 +12,8 @@ from urllib.parse import unquote
 
 from broker.backend import Backend
 from broker.backends.servicebus.settings import ServiceBusSettings
-from broker.errors import ConfigError, MissingDependency
+from broker.dependencies import import_for_extra
+from broker.errors import ConfigError
 from broker.settings import ParsedUrl
 
 __all__ = ["ServiceBusFactory", "factory"]
@@ -59,10 +60,7 @@ class ServiceBusFactory:
 
     def open(self, settings: ServiceBusSettings) -> Backend:
         """The backend for ``settings`` (connects on first use)."""
-        try:
-            import azure.servicebus.aio  # noqa: F401
-        except ImportError as exc:
-            raise MissingDependency(self.extra, "azure.servicebus") from exc
+        import_for_extra(self.extra, "azure.servicebus.aio", named="azure.servicebus")
         from broker.backends.servicebus.backend import ServiceBusBackend
 
         return ServiceBusBackend(settings)

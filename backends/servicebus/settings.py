@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import parse_url, secret
+from broker.settings import field_values, parse_url, secret
 
 __all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
 
@@ -156,6 +156,10 @@ class ConsumerOptions:
         return self.sessions or self.session_id is not None
 
 
+#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`ServiceBusSettings`.
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceBusSettings:
     """``servicebus://NAMESPACE?...`` or a connection string: how to reach a Service Bus namespace.
@@ -189,17 +193,17 @@ class ServiceBusSettings:
     #: Where the management API is (``https://NAMESPACE`` by default; ``http://HOST:5300`` for a
     #: connection string with ``UseDevelopmentEmulator=true``, the port of Microsoft's emulator).
     management_endpoint: str | None = None
-    receive_mode: ReceiveMode = "peek_lock"
-    prefetch: int = 0
-    max_wait: float = 5.0
-    lock_renewal: float = 0.0
-    sessions: bool = False
-    session_id: str | None = None
-    batch_size: int = 100
-    sub_queue: SubQueue = ""
-    ack_deadline: float | None = None
-    max_attempts: int | None = None
-    dead_letter_topic: str | None = None
+    receive_mode: ReceiveMode = _CONSUMER_DEFAULTS.receive_mode
+    prefetch: int = _CONSUMER_DEFAULTS.prefetch
+    max_wait: float = _CONSUMER_DEFAULTS.max_wait
+    lock_renewal: float = _CONSUMER_DEFAULTS.lock_renewal
+    sessions: bool = _CONSUMER_DEFAULTS.sessions
+    session_id: str | None = _CONSUMER_DEFAULTS.session_id
+    batch_size: int = _CONSUMER_DEFAULTS.batch_size
+    sub_queue: SubQueue = _CONSUMER_DEFAULTS.sub_queue
+    ack_deadline: float | None = _CONSUMER_DEFAULTS.ack_deadline
+    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
+    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
 
     def __post_init__(self) -> None:
         if self.connection_string is not None:
@@ -245,16 +249,4 @@ class ServiceBusSettings:
 
     def consumer_defaults(self) -> dict[str, Any]:
         """The consumer options this connection uses unless a consumer overrides them."""
-        return {
-            "receive_mode": self.receive_mode,
-            "prefetch": self.prefetch,
-            "max_wait": self.max_wait,
-            "lock_renewal": self.lock_renewal,
-            "sessions": self.sessions,
-            "session_id": self.session_id,
-            "batch_size": self.batch_size,
-            "sub_queue": self.sub_queue,
-            "ack_deadline": self.ack_deadline,
-            "max_attempts": self.max_attempts,
-            "dead_letter_topic": self.dead_letter_topic,
-        }
+        return field_values(ConsumerOptions, self)
