@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -17,7 +18,7 @@ from broker import adapt
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
-from broker.errors import ClosedError, NotSupported
+from broker.errors import ClosedError, ConfigError, NotSupported
 from broker.interfaces import (
     BatchedIterator,
     BatchedMessageIterator,
@@ -30,7 +31,7 @@ from broker.interfaces import (
 from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
 
-__all__ = ["Backend", "BackendBase", "BackendFactory", "Backlog"]
+__all__ = ["Backend", "BackendBase", "BackendFactory", "Backlog", "Batching"]
 
 
 @runtime_checkable
@@ -155,6 +156,14 @@ class BackendFactory(Protocol):
     # server for development (``broker dev SCHEME``) and tests; not started until entered/started.
 
 
+@dataclass(frozen=True, slots=True)
+class Batching:
+    """How a batched consumer batches: up to ``size`` items, waiting ``timeout`` seconds at most."""
+
+    size: int
+    timeout: float
+
+
 class BackendBase:
     """Shared behaviour for backends: resource tracking, idempotent close, adapter defaults.
 
@@ -194,23 +203,68 @@ class BackendBase:
         """A transactional publisher (see :class:`Backend`)."""
         raise self._not_supported("transactions")
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> MessageIterator:
-        """Per-message consumption (see :class:`Backend`)."""
+    # -- consumers: the portable shells over a backend's ``_open_*`` hooks ---------------------
+    def _consumer_options(self, options: dict[str, Any]) -> Any:
+        """Hook: the backend's consumer options, ``options`` over the connection's defaults.
+
+        Unknown names raise :class:`~broker.errors.ConfigError`. The default accepts none.
+        """
+        if options:
+            raise ConfigError(f"unknown consumer options for {self.name}: {', '.join(sorted(options))}")
+        return None
+
+    def _record_options(self, options: dict[str, Any]) -> Any:
+        """Hook: the consumer options of ``records()`` (default: those of :meth:`_consumer_options`)."""
+        return self._consumer_options(options)
+
+    def _open_messages(self, topic: str, subscription: str, options: Any, batching: Batching | None) -> Any:
+        """Hook: a new per-message consumer (``batching`` None) or batched consumer, not tracked yet."""
         raise self._not_supported("per-message consumption")
+
+    def _open_records(
+        self, topics: tuple[str, ...], group: str, options: Any, batching: Batching | None
+    ) -> Any:
+        """Hook: a new record consumer of ``group`` (``batching`` None) or batched one, not tracked yet."""
+        raise self._not_supported("partitioned-log consumption")
+
+    def _group_name(self, group: str | None) -> str:
+        """Hook: the consumer group to join (``ConfigError`` when none is given)."""
+        if not group:
+            raise ConfigError("a consumer group name is needed")
+        return group
+
+    def _batching(self, options: Any, batch_size: int, batch_timeout: float) -> Batching:
+        if batch_size < 0:
+            raise ConfigError(f"batch_size must be >= 0 (0: the backend's default), got {batch_size}")
+        if batch_timeout < 0:
+            raise ConfigError(f"batch_timeout must be >= 0, got {batch_timeout}")
+        # every backend's consumer options name their default batch size ``batch_size``
+        return Batching(batch_size or getattr(options, "batch_size", None) or 100, batch_timeout)
+
+    def messages(self, topic: str, subscription: str, **options: Any) -> MessageIterator:
+        """Per-message consumption (see :class:`Backend`): the backend's consumer, tracked for close."""
+        self._check_open()
+        opts = self._consumer_options(options)
+        return self._track(self._open_messages(topic, subscription, opts, None))  # type: ignore[no-any-return]
 
     def batched_messages(
         self,
         topic: str,
         subscription: str,
         *,
-        batch_size: int = 100,
+        batch_size: int = 0,
         batch_timeout: float = 1.0,
         **options: Any,
     ) -> BatchedMessageIterator:
-        """Batches over :meth:`messages` (backends with native batches override this)."""
-        return adapt.batched_messages(
-            self.messages(topic, subscription, **options), batch_size, batch_timeout
-        )
+        """Batches of up to ``batch_size`` (0: the backend's default); waits ``batch_timeout`` at most.
+
+        (A backend without native batches returns :func:`broker.adapt.batched_messages` over its
+        per-message consumer from its hook.)
+        """
+        self._check_open()
+        opts = self._consumer_options(options)
+        batching = self._batching(opts, batch_size, batch_timeout)
+        return self._track(self._open_messages(topic, subscription, opts, batching))  # type: ignore[no-any-return]
 
     def receiver(
         self,
@@ -246,21 +300,32 @@ class BackendBase:
             subscription=subscription,
         )
 
-    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> RecordIterator:
-        """Partitioned-log consumption (see :class:`Backend`)."""
-        raise self._not_supported("partitioned-log consumption")
+    def records(
+        self, topics: str | Sequence[str], group: str | None = None, **options: Any
+    ) -> RecordIterator:
+        """Partitioned-log consumption (see :class:`Backend`): the backend's consumer, tracked for close."""
+        self._check_open()
+        names = topics_tuple(topics)
+        group = self._group_name(group)
+        opts = self._record_options(options)
+        return self._track(self._open_records(names, group, opts, None))  # type: ignore[no-any-return]
 
     def batched_records(
         self,
         topics: str | Sequence[str],
-        group: str,
+        group: str | None = None,
         *,
-        batch_size: int = 100,
+        batch_size: int = 0,
         batch_timeout: float = 1.0,
         **options: Any,
     ) -> BatchedIterator:
-        """Batches over :meth:`records` (backends with native batches override this)."""
-        return adapt.batched_records(self.records(topics, group, **options), batch_size, batch_timeout)
+        """Batches of up to ``batch_size`` records (0: the backend's default) within ``batch_timeout``."""
+        self._check_open()
+        names = topics_tuple(topics)
+        group = self._group_name(group)
+        opts = self._record_options(options)
+        batching = self._batching(opts, batch_size, batch_timeout)
+        return self._track(self._open_records(names, group, opts, batching))  # type: ignore[no-any-return]
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """How many messages of ``subscription`` are not consumed yet (see :class:`Backlog`).

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from broker.backend import BackendBase, topics_tuple
+from broker.backend import BackendBase, Batching
 from broker.backends.inmem.backlog import backlog as _backlog
 from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
 from broker.backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
@@ -52,7 +51,7 @@ class InmemBackend(BackendBase):
     def __repr__(self) -> str:
         return f"<InmemBackend {self.settings.name!r}>"
 
-    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
         values = self.settings.consumer_defaults()
         values.update(options)
         return build_settings(ConsumerOptions, values, backend="inmem")
@@ -88,55 +87,28 @@ class InmemBackend(BackendBase):
         state.subscriptions[subscription] = created
         return created
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> InmemMessageIterator:
+    def _open_messages(
+        self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None
+    ) -> InmemMessageIterator | InmemBatchedMessageIterator:
         """Consume ``topic`` through ``subscription`` (created on first use).
 
         Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``start``, ``batch_size``.
         """
-        opts = self._options(options)
-        return self._track(InmemMessageIterator(self._subscription(topic, subscription, opts)))  # type: ignore[no-any-return]
+        sub = self._subscription(topic, subscription, options)
+        if batching is None:
+            return InmemMessageIterator(sub)
+        return InmemBatchedMessageIterator(sub, batching.size, batching.timeout)
 
-    def batched_messages(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> InmemBatchedMessageIterator:
-        """Batches of whatever is ready, up to ``batch_size`` (default: ``settings.batch_size``)."""
-        opts = self._options(options)
-        size = batch_size or opts.batch_size
-        sub = self._subscription(topic, subscription, opts)
-        return self._track(InmemBatchedMessageIterator(sub, size, batch_timeout))  # type: ignore[no-any-return]
-
-    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> InmemRecordIterator:
-        """Join consumer ``group`` on ``topics`` (comma-separated or a list)."""
-        opts = self._options(options)
-        names = topics_tuple(topics)
-        for name in names:
+    def _open_records(
+        self, topics: tuple[str, ...], group: str, options: ConsumerOptions, batching: Batching | None
+    ) -> InmemRecordIterator:
+        """Join consumer ``group`` on ``topics``."""
+        for name in topics:
             self.broker.topic(name, self.settings.partitions)
-        consumer = self.log().consumer(group, names, start=opts.start)
-        return self._track(InmemRecordIterator(consumer, opts.batch_size, 1.0))  # type: ignore[no-any-return]
-
-    def batched_records(
-        self,
-        topics: str | Sequence[str],
-        group: str,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> InmemBatchedRecordIterator:
-        """Batches of the records that are ready, up to ``batch_size``."""
-        opts = self._options(options)
-        names = topics_tuple(topics)
-        for name in names:
-            self.broker.topic(name, self.settings.partitions)
-        consumer = self.log().consumer(group, names, start=opts.start)
-        iterator = InmemBatchedRecordIterator(consumer, batch_size or opts.batch_size, batch_timeout)
-        return self._track(iterator)  # type: ignore[no-any-return]
+        consumer = self.log().consumer(group, topics, start=options.start)
+        if batching is None:
+            return InmemRecordIterator(consumer, options.batch_size, 1.0)
+        return InmemBatchedRecordIterator(consumer, batching.size, batching.timeout)
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """Messages of ``subscription`` (or of the ``records()`` group) not yet acked.

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from nats.js import api
 
-from broker.backend import BackendBase, topics_tuple
+from broker.backend import BackendBase, Batching, topics_tuple
 from broker.backends.jetstream.acker import DeadLetterer, JetStreamAcker
 from broker.backends.jetstream.backlog import consumer_backlog
 from broker.backends.jetstream.connection import Connection
@@ -160,41 +160,27 @@ class JetStreamBackend(BackendBase):
     def _engine(self, resolve: Resolver, what: str, options: ConsumerOptions) -> PullEngine:
         return PullEngine(self.connection, resolve, what, options.pull_expires)
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> JetStreamMessageIterator:
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
+        return self.settings.consumer_options(options)
+
+    def _open_messages(
+        self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None
+    ) -> JetStreamMessageIterator | JetStreamBatchedMessageIterator:
         """Consume subject ``topic`` through the durable consumer ``subscription`` (made when missing).
 
         Options (defaults from the settings): ``ack_wait`` (or ``ack_deadline``), ``max_deliver``,
         ``max_ack_pending``, ``backoff``, ``deliver_policy``, ``prefetch``, ``pull_expires``,
         ``ack_sync``, ``dead_letter_subject``, ``stream``, ``create_consumers``, ``update_consumers``.
+        A batch is one pull request.
         """
-        self._check_open()
-        opts = self.settings.consumer_options(options)
         name = self._consumer_name(subscription)
-        engine = self._engine(self._durable(topic, name, opts), f"{topic}/{name}", opts)
-        iterator = JetStreamMessageIterator(
-            engine, self._acker(engine, opts), opts.prefetch, self.settings.msg_id_attribute
+        engine = self._engine(self._durable(topic, name, options), f"{topic}/{name}", options)
+        acker = self._acker(engine, options)
+        if batching is None:
+            return JetStreamMessageIterator(engine, acker, options.prefetch, self.settings.msg_id_attribute)
+        return JetStreamBatchedMessageIterator(
+            engine, acker, batching.size, batching.timeout, self.settings.msg_id_attribute
         )
-        return self._track(iterator)  # type: ignore[no-any-return]
-
-    def batched_messages(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> JetStreamBatchedMessageIterator:
-        """Batches of up to ``batch_size`` (default: the ``batch_size`` setting), one pull request each."""
-        self._check_open()
-        opts = self.settings.consumer_options(options)
-        name = self._consumer_name(subscription)
-        size = batch_size or opts.batch_size
-        engine = self._engine(self._durable(topic, name, opts), f"{topic}/{name}", opts)
-        iterator = JetStreamBatchedMessageIterator(
-            engine, self._acker(engine, opts), size, batch_timeout, self.settings.msg_id_attribute
-        )
-        return self._track(iterator)  # type: ignore[no-any-return]
 
     # -- records -------------------------------------------------------------------------------
     def _record_topic(self, topics: str | Sequence[str]) -> str:
@@ -206,7 +192,9 @@ class JetStreamBackend(BackendBase):
             )
         return check_subject(names[0])
 
-    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> JetStreamRecordIterator:
+    def records(
+        self, topics: str | Sequence[str], group: str | None = None, **options: Any
+    ) -> JetStreamRecordIterator:
         """Read subject ``topics`` in consumer group ``group`` (an ``AckPolicy.ALL`` durable consumer).
 
         ``Record.ack()`` commits the record and every earlier one. Options: those of
@@ -218,7 +206,7 @@ class JetStreamBackend(BackendBase):
     def batched_records(
         self,
         topics: str | Sequence[str],
-        group: str,
+        group: str | None = None,
         *,
         batch_size: int = 0,
         batch_timeout: float = 1.0,
@@ -233,7 +221,7 @@ class JetStreamBackend(BackendBase):
         self,
         kind: type[_R],
         topics: str | Sequence[str],
-        group: str,
+        group: str | None,
         batch_size: int,
         batch_timeout: float,
         options: dict[str, Any],
@@ -243,7 +231,7 @@ class JetStreamBackend(BackendBase):
         start_sequence = options.pop("start_sequence", None)
         start_time = options.pop("start_time", None)
         opts = self.settings.consumer_options(options)
-        name = self._consumer_name(group)
+        name = self._consumer_name(self._group_name(group))
         resolve = self._durable(
             topic,
             name,

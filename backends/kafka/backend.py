@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from broker.backend import BackendBase, topics_tuple
+from broker.backend import BackendBase, Batching, topics_tuple
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
 from broker.backends.kafka.consumer import GroupCore
@@ -116,12 +116,12 @@ class KafkaBackend(BackendBase):
             await self._admin.close()
             self._admin = None
 
-    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
         values = self.settings.consumer_defaults()
         values.update(options)
         return build_settings(ConsumerOptions, values, backend="kafka")
 
-    def _group(self, group: str | None) -> str:
+    def _group_name(self, group: str | None) -> str:
         group = group or self.settings.group_id
         if not group:
             raise ConfigError("a consumer group is needed: pass group=... or set group_id in the URL")
@@ -159,7 +159,7 @@ class KafkaBackend(BackendBase):
 
     def _core(self, topics: str | Sequence[str], group: str | None, options: ConsumerOptions) -> GroupCore:
         names = topics_tuple(topics)
-        group = self._group(group)
+        group = self._group_name(group)
         core = GroupCore(
             consumer_config(self.settings, options, group),
             names,
@@ -171,41 +171,21 @@ class KafkaBackend(BackendBase):
         core.ack_waits = False  # Record.ack() queues its commit; the iterator's commit() waits
         return core
 
-    def records(
-        self, topics: str | Sequence[str], group: str | None = None, **options: Any
+    def _open_records(
+        self, topics: tuple[str, ...], group: str, options: ConsumerOptions, batching: Batching | None
     ) -> KafkaRecordIterator:
-        """Consume ``topics`` (a list or comma-separated) as a member of ``group``.
+        """Consume ``topics`` as a member of ``group`` (default: the ``group_id`` setting).
 
         ``Record.ack()`` queues the commit of its offset and returns; ``await iterator.commit()``
         waits until the broker has every commit acked so far (see ``broker.backends.kafka.records``).
-        ``options`` override the connection's consumer settings: ``start``, ``batch_size``,
+        Options override the connection's consumer settings: ``start``, ``batch_size``,
         ``isolation_level``, ``session_timeout``, ``fetch_max_wait``, ... (see ``ConsumerOptions``).
+        A batch is what is ready at once, else what arrives within the batch timeout.
         """
-        self._check_open()
-        opts = self._options(options)
-        iterator = KafkaRecordIterator(self._core(topics, group, opts), opts.batch_size, 1.0)
-        return self._track(iterator)  # type: ignore[no-any-return]
-
-    def batched_records(
-        self,
-        topics: str | Sequence[str],
-        group: str | None = None,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> KafkaBatchedIterator:
-        """Batches of up to ``batch_size`` records (default: ``settings.batch_size``).
-
-        ``next_batch()`` returns what is ready at once, else waits up to ``batch_timeout`` seconds
-        for the first record.
-        """
-        self._check_open()
-        if batch_size:
-            options["batch_size"] = batch_size
-        opts = self._options(options)
-        iterator = KafkaBatchedIterator(self._core(topics, group, opts), opts.batch_size, batch_timeout)
-        return self._track(iterator)  # type: ignore[no-any-return]
+        if batching is None:
+            return KafkaRecordIterator(self._core(topics, group, options), options.batch_size, 1.0)
+        options = dataclasses.replace(options, batch_size=batching.size)  # the fetch size too
+        return KafkaBatchedIterator(self._core(topics, group, options), batching.size, batching.timeout)
 
     def messages(self, topic: str, subscription: str, **options: Any) -> QueueMessageIterator:
         """Per-message acknowledgement on ``topic`` through the marker-topic queue.
@@ -238,12 +218,14 @@ class KafkaBackend(BackendBase):
         topic: str,
         subscription: str,
         *,
-        batch_size: int = 100,
+        batch_size: int = 0,
         batch_timeout: float = 1.0,
         **options: Any,
     ) -> QueueBatchedMessageIterator:
-        """Like :meth:`messages`, in batches of what the consumer has buffered (up to ``batch_size``)."""
-        iterator = self._queue_iterator(topic, subscription, batch_size, batch_timeout, options)
+        """Like :meth:`messages`, in batches of what the consumer has buffered (up to ``batch_size``,
+        default 100)."""
+        batching = self._batching(None, batch_size, batch_timeout)  # the queue's options are its own
+        iterator = self._queue_iterator(topic, subscription, batching.size, batching.timeout, options)
         assert isinstance(iterator, QueueBatchedMessageIterator)
         return iterator
 

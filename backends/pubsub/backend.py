@@ -145,7 +145,9 @@ class PubsubBackend(BackendBase):
     ) -> PubsubBatchedMessageIterator:
         """Batches of up to ``batch_size``: each is what one pull returned within ``batch_timeout``."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_timeout < 0:
+            raise ConfigError(f"batch_timeout must be >= 0, got {batch_timeout}")
         opts = self._options(options)
         iterator = PubsubBatchedMessageIterator(
             self.clients,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Sequence
 from typing import Any, Final
 
-from broker.backend import BackendBase, topics_tuple
+from broker import adapt
+from broker.backend import BackendBase, Batching
 from broker.backends.pulsar.callbacks import settle, wait
 from broker.backends.pulsar.client import create_client
 from broker.backends.pulsar.consumer import (
@@ -15,16 +16,17 @@ from broker.backends.pulsar.consumer import (
     PulsarBatchedMessageIterator,
     PulsarMessageIterator,
     Subscription,
-    log,
 )
 from broker.backends.pulsar.publisher import PulsarPublisher
 from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
-from broker.backends.pulsar.settings import PulsarSettings
+from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ConnectionFailed
 from broker.message import OutboundMessage
 
 __all__ = ["MAX_MESSAGE_BYTES", "PulsarBackend", "capabilities_for"]
+
+log = logging.getLogger("broker.backends.pulsar")
 
 #: Apache Pulsar's default ``maxMessageSize`` (5 MiB); brokers can be configured otherwise.
 MAX_MESSAGE_BYTES: Final = 5 * 1024 * 1024
@@ -88,45 +90,33 @@ class PulsarBackend(BackendBase):
             self._dead_letters = self.publisher()
         await self._dead_letters.topic(topic).publish(message)
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> PulsarMessageIterator:
-        """Consume ``topic`` through ``subscription`` (created on first use; kept when closed)."""
-        self._check_open()
-        opts = self.settings.consumer_options(options)
-        iterator = PulsarMessageIterator(self._client, topic, subscription, opts, self._dead_letter)
-        return self._track(iterator)  # type: ignore[no-any-return]
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
+        return self.settings.consumer_options(options)
 
-    def batched_messages(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> PulsarBatchedMessageIterator:
-        """Batches of the messages that are ready, up to ``batch_size`` (default: setting ``batch_size``)."""
-        self._check_open()
-        opts = self.settings.consumer_options(options)
-        iterator = PulsarBatchedMessageIterator(
-            self._client,
-            topic,
-            subscription,
-            opts,
-            self._dead_letter,
-            batch_size or opts.batch_size,
-            batch_timeout,
+    def _open_messages(
+        self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None
+    ) -> PulsarMessageIterator | PulsarBatchedMessageIterator:
+        """Consume ``topic`` through ``subscription`` (created on first use; kept when closed);
+        batches are the messages that are ready, up to the batch size."""
+        if batching is None:
+            return PulsarMessageIterator(self._client, topic, subscription, options, self._dead_letter)
+        return PulsarBatchedMessageIterator(
+            self._client, topic, subscription, options, self._dead_letter, batching.size, batching.timeout
         )
-        return self._track(iterator)  # type: ignore[no-any-return]
 
-    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> PulsarRecordIterator:
-        """Read ``topics`` as logs in consumer group ``group`` (a durable failover subscription).
+    def _record_options(self, options: dict[str, Any]) -> ConsumerOptions:
+        """A records() group is a durable failover subscription unless ``subscription_type`` says."""
+        return self.settings.consumer_options({"subscription_type": "failover", **options})
 
-        ``initial_position`` (default ``earliest``) decides where a new group starts.
-        """
-        self._check_open()
-        values = {"subscription_type": "failover", **options}
-        opts = self.settings.consumer_options(values)
-        return self._track(PulsarRecordIterator(self._client, topics_tuple(topics), group, opts))  # type: ignore[no-any-return]
+    def _open_records(
+        self, topics: tuple[str, ...], group: str, options: ConsumerOptions, batching: Batching | None
+    ) -> Any:
+        """Read ``topics`` as logs in consumer group ``group``; ``initial_position`` (default
+        ``earliest``) decides where a new group starts. Batches come from ``broker.adapt``."""
+        records = PulsarRecordIterator(self._client, topics, group, options)
+        if batching is None:
+            return records
+        return adapt.batched_records(records, batching.size, batching.timeout)
 
     def reader(
         self,

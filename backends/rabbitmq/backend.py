@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.backend import BackendBase
+from broker.backend import BackendBase, Batching
 from broker.backends.rabbitmq.backlog import queue_backlog
 from broker.backends.rabbitmq.connection import RabbitmqConnection
 from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
 from broker.backends.rabbitmq.publisher import RabbitmqPublishDriver
-from broker.backends.rabbitmq.settings import MAX_MESSAGE_BYTES, RabbitmqSettings
+from broker.backends.rabbitmq.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RabbitmqSettings
 from broker.capabilities import Capabilities
 from broker.publishing import DriverPublisher
 
@@ -70,38 +70,23 @@ class RabbitmqBackend(BackendBase):
         """A publisher (its own confirm-mode channel); a topic's exchange is declared on first publish."""
         return self._track(DriverPublisher(RabbitmqPublishDriver(self.connection)))  # type: ignore[no-any-return]
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> RabbitmqMessageIterator:
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
+        return self.settings.consumer_options(options)
+
+    def _open_messages(
+        self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None
+    ) -> RabbitmqMessageIterator | RabbitmqBatchedMessageIterator:
         """Consume ``topic`` through the quorum queue of ``subscription`` (declared when entered).
 
         Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``prefetch``
-        (:class:`~broker.backends.rabbitmq.settings.ConsumerOptions`).
+        (:class:`~broker.backends.rabbitmq.settings.ConsumerOptions`); batches are what was
+        delivered, up to the batch size.
         """
-        self._check_open()
-        consumer = RabbitmqMessageIterator(
-            self.connection, topic, subscription, self.settings.consumer_options(options)
+        if batching is None:
+            return RabbitmqMessageIterator(self.connection, topic, subscription, options)
+        return RabbitmqBatchedMessageIterator(
+            self.connection, topic, subscription, options, batching.size, batching.timeout
         )
-        return self._track(consumer)  # type: ignore[no-any-return]
-
-    def batched_messages(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        batch_size: int = 100,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> RabbitmqBatchedMessageIterator:
-        """Like :meth:`messages`, in batches of what was delivered, up to ``batch_size``."""
-        self._check_open()
-        consumer = RabbitmqBatchedMessageIterator(
-            self.connection,
-            topic,
-            subscription,
-            self.settings.consumer_options(options),
-            batch_size,
-            batch_timeout,
-        )
-        return self._track(consumer)  # type: ignore[no-any-return]
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """The ready messages of the queue ``<topic>.<subscription>`` (not the unacked ones).

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from broker.backend import BackendBase
+from broker.backend import BackendBase, Batching
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.backlog import BacklogReader
 from broker.backends.servicebus.connection import Shutdowns
@@ -90,7 +90,7 @@ class ServiceBusBackend(BackendBase):
     def __repr__(self) -> str:
         return f"<ServiceBusBackend {_endpoint(self.settings)}>"
 
-    def _options(self, options: dict[str, Any]) -> ConsumerOptions:
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
         values = self.settings.consumer_defaults()
         values.update(options)
         return build_settings(ConsumerOptions, values, backend=self.name)
@@ -109,41 +109,22 @@ class ServiceBusBackend(BackendBase):
         """A publisher; ``topic(name)`` sends to the queue or topic ``name``."""
         return self._track(ServiceBusPublisher(self.settings, self._shutdowns, self.admin))  # type: ignore[no-any-return]
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> ServiceBusMessageIterator:
+    def _open_messages(
+        self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None
+    ) -> ServiceBusMessageIterator | ServiceBusBatchedMessageIterator:
         """Receive from queue ``topic`` (``subscription`` empty or ``== topic``) or from a subscription.
 
         Options (defaults from the settings): ``receive_mode``, ``prefetch``, ``max_wait``,
         ``lock_renewal``, ``sessions``, ``session_id``, ``sub_queue``, and the portable
-        ``ack_deadline``, ``max_attempts``, ``dead_letter_topic`` (see the module docstring).
+        ``ack_deadline``, ``max_attempts``, ``dead_letter_topic`` (see the module docstring);
+        batches of up to 5000.
         """
         entity = self._entity(topic, subscription)
-        iterator = ServiceBusMessageIterator(
-            self.settings, entity, self._options(options), self._shutdowns, self.admin
+        if batching is None:
+            return ServiceBusMessageIterator(self.settings, entity, options, self._shutdowns, self.admin)
+        return ServiceBusBatchedMessageIterator(
+            self.settings, entity, options, self._shutdowns, batching.size, batching.timeout, self.admin
         )
-        return self._track(iterator)  # type: ignore[no-any-return]
-
-    def batched_messages(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> ServiceBusBatchedMessageIterator:
-        """Like :meth:`messages`, in batches of up to ``batch_size`` (default: the settings'; max 5000)."""
-        entity = self._entity(topic, subscription)
-        opts = self._options(options)
-        iterator = ServiceBusBatchedMessageIterator(
-            self.settings,
-            entity,
-            opts,
-            self._shutdowns,
-            batch_size or opts.batch_size,
-            batch_timeout,
-            self.admin,
-        )
-        return self._track(iterator)  # type: ignore[no-any-return]
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """``active_message_count`` of the queue or subscription (names as for :meth:`messages`).

@@ -177,6 +177,24 @@ class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite)
         with pytest.raises(ConfigError, match="no_such_setting"):
             broker.connect({"backend": scheme, "no_such_setting": "1"})
 
+    async def test_bad_consumer_arguments_raise_config_errors_before_anything_opens(
+        self, harness: Harness
+    ) -> None:
+        backend = harness.backend
+        topic = harness.name("badargs")
+        if harness.capabilities.messages:
+            with pytest.raises(ConfigError):
+                backend.batched_messages(topic, "s", batch_size=-1)
+            with pytest.raises(ConfigError):
+                backend.batched_messages(topic, "s", batch_timeout=-1.0)
+            with pytest.raises(ConfigError):
+                backend.messages(topic, "s", no_such_option=1)
+        if harness.capabilities.records:
+            with pytest.raises(ConfigError):
+                backend.batched_records(topic, "g", batch_size=-1)
+            with pytest.raises(ConfigError):
+                backend.records(topic, "g", no_such_option=1)
+
     # -- acknowledgement ------------------------------------------------------------------
     async def test_acked_message_is_not_redelivered(self, harness: Harness) -> None:
         need(harness, "messages", "ack_deadline")

@@ -109,12 +109,12 @@ def test_tls_and_kerberos_pass_through() -> None:
 
 def test_consumer_options_come_from_the_connection_and_per_call_overrides() -> None:
     backend = open_kafka("kafka://k:9092?batch_size=7&start=latest")
-    options = backend._options({"session_timeout": "2", "heartbeat_interval": "0.3"})
+    options = backend._consumer_options({"session_timeout": "2", "heartbeat_interval": "0.3"})
     assert options == ConsumerOptions(
         start="latest", batch_size=7, session_timeout=2.0, heartbeat_interval=0.3
     )
     with pytest.raises(UnknownSetting):
-        backend._options({"nonsense": 1})
+        backend._consumer_options({"nonsense": 1})
     assert ConsumerOptions(assignment_strategy="cooperative-sticky").cooperative
 
 
