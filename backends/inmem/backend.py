@@ -13,7 +13,7 @@ from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
 from broker.backends.inmem.store import InmemBroker, get_broker, resolve_partitioner
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
-from broker.settings import build_settings
+from broker.options import build_consumer_options
 
 __all__ = ["InmemBackend"]
 
@@ -52,9 +52,9 @@ class InmemBackend(BackendBase):
         return f"<InmemBackend {self.settings.name!r}>"
 
     def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
-        values = self.settings.consumer_defaults()
-        values.update(options)
-        return build_settings(ConsumerOptions, values, backend="inmem")
+        return build_consumer_options(
+            ConsumerOptions, self.settings, options, native_names={}, backend="inmem"
+        )
 
     def publisher(self) -> InmemPublisher:
         """A publisher; topics are created on first publish with ``settings.partitions``."""

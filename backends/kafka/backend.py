@@ -27,7 +27,7 @@ from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.log import TopicPartition
-from broker.settings import build_settings
+from broker.options import build_consumer_options
 
 __all__ = ["CAPABILITIES", "KafkaBackend"]
 
@@ -117,9 +117,9 @@ class KafkaBackend(BackendBase):
             self._admin = None
 
     def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
-        values = self.settings.consumer_defaults()
-        values.update(options)
-        return build_settings(ConsumerOptions, values, backend="kafka")
+        return build_consumer_options(
+            ConsumerOptions, self.settings, options, native_names={}, backend="kafka"
+        )
 
     def _group_name(self, group: str | None) -> str:
         group = group or self.settings.group_id

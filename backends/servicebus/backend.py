@@ -36,7 +36,7 @@ from broker.backends.servicebus.publisher import ServiceBusPublisher
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
-from broker.settings import build_settings
+from broker.options import build_consumer_options
 
 __all__ = ["CAPABILITIES", "ServiceBusBackend"]
 
@@ -91,9 +91,9 @@ class ServiceBusBackend(BackendBase):
         return f"<ServiceBusBackend {_endpoint(self.settings)}>"
 
     def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
-        values = self.settings.consumer_defaults()
-        values.update(options)
-        return build_settings(ConsumerOptions, values, backend=self.name)
+        return build_consumer_options(
+            ConsumerOptions, self.settings, options, native_names={}, backend=self.name
+        )
 
     @staticmethod
     def _entity(topic: str, subscription: str) -> Entity:
