@@ -40,6 +40,7 @@ __all__ = [
     "Log",
     "LogConsumer",
     "LogReader",
+    "PartitionReading",
     "RawBatches",
     "RawFields",
     "ReadHints",
@@ -76,17 +77,11 @@ class RebalanceListener(Protocol):
 
 
 @runtime_checkable
-class LogConsumer(Closeable, Protocol):
-    """A member of a consumer group."""
+class PartitionReading(Closeable, Protocol):
+    """What a :class:`LogConsumer` and a :class:`LogReader` share: polling, seeking, pausing."""
 
     async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
         """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``."""
-
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit, per partition, the next offset to read."""
-
-    def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions currently assigned to this member."""
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` next (or OFFSET_BEGINNING / OFFSET_END)."""
@@ -99,7 +94,18 @@ class LogConsumer(Closeable, Protocol):
 
 
 @runtime_checkable
-class LogReader(Closeable, Protocol):
+class LogConsumer(PartitionReading, Protocol):
+    """A member of a consumer group."""
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit, per partition, the next offset to read."""
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions currently assigned to this member."""
+
+
+@runtime_checkable
+class LogReader(PartitionReading, Protocol):
     """Reads partitions outside any consumer group (assign and seek; never commits)."""
 
     def assign(self, positions: Mapping[TopicPartition, int]) -> None:
@@ -114,18 +120,6 @@ class LogReader(Closeable, Protocol):
         Right after ``assign()`` with OFFSET_BEGINNING / OFFSET_END a client library may return that
         sentinel until its first poll resolves it (Kafka does); the in-memory log resolves it at once.
         """
-
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Read ``partition`` from ``offset`` next (or OFFSET_BEGINNING / OFFSET_END)."""
-
-    def pause(self, partitions: Sequence[TopicPartition]) -> None:
-        """Stop returning records of ``partitions`` until resumed."""
-
-    def resume(self, partitions: Sequence[TopicPartition]) -> None:
-        """Return records of ``partitions`` again."""
-
-    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
-        """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``."""
 
 
 @dataclass(frozen=True, slots=True)

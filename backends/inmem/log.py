@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 
+from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
 from broker.log import (
@@ -17,6 +18,7 @@ from broker.log import (
     StartPosition,
     TopicPartition,
 )
+from broker.log_base import LogBase
 from broker.message import Record
 from broker.partitioning import Partitioner
 from broker.resources import AsyncResource, BatchedRecordIteration, RecordIteration
@@ -99,23 +101,11 @@ def _read(
     committer: _RecordCommitter | None,
     now: float,
 ) -> tuple[list[Record], int]:
-    part = topic.partitions[partition]
-    base = part.base
-    if position < base:
-        position = base
-    end = min(base + len(part.values), position + limit)
-    lo, hi = position - base, end - base
+    entries, end = partition_slice(topic.partitions[partition], position, limit)
     name = topic.name
     records: list[Record] = [
         Record(name, partition, offset, value, key, attributes, published, now, None, committer)  # type: ignore[arg-type]
-        for offset, value, key, attributes, published in zip(
-            range(position, end),
-            part.values[lo:hi],
-            part.keys[lo:hi],
-            part.attributes[lo:hi],
-            part.times[lo:hi],
-            strict=True,
-        )
+        for offset, value, key, attributes, published in entries
     ]
     return records, end
 
@@ -369,8 +359,10 @@ class InmemBatchedRecordIterator(InmemRecordIterator):
     __aiter__ = BatchedRecordIteration.__aiter__  # type: ignore[assignment]
 
 
-class InmemLog(AsyncResource):
-    """The ``broker.log.Log`` port on an in-memory broker."""
+class InmemLog(LogBase):
+    """The ``broker.log.Log`` port on an in-memory broker (``produce`` writes at once, like ``send``)."""
+
+    closed_message = "the in-memory log is closed"
 
     def __init__(self, broker: InmemBroker, partitioner: Partitioner, default_partitions: int = 1) -> None:
         self.broker = broker
@@ -378,10 +370,6 @@ class InmemLog(AsyncResource):
         self.default_partitions = default_partitions
         self._closed = False
         self._children: list[_PartitionReader] = []
-
-    def _check(self) -> None:
-        if self._closed:
-            raise ClosedError("the in-memory log is closed")
 
     async def create_topic(
         self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
@@ -419,19 +407,6 @@ class InmemLog(AsyncResource):
         fut: asyncio.Future[tuple[TopicPartition, int]] = asyncio.get_running_loop().create_future()
         fut.set_result((TopicPartition(topic, p), offset))
         return fut
-
-    async def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: str | None = None,
-        partition: int | None = None,
-        attributes: Mapping[str, str] | None = None,
-        client_id: str | None = None,
-    ) -> tuple[TopicPartition, int]:
-        """Write one record; returns ``(TopicPartition, offset)`` (``client_id`` is ignored)."""
-        return await self.send(topic, value, key=key, partition=partition, attributes=attributes)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Nothing is ever queued in memory."""

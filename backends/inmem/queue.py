@@ -16,6 +16,7 @@ from collections import deque
 from typing import Self
 
 from broker.backends.inmem.settings import ConsumerOptions
+from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
 from broker.message import Message, OutboundMessage, claim_acks
@@ -169,22 +170,12 @@ class Subscription:
                 high = base + len(part.values)
                 if cursor >= high:
                     continue
-                if cursor < base:
-                    cursor = base
-                end = min(high, cursor + limit - len(out))
+                entries, end = partition_slice(part, cursor, limit - len(out))
                 prefix = f"{p}:"
-                lo, hi = cursor - base, end - base
                 out.extend(
                     [
                         Message(prefix + str(offset), data, key, attributes, published, wall, 1, lease, self)  # type: ignore[arg-type]
-                        for offset, data, key, attributes, published in zip(
-                            range(cursor, end),
-                            part.values[lo:hi],
-                            part.keys[lo:hi],
-                            part.attributes[lo:hi],
-                            part.times[lo:hi],
-                            strict=True,
-                        )
+                        for offset, data, key, attributes, published in entries
                     ]
                 )
                 cursors[p] = end

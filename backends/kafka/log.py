@@ -14,8 +14,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, TypeVar
 
 from broker.attributes import validate_attributes
 from broker.backends.kafka import sdk
@@ -33,7 +32,9 @@ from broker.backends.kafka.rdkafka_config import (
 from broker.backends.kafka.settings import KafkaSettings
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
+from broker.log_base import LogBase
 from broker.message import Record
+from broker.resources import AsyncResource
 
 __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
 
@@ -85,11 +86,48 @@ class _RecordDelivery:
                 self.loop.call_soon_threadsafe(_set, self.future, result)
 
 
-class KafkaLogConsumer:
+_Core = TypeVar("_Core", GroupCore, ReaderCore)
+
+
+class _CoreClient(AsyncResource, Generic[_Core]):
+    """What a group member and a reader share: reading, seeking and pausing through their core."""
+
+    def __init__(self, core: _Core) -> None:
+        self.core: _Core = core
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next (a group member inside ``on_assigned``: start there)."""
+        self.core.seek(partition, offset)
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` until resumed."""
+        self.core.pause(partitions)
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
+        self.core.resume(partitions)
+
+    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
+        """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``.
+
+        A group member's rebalances (and its listener's callbacks) happen inside this call.
+        """
+        return await self.core.records(max_records, timeout)
+
+    async def close(self) -> None:
+        """Stop reading. Idempotent.
+
+        A group member first commits what is pending and leaves the group (its listener hears
+        ``on_revoked``).
+        """
+        await self.core.close()
+
+
+class KafkaLogConsumer(_CoreClient[GroupCore]):
     """A LogConsumer: a member of a Kafka consumer group."""
 
     def __init__(self, core: GroupCore) -> None:
-        self.core = core
+        super().__init__(core)
         #: How to read what :meth:`fetch_raw` returns (``broker.log.RawBatches``).
         self.raw_fields: RawFields = raw_fields()
 
@@ -104,13 +142,6 @@ class KafkaLogConsumer:
         """True when exactly one partition is assigned."""
         return len(self.core.assigned) == 1
 
-    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
-        """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``.
-
-        Rebalances (and the listener's callbacks) happen inside this call.
-        """
-        return await self.core.records(max_records, timeout)
-
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit, per partition, the next offset to read (partitions no longer owned are skipped)."""
         await self.core.commit({(tp[0], tp[1]): offset for tp, offset in offsets.items()})
@@ -119,40 +150,13 @@ class KafkaLogConsumer:
         """The partitions currently assigned to this member."""
         return frozenset(TopicPartition(*tp) for tp in self.core.assigned)
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Read ``partition`` from ``offset`` next (inside ``on_assigned``: start there)."""
-        self.core.seek(partition, offset)
-
-    def pause(self, partitions: Sequence[TopicPartition]) -> None:
-        """Stop returning records of ``partitions`` until resumed."""
-        self.core.pause(partitions)
-
-    def resume(self, partitions: Sequence[TopicPartition]) -> None:
-        """Return records of ``partitions`` again."""
-        self.core.resume(partitions)
-
     async def group_metadata(self) -> Any:
         """The SDK's group metadata, for ``KafkaTransactionalPublisher.send_offsets``."""
         return await self.core.group_metadata()
 
-    async def close(self) -> None:
-        """Commit what is pending and leave the group (the listener hears ``on_revoked``)."""
-        await self.core.close()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-
-class KafkaLogReader:
+class KafkaLogReader(_CoreClient[ReaderCore]):
     """A LogReader: assigned partitions, explicit positions, no group, no commits."""
-
-    def __init__(self, core: ReaderCore) -> None:
-        self.core = core
 
     def __repr__(self) -> str:
         return f"<KafkaLogReader {sorted(self.core.positions)}>"
@@ -165,10 +169,6 @@ class KafkaLogReader:
         """Stop reading ``partitions``."""
         self.core.unassign(partitions)
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Read ``partition`` from ``offset`` next."""
-        self.core.seek(partition, offset)
-
     def position(self, partition: TopicPartition) -> int:
         """The next offset returned for ``partition`` (see :meth:`ReaderCore.position`)."""
         return self.core.position(partition)
@@ -177,33 +177,11 @@ class KafkaLogReader:
         """The partitions this reader reads."""
         return frozenset(TopicPartition(*tp) for tp in self.core.positions)
 
-    def pause(self, partitions: Sequence[TopicPartition]) -> None:
-        """Stop returning records of ``partitions`` until resumed."""
-        self.core.pause(partitions)
 
-    def resume(self, partitions: Sequence[TopicPartition]) -> None:
-        """Return records of ``partitions`` again."""
-        self.core.resume(partitions)
-
-    async def poll(self, max_records: int = 500, timeout: float | None = None) -> list[Record]:
-        """Up to ``max_records`` records from the assigned partitions; ``[]`` after ``timeout``."""
-        return await self.core.records(max_records, timeout)
-
-    async def close(self) -> None:
-        """Stop reading. Idempotent."""
-        await self.core.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-
-class KafkaLog:
+class KafkaLog(LogBase):
     """The ``broker.log.Log`` port on a Kafka cluster."""
+
+    closed_message = "the Kafka log is closed"
 
     def __init__(self, settings: KafkaSettings, admin: KafkaAdmin | None = None) -> None:
         self.settings = settings
@@ -222,10 +200,6 @@ class KafkaLog:
 
     def __repr__(self) -> str:
         return f"<KafkaLog {self.settings.servers}>"
-
-    def _check(self) -> None:
-        if self._closed:
-            raise ClosedError("the Kafka log is closed")
 
     @property
     def producer(self) -> AsyncProducer:
@@ -336,21 +310,6 @@ class KafkaLog:
             owner.kick()
             return
         _fail(delivery.future, ClosedError("the Kafka log closed before the record was queued"))
-
-    async def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: str | None = None,
-        partition: int | None = None,
-        attributes: Mapping[str, str] | None = None,
-        client_id: str | None = None,
-    ) -> tuple[TopicPartition, int]:
-        """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``."""
-        return await self.send(
-            topic, value, key=key, partition=partition, attributes=attributes, client_id=client_id
-        )
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued record was written (``Timeout`` if some remain after ``timeout``)."""
@@ -469,11 +428,3 @@ class KafkaLog:
             await owner.close()
         if self._own_admin:
             await self.admin.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()

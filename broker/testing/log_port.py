@@ -163,6 +163,15 @@ async def _settle(h: LogHarness, *members: LogConsumer, partitions: int) -> None
     await _eventually(h, f"{len(members)} member(s) sharing {partitions} partition(s)", attempt)
 
 
+async def _numbered_topic(h: LogHarness, name: str, count: int) -> str:
+    """A new one-partition topic (``h.name(name)``) holding ``count`` records ``b"0"``, ``b"1"``, ..."""
+    topic = h.name(name)
+    await h.log.create_topic(topic, 1)
+    for i in range(count):
+        await h.log.produce(topic, str(i).encode())
+    return topic
+
+
 class LogPortSuite:
     """The behaviours of a :class:`broker.log.Log` that the queue and the processor rely on."""
 
@@ -221,10 +230,7 @@ class LogPortSuite:
 
     async def test_reader_from_beginning_end_and_offset(self, log_harness: LogHarness) -> None:
         h, log = log_harness, log_harness.log
-        topic = h.name("r")
-        await log.create_topic(topic, 1)
-        for i in range(5):
-            await log.produce(topic, str(i).encode())
+        topic = await _numbered_topic(h, "r", 5)
         tp = TopicPartition(topic, 0)
         reader = log.reader()
         reader.assign({tp: OFFSET_BEGINNING})
@@ -293,10 +299,8 @@ class LogPortSuite:
 
     async def test_commit_in_on_revoked_and_resume_in_a_new_member(self, log_harness: LogHarness) -> None:
         h, log = log_harness, log_harness.log
-        topic, group = h.name("c"), h.name("cg")
-        await log.create_topic(topic, 1)
-        for i in range(6):
-            await log.produce(topic, str(i).encode())
+        topic = await _numbered_topic(h, "c", 6)
+        group = h.name("cg")
         tp = TopicPartition(topic, 0)
         consumer = log.consumer(group, [topic])
         records = await _take(h, consumer, 4)
@@ -360,10 +364,7 @@ class LogPortSuite:
 
     async def test_pause_and_resume(self, log_harness: LogHarness) -> None:
         h, log = log_harness, log_harness.log
-        topic = h.name("p")
-        await log.create_topic(topic, 1)
-        for i in range(3):
-            await log.produce(topic, str(i).encode())
+        topic = await _numbered_topic(h, "p", 3)
         consumer = log.consumer(h.name("pg"), [topic])
         await _settle(h, consumer, partitions=1)  # may read a record: the seek below rewinds
         tp = TopicPartition(topic, 0)

@@ -15,7 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from broker.backends.kafka import sdk
-from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
+from broker.backends.kafka.client.logs import (
+    LoggerLike,
+    report_failure,
+    resolve_logger,
+    with_sdk_logger,
+)
 from broker.backends.kafka.client.metadata import lag_from
 from broker.backends.kafka.consumer import GroupCore
 from broker.errors import ClosedError, ConfigError
@@ -97,12 +102,7 @@ class Consumer:
         return self._core
 
     def _report(self, exc: BaseException, what: str) -> None:
-        self.log.error("%s: %s", what, exc, exc_info=exc)
-        if self.error_callback is not None:
-            try:
-                self.error_callback(exc)
-            except Exception:
-                self.log.exception("the error callback raised")
+        report_failure(self.log, self.error_callback, exc, what)
 
     async def commit(self, message: Any) -> None:
         """Commit ``message``'s offset + 1 for its partition (dropped if the partition was revoked)."""

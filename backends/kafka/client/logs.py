@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_LOGGER", "LoggerLike", "resolve_logger", "with_sdk_logger"]
+__all__ = ["DEFAULT_LOGGER", "LoggerLike", "report_failure", "resolve_logger", "with_sdk_logger"]
 
 #: The logger helpers use when none is given.
 DEFAULT_LOGGER = "broker.backends.kafka.client"
@@ -26,3 +26,15 @@ def with_sdk_logger(config: Mapping[str, Any], logger: LoggerLike) -> dict[str, 
     if "logger" not in out:
         out["logger"] = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
     return out
+
+
+def report_failure(
+    logger: LoggerLike, error_callback: Callable[[BaseException], None] | None, exc: BaseException, what: str
+) -> None:
+    """Log ``exc`` as ``what`` at ERROR and hand it to ``error_callback`` (whose own failure is logged)."""
+    logger.error("%s: %s", what, exc, exc_info=exc)
+    if error_callback is not None:
+        try:
+            error_callback(exc)
+        except Exception:
+            logger.exception("the error callback raised")

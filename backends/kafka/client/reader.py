@@ -18,7 +18,12 @@ from typing import Any
 
 from broker.backends.kafka import sdk
 from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler
-from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
+from broker.backends.kafka.client.logs import (
+    LoggerLike,
+    report_failure,
+    resolve_logger,
+    with_sdk_logger,
+)
 from broker.backends.kafka.consumer import ReaderCore
 from broker.backends.kafka.errors import translate
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
@@ -127,12 +132,7 @@ class Reader:
         return self._core
 
     def _report(self, exc: BaseException, what: str) -> None:
-        self.log.error("%s: %s", what, exc, exc_info=exc)
-        if self.error_callback is not None:
-            try:
-                self.error_callback(exc)
-            except Exception:
-                self.log.exception("the error callback raised")
+        report_failure(self.log, self.error_callback, exc, what)
 
     async def read(self) -> None:
         """Read until :meth:`close` or cancellation, calling the handler for every message."""

@@ -235,6 +235,10 @@ class GroupGraph:
     def _of(self, kind: EdgeKind) -> tuple[Edge, ...]:
         return tuple(e for e in self.edges if e.kind is kind)
 
+    def _first(self, kind: EdgeKind) -> Edge | None:
+        found = self._of(kind)
+        return found[0] if found else None
+
     @property
     def input_streams(self) -> tuple[Edge, ...]:
         """The ``input`` edges."""
@@ -258,8 +262,7 @@ class GroupGraph:
     @property
     def loop_edge(self) -> Edge | None:
         """The ``loop`` edge, if any."""
-        found = self._of(EdgeKind.LOOP)
-        return found[0] if found else None
+        return self._first(EdgeKind.LOOP)
 
     @property
     def visitors(self) -> tuple[Edge, ...]:
@@ -269,8 +272,7 @@ class GroupGraph:
     @property
     def table_edge(self) -> Edge | None:
         """The ``persist`` edge (the group table), if any."""
-        found = self._of(EdgeKind.PERSIST)
-        return found[0] if found else None
+        return self._first(EdgeKind.PERSIST)
 
     @property
     def consumed_topics(self) -> tuple[str, ...]:

@@ -518,13 +518,18 @@ class Processor:
             self._standby_follower.remove([t.tp for t in tables])
         return tables
 
-    def _to_standby(self, state: PartitionState) -> None:
-        """Keep a revoked partition's tables as its standby (flushed, never closed)."""
+    def _let_go(self, state: PartitionState) -> list[PartitionTable]:
+        """Stop following ``state``'s joins and forget it was touched; returns its tables (joins first)."""
         self._touched.discard(state)
         self._joins.remove([t.tp for t in state.joins.values()])
         tables = list(state.joins.values())
         if state.table is not None:
             tables.append(state.table)
+        return tables
+
+    def _to_standby(self, state: PartitionState) -> None:
+        """Keep a revoked partition's tables as its standby (flushed, never closed)."""
+        tables = self._let_go(state)
         for table in tables:
             with contextlib.suppress(Exception):
                 table.storage.flush()
@@ -538,12 +543,7 @@ class Processor:
         return frozenset(self._standby)
 
     def _close_partition(self, state: PartitionState, *, flush: bool) -> None:
-        self._touched.discard(state)
-        self._joins.remove([t.tp for t in state.joins.values()])
-        tables = list(state.joins.values())
-        if state.table is not None:
-            tables.append(state.table)
-        for table in tables:
+        for table in self._let_go(state):
             if flush:
                 with contextlib.suppress(Exception):
                     table.storage.flush()

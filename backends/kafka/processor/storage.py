@@ -84,15 +84,42 @@ def key_range(start: str | None, limit: str | None, prefix: str | None) -> tuple
     return lo, hi
 
 
-class MemoryStorage:
-    """A dict; iteration sorts a snapshot of the keys. Nothing survives the process."""
+class _OffsetInMemory:
+    """The table offset and the recovered flag of a store that persists nothing (kept in memory)."""
 
-    __slots__ = ("_data", "_offset", "recovered")
+    __slots__ = ("_offset", "recovered")
 
     def __init__(self) -> None:
-        self._data: dict[str, bytes] = {}
         self._offset: int | None = None
         self.recovered = False
+
+    def offset(self) -> int | None:
+        """The next table offset not in the store (records below it were seen)."""
+        return self._offset
+
+    def set_offset(self, offset: int) -> None:
+        """Every table record below ``offset`` was seen."""
+        self._offset = offset
+
+    def mark_recovered(self) -> None:
+        """Nothing to persist in memory."""
+        self.recovered = True
+
+    def flush(self) -> None:
+        """Nothing to persist in memory."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class MemoryStorage(_OffsetInMemory):
+    """A dict; iteration sorts a snapshot of the keys. Nothing survives the process."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._data: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryStorage {len(self._data)} keys, offset {self._offset}>"
@@ -125,45 +152,23 @@ class MemoryStorage:
         snapshot = [(k, data[k]) for k in keys[first:last]]
         return iter(snapshot)
 
-    def offset(self) -> int | None:
-        """The next table offset not in the store."""
-        return self._offset
-
-    def set_offset(self, offset: int) -> None:
-        """Every table record below ``offset`` is in the store."""
-        self._offset = offset
-
-    def mark_recovered(self) -> None:
-        """Nothing to persist in memory."""
-        self.recovered = True
-
-    def flush(self) -> None:
-        """Nothing to persist in memory."""
-
     def clear(self) -> None:
         """Drop everything."""
         self._data.clear()
         self._offset = None
 
-    def close(self) -> None:
-        """Nothing to release."""
-
     def __len__(self) -> int:
         return len(self._data)
 
 
-class NullStorage:
+class NullStorage(_OffsetInMemory):
     """A store that keeps no values (goka's null storage): for tables a processor only writes.
 
     ``ctx.value()`` reads nothing back and views over it find nothing; only the table offset is
     kept (in memory), so recovery skips the records instead of storing them.
     """
 
-    __slots__ = ("_offset", "recovered")
-
-    def __init__(self) -> None:
-        self._offset: int | None = None
-        self.recovered = False
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return f"<NullStorage offset {self._offset}>"
@@ -188,27 +193,9 @@ class NullStorage:
         """Nothing to iterate."""
         return iter(())
 
-    def offset(self) -> int | None:
-        """The next table offset (records below it were seen and dropped)."""
-        return self._offset
-
-    def set_offset(self, offset: int) -> None:
-        """Every table record below ``offset`` was seen."""
-        self._offset = offset
-
-    def mark_recovered(self) -> None:
-        """Nothing to persist."""
-        self.recovered = True
-
-    def flush(self) -> None:
-        """Nothing to persist."""
-
     def clear(self) -> None:
         """Forget the offset."""
         self._offset = None
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def null_storage() -> StorageBuilder:
