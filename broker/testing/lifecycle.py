@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, UnknownSetting
-from broker.message import Message, OutboundMessage
+from broker.message import Message, OutboundMessage, Record
 from broker.options import PORTABLE_OPTIONS
 from broker.testing.harness import Harness, collect, drain, need
 
@@ -27,7 +27,6 @@ __all__ = ["LifecycleSuite"]
 
 #: How many of a killed consumer's last acks may still have been on their way to the broker.
 _ACKS_IN_FLIGHT = 10
-
 
 
 def _numbered(start: int, count: int, key: str | None = None) -> list[OutboundMessage]:
@@ -193,6 +192,62 @@ class LifecycleSuite:
         again = done & set(_values(rest))
         assert not again, f"acked before close, delivered again: {sorted(again)}"
 
+    async def test_backend_close_closes_what_it_handed_out(self, harness: Harness) -> None:
+        """Consumers and publishers handed out are closed with their backend; a closed backend
+        hands out nothing more."""
+        other = harness.connect()
+        topic, sub, group = harness.name("handed"), harness.name("sub"), harness.name("group")
+        pulls: list[Any] = []
+        if harness.capabilities.messages:
+            pulls += [other.messages(topic, sub).next_message, other.batched_messages(topic, sub).next_batch]
+        if harness.capabilities.records:
+            pulls += [other.records(topic, group).next_record, other.batched_records(topic, group).next_batch]
+        publisher = other.publisher()
+        async with asyncio.timeout(harness.patience):
+            await other.close()
+        for pull in pulls:
+            with pytest.raises(ClosedError):
+                await pull(timeout=0.5)
+        with pytest.raises(ClosedError):
+            await publisher.topic(topic).publish(OutboundMessage(b"after close"))
+        with pytest.raises(ClosedError):
+            other.publisher()
+        if harness.capabilities.messages:
+            with pytest.raises(ClosedError):
+                other.messages(topic, sub)
+            with pytest.raises(ClosedError):
+                other.batched_messages(topic, sub)
+        if harness.capabilities.records:
+            with pytest.raises(ClosedError):
+                other.records(topic, group)
+            with pytest.raises(ClosedError):
+                other.batched_records(topic, group)
+
+    async def test_iteration_yields_what_was_asked_for(self, harness: Harness) -> None:
+        """``async for`` over a per-item consumer yields items, over a batched one non-empty lists."""
+        topic, sub, group = harness.name("kinds"), harness.name("sub"), harness.name("group")
+        await harness.prepare(topic, [sub] if harness.capabilities.messages else [])
+        backend = harness.backend
+        async with asyncio.timeout(harness.patience * 2):
+            if harness.capabilities.messages:
+                async with backend.messages(topic, sub) as messages, backend.batched_messages(topic, sub):
+                    await backend.publisher().topic(topic).batch_publish(*_numbered(0, 2))
+                    async for message in messages:
+                        assert isinstance(message, Message), type(message)
+                        await message.ack()
+                        break
+            if harness.capabilities.records:
+                await backend.publisher().topic(topic).batch_publish(*_numbered(0, 2))
+                async with backend.records(topic, group) as records:
+                    async for record in records:
+                        assert isinstance(record, Record), type(record)
+                        break
+                async with backend.batched_records(topic, harness.name("group")) as batches:
+                    async for batch in batches:
+                        assert isinstance(batch, list) and batch, batch
+                        assert all(isinstance(r, Record) for r in batch)
+                        break
+
     async def test_crashed_consumer_process_loses_nothing(self, harness: Harness) -> None:
         need(harness, "persistent", "messages", "ack_deadline")
         if harness.url is None:
@@ -313,7 +368,9 @@ class LifecycleSuite:
         need(harness, "records")
         topic, group = harness.name("log"), harness.name("group")
         publisher = harness.backend.publisher().topic(topic)
-        await publisher.batch_publish(*(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60)))  # noqa: E501
+        await publisher.batch_publish(
+            *(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60))
+        )  # noqa: E501
         committed: set[int] = set()
         refused_after_revoke = 0
 
