@@ -12,7 +12,7 @@ conversions between them, :mod:`broker.errors` for what can go wrong.
 """
 
 from broker import adapt, codecs, errors
-from broker.backend import Backend, BackendBase, BackendFactory
+from broker.backend import Backend, BackendBase, BackendFactory, Batching
 from broker.backoff import Backoff
 from broker.capabilities import Capabilities
 from broker.connect import available_backends, connect, register_backend
@@ -42,6 +42,7 @@ __all__ = [
     "Acker",
     "Backend",
     "BackendBase",
+    "Batching",
     "BackendFactory",
     "Backoff",
     "BatchHandler",
