@@ -370,7 +370,7 @@ class LifecycleSuite:
         publisher = harness.backend.publisher().topic(topic)
         await publisher.batch_publish(
             *(OutboundMessage(str(i).encode(), key=f"k{i % 12}") for i in range(60))
-        )  # noqa: E501
+        )
         committed: set[int] = set()
         refused_after_revoke = 0
 
