@@ -22,7 +22,8 @@ from nats.aio.msg import Msg
 from broker.backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
 from broker.backends.jetstream.mapping import to_messages, to_records
 from broker.backends.jetstream.pull import PullEngine
-from broker.errors import ConfigError, Timeout
+from broker.batch_limits import check_batch_limits
+from broker.errors import Timeout
 from broker.message import Message, Record
 from broker.resources import (
     AsyncResource,
@@ -58,11 +59,34 @@ class _Consumer(AsyncResource):
     async def _leftovers(self) -> list[Msg]:
         return await self._engine.close()
 
+    async def _pull_one(self, prefetch: int, timeout: float | None, what: str) -> list[Msg]:
+        """What a pull for one ``what`` (up to ``prefetch`` ahead) brought; ``Timeout`` when nothing came."""
+        msgs = await self._engine.pull(1, prefetch, timeout)
+        if not msgs:
+            raise Timeout(f"no {what} from {self._engine.what} within {timeout}s")
+        return msgs
+
     async def close(self) -> None:
         """Stop consuming; what was received and not handed out is returned to the server. Idempotent."""
         leftovers = await self._leftovers()
         engine = self._engine
         await nak_quietly(engine.client, leftovers, engine.what, engine.connection.settings.request_timeout)
+
+
+class _Batches(_Consumer):
+    """A consumer that pulls batches: up to ``batch_size``, waiting ``batch_timeout`` by default."""
+
+    def __init__(
+        self, engine: PullEngine, batch_size: int, batch_timeout: float, msg_id_attribute: str
+    ) -> None:
+        super().__init__(engine, msg_id_attribute)
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+
+    async def _pull_batch(self, timeout: float | None) -> list[Msg]:
+        """What one pull of up to ``batch_size`` brought within ``timeout`` (default ``batch_timeout``)."""
+        size = self.batch_size
+        return await self._engine.pull(size, size, self.batch_timeout if timeout is None else timeout)
 
 
 class JetStreamMessageIterator(_Consumer, MessageIteration):
@@ -77,13 +101,11 @@ class JetStreamMessageIterator(_Consumer, MessageIteration):
 
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message; ``Timeout`` when none arrives within ``timeout`` seconds."""
-        msgs = await self._engine.pull(1, self.prefetch, timeout)
-        if not msgs:
-            raise Timeout(f"no message from {self._engine.what} within {timeout}s")
+        msgs = await self._pull_one(self.prefetch, timeout, "message")
         return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)[0]
 
 
-class JetStreamBatchedMessageIterator(_Consumer, BatchedMessageIteration):
+class JetStreamBatchedMessageIterator(_Batches, BatchedMessageIteration):
     """A BatchedMessageIterator: each batch is what one pull request brought, up to ``batch_size``."""
 
     def __init__(
@@ -94,25 +116,19 @@ class JetStreamBatchedMessageIterator(_Consumer, BatchedMessageIteration):
         batch_timeout: float,
         msg_id_attribute: str,
     ) -> None:
-        super().__init__(engine, msg_id_attribute)
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        if batch_timeout < 0:
-            raise ConfigError(f"batch_timeout must be >= 0 seconds, got {batch_timeout}")
+        check_batch_limits(batch_size, batch_timeout)
+        super().__init__(engine, batch_size, batch_timeout, msg_id_attribute)
         self.acker = acker
-        self.batch_size = batch_size
-        self.batch_timeout = batch_timeout
 
     async def next_batch(self, timeout: float | None = None) -> list[Message]:
         """Up to ``batch_size`` messages, as soon as any came; ``[]`` after the timeout."""
-        size = self.batch_size
-        msgs = await self._engine.pull(size, size, self.batch_timeout if timeout is None else timeout)
+        msgs = await self._pull_batch(timeout)
         if not msgs:
             return []
         return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)
 
 
-class _RecordReader(_Consumer):
+class _RecordReader(_Batches):
     """Records of one consumer; offsets are stream sequences.
 
     With a group (an ``AckPolicy.ALL`` durable consumer) ``Record.ack()`` commits: it acks the
@@ -130,11 +146,8 @@ class _RecordReader(_Consumer):
         *,
         commits: bool,
     ) -> None:
-        super().__init__(engine, msg_id_attribute)
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size = batch_size
-        self.batch_timeout = batch_timeout
+        check_batch_limits(batch_size)
+        super().__init__(engine, batch_size, batch_timeout, msg_id_attribute)
         self.commits = commits
         self._handed: deque[Msg] = deque()
         self.committer: JetStreamCommitter | _NoCommit = (
@@ -158,15 +171,11 @@ class _RecordReader(_Consumer):
 
     async def next_record(self, timeout: float | None = None) -> Record:
         """The next record; ``Timeout`` when none arrives within ``timeout`` seconds."""
-        msgs = await self._engine.pull(1, self.batch_size, timeout)
-        if not msgs:
-            raise Timeout(f"no record from {self._engine.what} within {timeout}s")
-        return self._hand_out(msgs)[0]
+        return self._hand_out(await self._pull_one(self.batch_size, timeout, "record"))[0]
 
     async def next_batch(self, timeout: float | None = None) -> list[Record]:
         """Up to ``batch_size`` records, as soon as any came; ``[]`` after the timeout."""
-        size = self.batch_size
-        msgs = await self._engine.pull(size, size, self.batch_timeout if timeout is None else timeout)
+        msgs = await self._pull_batch(timeout)
         return self._hand_out(msgs) if msgs else []
 
     async def _leftovers(self) -> list[Msg]:

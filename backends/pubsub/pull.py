@@ -28,20 +28,21 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Self
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.pubsub_v1.types import PullResponse
 
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.consuming import SubscriptionConsumer
 from broker.backends.pubsub.deadletter import forward_dead_letter
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.mapping import from_received
 from broker.backends.pubsub.settings import MAX_ACK_DEADLINE, ConsumerOptions, PubsubSettings
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
 from broker.message import Message, claim_ack, release_claim
-from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+from broker.resources import BatchedMessageIteration, MessageIteration
 
 __all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
 
@@ -250,7 +251,7 @@ class PullSettler:
         await self._queue(None, message.raw.ack_id)
 
 
-class _PullConsumer(AsyncResource):
+class _PullConsumer(SubscriptionConsumer):
     """What the single and batched iterators share: opening, pulling, buffering, closing."""
 
     def __init__(
@@ -264,12 +265,7 @@ class _PullConsumer(AsyncResource):
         explicit_deadline: bool,
         pull_size: int,
     ) -> None:
-        self._clients = clients
-        self._admin = admin
-        self._settings = settings
-        self.topic = topic
-        self.subscription = subscription
-        self.options = options
+        super().__init__(clients, admin, settings, topic, subscription, options)
         self._explicit_deadline = explicit_deadline
         self._pull_size = pull_size
         self._info: SubscriptionInfo | None = None
@@ -282,7 +278,6 @@ class _PullConsumer(AsyncResource):
         self._idle_release = min(_IDLE_RELEASE, self._lease / 2)
         self._nacks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
-        self._closed = False
         self._opening: asyncio.Future[SubscriptionInfo] | None = None
         self._ordered = False  # the subscription delivers in order of ordering keys
         self._renewal: asyncio.TimerHandle | None = None
@@ -298,10 +293,6 @@ class _PullConsumer(AsyncResource):
             raise ReceiveError("the subscription was not opened yet")
         return self._info
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"the Pub/Sub consumer of {self.topic}/{self.subscription} is closed")
-
     def start_opening(self) -> None:
         """Begin :meth:`open` in the background (when a loop runs): the subscription is created soon
         after the consumer object, not only when it is entered or first pulled from."""
@@ -311,11 +302,6 @@ class _PullConsumer(AsyncResource):
             return
         task = self._opening = loop.create_task(self._open())
         task.add_done_callback(_retrieve)
-
-    async def __aenter__(self) -> Self:
-        """Entering makes the subscription exist: what is published from then on is delivered here."""
-        await self.open()
-        return self
 
     async def open(self) -> SubscriptionInfo:
         """Look up (or create) the subscription; done on entering, or by the first pull."""
@@ -331,7 +317,7 @@ class _PullConsumer(AsyncResource):
 
     async def _open(self) -> SubscriptionInfo:
         if self._info is None:
-            info = await self._admin.ensure_subscription(self.topic, self.subscription, self.options)
+            info = await self._ensure_subscription()
             if self._explicit_deadline and info.ack_deadline != self.options.lease_seconds:
                 self._override = True  # every pulled message gets this consumer's deadline
             else:

@@ -27,7 +27,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Self
+from typing import Any
 
 from google.cloud.pubsub_v1 import types as sdk_types  # type: ignore[import-untyped]
 from google.cloud.pubsub_v1.subscriber.scheduler import Scheduler  # type: ignore[import-untyped]
@@ -35,6 +35,7 @@ from google.cloud.pubsub_v1.subscriber.scheduler import Scheduler  # type: ignor
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.consuming import SubscriptionConsumer
 from broker.backends.pubsub.deadletter import forward_dead_letter
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.futures import post
@@ -47,10 +48,10 @@ from broker.backends.pubsub.settings import (
     PubsubSettings,
 )
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
-from broker.errors import ClosedError, ReceiveError
+from broker.batch_limits import check_batch_limits
+from broker.errors import ReceiveError
 from broker.interfaces import BatchHandler, Handler
 from broker.message import Message
-from broker.resources import AsyncResource
 from broker.retry import Retrier
 
 __all__ = ["LoopScheduler", "PubsubReceiver", "StreamSettler"]
@@ -307,8 +308,10 @@ class _Run:
             log.warning("could not nack %d messages on shutdown: %r", len(failures), failures[0])
 
 
-class PubsubReceiver(AsyncResource):
+class PubsubReceiver(SubscriptionConsumer):
     """A Receiver and BatchedReceiver on a Pub/Sub subscription (streaming pull)."""
+
+    _kind = "receiver"
 
     def __init__(
         self,
@@ -328,14 +331,8 @@ class PubsubReceiver(AsyncResource):
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self._clients = clients
-        self._admin = admin
-        self._settings = settings
-        self.topic = topic
-        self.subscription = subscription
-        self.options = options
+        check_batch_limits(batch_size)
+        super().__init__(clients, admin, settings, topic, subscription, options)
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
@@ -348,18 +345,11 @@ class PubsubReceiver(AsyncResource):
         self._stop: asyncio.Event | None = None
         self._idle = asyncio.Event()
         self._running = 0
-        self._closed = False
-
-    async def __aenter__(self) -> Self:
-        """Entering makes the subscription exist: what is published from then on is delivered here."""
-        await self.open()
-        return self
 
     async def open(self) -> SubscriptionInfo:
         """Look up (or create) the subscription; done on entering, or by ``receive()``."""
-        if self._closed:
-            raise ClosedError(f"the receiver of {self.topic}/{self.subscription} is closed")
-        return await self._admin.ensure_subscription(self.topic, self.subscription, self.options)
+        self._check_open()
+        return await self._ensure_subscription()
 
     def __repr__(self) -> str:
         return f"<PubsubReceiver {self.topic}/{self.subscription} concurrency={self.concurrency}>"
@@ -398,8 +388,7 @@ class PubsubReceiver(AsyncResource):
         await self._run(handler, self.batch_size)
 
     async def _run(self, handler: Callable[[Any], Awaitable[None]], batch_size: int | None) -> None:
-        if self._closed:
-            raise ClosedError(f"the receiver of {self.topic}/{self.subscription} is closed")
+        self._check_open()
         loop = asyncio.get_running_loop()
         if self._stop is None:
             self._stop = asyncio.Event()

@@ -21,7 +21,6 @@ subscription explicitly.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, Self
@@ -29,12 +28,14 @@ from typing import Any, Final, Self
 import _pulsar  # type: ignore[import-not-found]
 import pulsar  # type: ignore[import-untyped]
 
-from broker.backends.pulsar.callbacks import error_or_value, outcome, wait
+from broker.backends.pulsar.callbacks import outcome, wait
 from broker.backends.pulsar.errors import translate
 from broker.backends.pulsar.fetcher import Fetcher
+from broker.backends.pulsar.handle import CLOSE_TIMEOUT, ClientHandle, log
 from broker.backends.pulsar.mapping import to_message, to_messages
 from broker.backends.pulsar.settings import ConsumerOptions
-from broker.errors import AckError, BrokerError, ClosedError, NotSupported, ReceiveError
+from broker.batch_limits import check_batch_limits
+from broker.errors import AckError, ClosedError, NotSupported, ReceiveError
 from broker.message import Message, OutboundMessage, claim_ack, release_claim
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
@@ -48,10 +49,6 @@ __all__ = [
     "consumer_configuration",
 ]
 
-log = logging.getLogger("broker.backends.pulsar")
-
-#: Seconds closing a consumer may take before it is abandoned (closing never hangs).
-CLOSE_TIMEOUT: Final = 5.0
 #: Largest chunk the receiving thread takes in one go.
 MAX_CHUNK: Final = 1000
 
@@ -102,7 +99,7 @@ def _chunk_size(options: ConsumerOptions, wanted: int) -> int:
     return max(wanted, min(options.receiver_queue_size, MAX_CHUNK))
 
 
-class Subscription:
+class Subscription(ClientHandle):
     """One client consumer on a subscription, with its receiving thread; closing keeps the subscription.
 
     ``receive=False`` makes a consumer that never receives (it only makes the subscription exist).
@@ -120,11 +117,12 @@ class Subscription:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"a subscription name must be a non-empty string, got {name!r}")
+        label = f"{topics!r}/{name}"
+        super().__init__("consumer", label, f"subscribing to {label}")
         self._client = client
         self.topics = topics
         self.name = name
         self.options = options
-        self._label = f"{topics!r}/{name}"
         # The thread receives one message (waiting), then whatever else is ready with a batch receive.
         # Without an ack deadline it takes half a receiver queue at a time, so that the loop holds at
         # most ``chunk`` messages not handed out yet while the thread prepares the next half.
@@ -133,10 +131,6 @@ class Subscription:
             step = max(1, step // 2)
         more = step - 1
         self._conf = consumer_configuration(options, more)
-        self._future: asyncio.Future[Any] | None = None
-        self.consumer: Any = None
-        #: True once closed.
-        self.closed = False
         self._receives = receive
         self.fetcher = Fetcher(
             self._receive,
@@ -146,70 +140,27 @@ class Subscription:
             on_demand=options.ack_timeout is not None,
             chunk_max=step,
         )
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # made outside a loop: subscribe on first use
-            return
-        self._subscribe(loop)
+        self._create_soon()
 
     def __repr__(self) -> str:
         return f"<Subscription {self._label} {self.options.subscription_type}>"
 
-    def _subscribe(self, loop: asyncio.AbstractEventLoop) -> None:
-        future: asyncio.Future[Any] = loop.create_future()
-        self._client.subscribe_async_v2(self.topics, self.name, self._conf, error_or_value(future))
-        self._future = future
+    @property
+    def consumer(self) -> Any:
+        """The client consumer, once subscribed (None before)."""
+        return self.handle
+
+    def _request(self, done: Callable[[Any], None]) -> None:
+        self._client.subscribe_async_v2(self.topics, self.name, self._conf, done)
+
+    def _starts_fetcher(self) -> bool:
+        return self._receives
 
     def _receive(self, timeout_ms: int) -> Any:
-        return self.consumer.receive(timeout_ms)
+        return self.handle.receive(timeout_ms)
 
     def _receive_more(self) -> list[Any]:
-        return self.consumer.batch_receive()  # type: ignore[no-any-return]
-
-    async def open(self, timeout: float | None = None) -> Any:
-        """The client consumer, subscribing first if needed."""
-        consumer = self.consumer
-        if consumer is not None:
-            return consumer
-        if self.closed:
-            raise ClosedError(f"the consumer of {self._label} is closed")
-        loop = asyncio.get_running_loop()
-        if self._future is None:
-            self._subscribe(loop)
-        assert self._future is not None
-        consumer = await wait(
-            asyncio.shield(self._future), f"subscribing to {self._label}", ReceiveError, timeout
-        )
-        if self.closed:
-            raise ClosedError(f"the consumer of {self._label} is closed")
-        if self.consumer is None:
-            self.consumer = consumer
-            if self._receives:
-                self.fetcher.start(loop)
-        return consumer
-
-    async def close(self) -> None:
-        """Close the client consumer (not the subscription); waits at most :data:`CLOSE_TIMEOUT`."""
-        if self.closed:
-            return
-        self.closed = True
-        self.fetcher.close()
-        consumer = self.consumer
-        if consumer is None and self._future is not None:
-            try:
-                consumer = await wait(
-                    asyncio.shield(self._future), f"subscribing to {self._label}", ReceiveError, CLOSE_TIMEOUT
-                )
-            except (BrokerError, TimeoutError):
-                consumer = None
-        if consumer is None:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        consumer.close_async(outcome(future))
-        try:
-            await wait(future, f"closing the consumer of {self._label}", ReceiveError, CLOSE_TIMEOUT)
-        except (BrokerError, TimeoutError) as exc:
-            log.warning("closing the consumer of %s: %s", self._label, exc)
+        return self.handle.batch_receive()  # type: ignore[no-any-return]
 
     async def unsubscribe(self) -> None:
         """Delete the subscription on the broker (with its unacknowledged messages), then close."""
@@ -333,15 +284,22 @@ class _Consuming(AsyncResource):
         topic: str,
         subscription: str,
         options: ConsumerOptions,
-        chunk: int,
         dead_letters: DeadLetterSink,
     ) -> None:
         self.topic = topic
         self.options = options
+        chunk = _chunk_size(options, self._wanted())
         self._subscription = Subscription(client, topic, subscription, options, chunk)
         self._fetcher = self._subscription.fetcher
         dlq = options.dead_letter_topic or f"{topic}-{subscription}-DLQ"
         self._acker = PulsarAcker(self._subscription, dead_letters, dlq)
+
+    def _wanted(self) -> int:
+        """How many messages one call takes at most."""
+        return 1
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.topic!r}/{self.subscription}>"
 
     @property
     def subscription(self) -> str:
@@ -369,19 +327,6 @@ class _Consuming(AsyncResource):
 class PulsarMessageIterator(_Consuming, MessageIteration):
     """A MessageIterator over one subscription of one topic."""
 
-    def __init__(
-        self,
-        client: Any,
-        topic: str,
-        subscription: str,
-        options: ConsumerOptions,
-        dead_letters: DeadLetterSink,
-    ) -> None:
-        super().__init__(client, topic, subscription, options, _chunk_size(options, 1), dead_letters)
-
-    def __repr__(self) -> str:
-        return f"<PulsarMessageIterator {self.topic!r}/{self.subscription}>"
-
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
         if self._subscription.consumer is None:
@@ -406,13 +351,13 @@ class PulsarBatchedMessageIterator(_Consuming, BatchedMessageIteration):
         batch_size: int,
         batch_timeout: float,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if batch_timeout < 0:
-            raise ValueError(f"batch_timeout must be >= 0 seconds, got {batch_timeout}")
-        super().__init__(client, topic, subscription, options, _chunk_size(options, batch_size), dead_letters)
+        check_batch_limits(batch_size, batch_timeout)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
+        super().__init__(client, topic, subscription, options, dead_letters)
+
+    def _wanted(self) -> int:
+        return self.batch_size
 
     def __repr__(self) -> str:
         return (

@@ -11,21 +11,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import _pulsar  # type: ignore[import-not-found]
 
-from broker.backends.pulsar.callbacks import error_or_value, outcome, wait
-from broker.backends.pulsar.consumer import CLOSE_TIMEOUT, MAX_CHUNK, Subscription, log
+from broker.backends.pulsar.consumer import MAX_CHUNK, Subscription
 from broker.backends.pulsar.errors import translate
 from broker.backends.pulsar.fetcher import Fetcher
+from broker.backends.pulsar.handle import ClientHandle
 from broker.backends.pulsar.mapping import message_id, message_id_text, to_records
 from broker.backends.pulsar.settings import ConsumerOptions
-from broker.errors import AckError, BrokerError, ClosedError, ConfigError, ReceiveError
-from broker.message import Record
+from broker.errors import AckError, ClosedError, ConfigError
+from broker.message import Committer, Record
 from broker.resources import RecordIteration
 
 __all__ = ["PulsarReader", "PulsarRecordIterator"]
@@ -51,7 +50,30 @@ class _CumulativeCommit:
             ) from None
 
 
-class PulsarRecordIterator(RecordIteration):
+class _HandleRecords(RecordIteration):
+    """What both record iterators share: records read through one client consumer or reader."""
+
+    _handle: ClientHandle
+    _committer: Committer
+
+    async def next_record(self, timeout: float | None = None) -> Record:
+        """The next record; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
+        handle = self._handle
+        if handle.handle is None:
+            await handle.open(timeout)
+        raw = await handle.fetcher.take(timeout)
+        return to_records((raw,), self._committer, time.time())[0]
+
+    async def close(self) -> None:
+        """Close the client consumer or reader (a group keeps its committed position). Idempotent."""
+        await self._handle.close()
+
+    async def __aenter__(self) -> Self:
+        await self._handle.open()
+        return self
+
+
+class PulsarRecordIterator(_HandleRecords):
     """A RecordIterator over a durable failover subscription (the group); ``ack()`` commits cumulatively."""
 
     def __init__(self, client: Any, topics: Sequence[str], group: str, options: ConsumerOptions) -> None:
@@ -65,27 +87,11 @@ class PulsarRecordIterator(RecordIteration):
         self.group = group
         chunk = min(options.receiver_queue_size, MAX_CHUNK)
         names: str | list[str] = self.topics[0] if len(self.topics) == 1 else list(self.topics)
-        self._subscription = Subscription(client, names, group, options, chunk)
-        self._fetcher = self._subscription.fetcher
-        self._committer = _CumulativeCommit(self._subscription)
+        self._handle = subscription = Subscription(client, names, group, options, chunk)
+        self._committer = _CumulativeCommit(subscription)
 
     def __repr__(self) -> str:
         return f"<PulsarRecordIterator {','.join(self.topics)} group={self.group!r}>"
-
-    async def next_record(self, timeout: float | None = None) -> Record:
-        """The next record; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
-        if self._subscription.consumer is None:
-            await self._subscription.open(timeout)
-        raw = await self._fetcher.take(timeout)
-        return to_records((raw,), self._committer, time.time())[0]
-
-    async def close(self) -> None:
-        """Close the consumer; the group keeps its committed position. Idempotent."""
-        await self._subscription.close()
-
-    async def __aenter__(self) -> Self:
-        await self._subscription.open()
-        return self
 
 
 class _ReaderPosition:
@@ -105,7 +111,37 @@ class _ReaderPosition:
             reader._acked = record
 
 
-class PulsarReader(RecordIteration):
+class _ReaderHandle(ClientHandle):
+    """The client reader of a :class:`PulsarReader`, with its receiving thread."""
+
+    def __init__(self, client: Any, topic: str, start: Any, conf: Any, chunk: int) -> None:
+        super().__init__("reader", repr(topic), f"creating a reader of {topic!r}")
+        self._client = client
+        self._topic = topic
+        self._start = start
+        self._conf = conf
+        self._chunk = chunk
+        self.fetcher = Fetcher(self._read, self._read_more if chunk > 1 else None, chunk, topic)
+        self._create_soon()
+
+    def _request(self, done: Callable[[Any], None]) -> None:
+        self._client.create_reader_async_v2(self._topic, self._start, self._conf, done)
+
+    def _read(self, timeout_ms: int) -> Any:
+        return self.handle.read_next(timeout_ms)
+
+    def _read_more(self) -> list[Any]:
+        out: list[Any] = []
+        read = self.handle.read_next
+        try:
+            while len(out) < self._chunk - 1:
+                out.append(read(0))
+        except _pulsar.Timeout:
+            pass
+        return out
+
+
+class PulsarReader(_HandleRecords):
     """A RecordIterator over a Pulsar reader: replay a topic from a message id; no broker-side state."""
 
     def __init__(
@@ -122,23 +158,13 @@ class PulsarReader(RecordIteration):
         if receiver_queue_size < 1:
             raise ConfigError(f"receiver_queue_size must be >= 1, got {receiver_queue_size}")
         self.topic = topic
-        self._client = client
-        self._start = message_id(start)
-        self._conf = _pulsar.ReaderConfiguration()
-        self._conf.receiver_queue_size(receiver_queue_size)
-        self._conf.start_message_id_inclusive(inclusive)
-        self._chunk = min(receiver_queue_size, MAX_CHUNK)
-        self._future: asyncio.Future[Any] | None = None
-        self._reader: Any = None
-        self._closed = False
+        conf = _pulsar.ReaderConfiguration()
+        conf.receiver_queue_size(receiver_queue_size)
+        conf.start_message_id_inclusive(inclusive)
         self._acked: Record | None = None
-        self._fetcher = Fetcher(self._read, self._read_more if self._chunk > 1 else None, self._chunk, topic)
-        self._position = _ReaderPosition(self)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._create(loop)
+        self._committer = _ReaderPosition(self)
+        chunk = min(receiver_queue_size, MAX_CHUNK)
+        self._handle = _ReaderHandle(client, topic, message_id(start), conf, chunk)
 
     def __repr__(self) -> str:
         return f"<PulsarReader {self.topic!r}>"
@@ -148,73 +174,3 @@ class PulsarReader(RecordIteration):
         """The message id of the furthest acknowledged record (start a later reader there, exclusive)."""
         record = self._acked
         return None if record is None else message_id_text(record.raw)
-
-    def _create(self, loop: asyncio.AbstractEventLoop) -> None:
-        future: asyncio.Future[Any] = loop.create_future()
-        self._client.create_reader_async_v2(self.topic, self._start, self._conf, error_or_value(future))
-        self._future = future
-
-    def _read(self, timeout_ms: int) -> Any:
-        return self._reader.read_next(timeout_ms)
-
-    def _read_more(self) -> list[Any]:
-        out: list[Any] = []
-        read = self._reader.read_next
-        try:
-            while len(out) < self._chunk - 1:
-                out.append(read(0))
-        except _pulsar.Timeout:
-            pass
-        return out
-
-    async def _open(self, timeout: float | None = None) -> None:
-        if self._reader is not None:
-            return
-        if self._closed:
-            raise ClosedError(f"the reader of {self.topic!r} is closed")
-        loop = asyncio.get_running_loop()
-        if self._future is None:
-            self._create(loop)
-        assert self._future is not None
-        reader = await wait(
-            asyncio.shield(self._future), f"creating a reader of {self.topic!r}", ReceiveError, timeout
-        )
-        if self._closed:
-            raise ClosedError(f"the reader of {self.topic!r} is closed")
-        if self._reader is None:
-            self._reader = reader
-            self._fetcher.start(loop)
-
-    async def next_record(self, timeout: float | None = None) -> Record:
-        """The next record; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
-        if self._reader is None:
-            await self._open(timeout)
-        raw = await self._fetcher.take(timeout)
-        return to_records((raw,), self._position, time.time())[0]
-
-    async def close(self) -> None:
-        """Close the reader. Idempotent; never waits more than a few seconds."""
-        if self._closed:
-            return
-        self._closed = True
-        self._fetcher.close()
-        reader = self._reader
-        if reader is None and self._future is not None:
-            try:
-                reader = await wait(
-                    asyncio.shield(self._future), "creating a reader", ReceiveError, CLOSE_TIMEOUT
-                )
-            except (BrokerError, TimeoutError):
-                reader = None
-        if reader is None:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        reader.close_async(outcome(future))
-        try:
-            await wait(future, f"closing the reader of {self.topic!r}", ReceiveError, CLOSE_TIMEOUT)
-        except (BrokerError, TimeoutError) as exc:
-            log.warning("closing the reader of %s: %s", self.topic, exc)
-
-    async def __aenter__(self) -> Self:
-        await self._open()
-        return self

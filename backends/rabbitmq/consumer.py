@@ -33,7 +33,8 @@ from broker.backends.rabbitmq.connection import RabbitmqConnection, close_quietl
 from broker.backends.rabbitmq.errors import translate
 from broker.backends.rabbitmq.mapping import to_message
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
-from broker.errors import AckError, ClosedError, ConfigError, Timeout
+from broker.batch_limits import check_batch_limits
+from broker.errors import AckError, ClosedError, Timeout
 from broker.message import Message
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
@@ -243,10 +244,7 @@ class RabbitmqBatchedMessageIterator(_Subscription, BatchedMessageIteration):
         batch_size: int,
         batch_timeout: float,
     ) -> None:
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        if batch_timeout < 0:
-            raise ConfigError(f"batch_timeout must be >= 0 seconds, got {batch_timeout}")
+        check_batch_limits(batch_size, batch_timeout)
         super().__init__(connection, topic, subscription, options)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
