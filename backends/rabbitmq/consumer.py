@@ -1,9 +1,10 @@
 """Consuming from RabbitMQ: a subscription is a durable quorum queue bound to the topic's exchange.
 
-:class:`RabbitmqMessageIterator` declares the exchange, the queue ``<topic>.<subscription>`` and
-the binding when it is entered (or on its first ``next_message``), so every message published
-afterwards reaches it; then it consumes on its own channel with ``basic.qos`` prefetch. Several
-iterators on one subscription share its queue: competing consumers.
+The iterators are the portable shells of :mod:`broker.pushed` over :class:`RabbitmqSubscription`,
+the push driver: entered (or on its first ``next_message``) it declares the exchange, the queue
+``<topic>.<subscription>`` and the binding, so every message published afterwards reaches it; then
+it consumes on its own channel with ``basic.qos`` prefetch. Several iterators on one subscription
+share its queue: competing consumers.
 
 :class:`RabbitmqAcker` settles deliveries. What RabbitMQ has no native form for is emulated here:
 
@@ -24,8 +25,8 @@ not handed out, or handed out and unsettled). Settling such a message afterwards
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, Final, Self
+from collections.abc import Callable
+from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
@@ -33,14 +34,16 @@ from broker.backends.rabbitmq.connection import RabbitmqConnection, close_quietl
 from broker.backends.rabbitmq.errors import translate
 from broker.backends.rabbitmq.mapping import to_message
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
-from broker.batch_limits import check_batch_limits
-from broker.errors import AckError, ClosedError, Timeout
+from broker.errors import AckError
 from broker.message import Message
-from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+from broker.pushed import PushedBatchedMessageIterator, PushedMessageIterator
 
-__all__ = ["RabbitmqAcker", "RabbitmqBatchedMessageIterator", "RabbitmqMessageIterator"]
-
-_CLOSED: Final = object()
+__all__ = [
+    "RabbitmqAcker",
+    "RabbitmqBatchedMessageIterator",
+    "RabbitmqMessageIterator",
+    "RabbitmqSubscription",
+]
 
 
 class RabbitmqAcker:
@@ -134,8 +137,8 @@ class RabbitmqAcker:
             task.cancel()
 
 
-class _Subscription(AsyncResource):
-    """What both iterators share: declaring, consuming into a buffer, closing."""
+class RabbitmqSubscription:
+    """The push driver of one subscription: declares and consumes its queue, maps deliveries."""
 
     def __init__(
         self, connection: RabbitmqConnection, topic: str, subscription: str, options: ConsumerOptions
@@ -143,96 +146,60 @@ class _Subscription(AsyncResource):
         self._connection = connection
         self.topic = check_name(topic, "topic (exchange)")
         self.queue = queue_name(topic, subscription)
+        self.name = repr(self.queue)
         self.options = options
         self.acker = RabbitmqAcker(options.ack_deadline)
-        self._buffer: asyncio.Queue[Any] = asyncio.Queue()
         self._channel: AbstractChannel | None = None
-        self._start_lock = asyncio.Lock()
-        self._closed = False
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} queue={self.queue!r}{' closed' if self._closed else ''}>"
+    async def start(self, deliver: Callable[[Any], None]) -> None:
+        """Declare the exchange(s), the quorum queue and its binding; consume into ``deliver``."""
+        settings, options = self._connection.settings, self.options
+        channel = await self._connection.channel(prefetch=options.prefetch)
 
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return self._closed
+        async def delivered(incoming: AbstractIncomingMessage) -> None:
+            deliver(incoming)
 
-    async def __aenter__(self) -> Self:
-        await self._start()
-        return self
+        try:
+            exchange = await declare_exchange(channel, self.topic, settings)
+            if options.dead_letter_topic is not None:
+                await declare_exchange(channel, options.dead_letter_topic, settings)
+            queue = await channel.declare_queue(self.queue, durable=True, arguments=options.queue_arguments())
+            await queue.bind(exchange, routing_key=settings.binding_key)
+            await queue.consume(delivered)
+        except BaseException as exc:
+            await close_quietly(channel, settings.close_timeout)
+            if isinstance(exc, Exception):
+                raise translate(exc, f"subscribing {self.queue!r} to {self.topic!r}") from exc
+            raise
+        self._channel = channel
 
-    async def _start(self) -> None:
-        if self._channel is not None:
-            return
-        async with self._start_lock:
-            if self._closed:
-                raise ClosedError(f"the consumer of {self.queue!r} is closed")
-            if self._channel is not None:
-                return
-            settings, options = self._connection.settings, self.options
-            channel = await self._connection.channel(prefetch=options.prefetch)
-            try:
-                exchange = await declare_exchange(channel, self.topic, settings)
-                if options.dead_letter_topic is not None:
-                    await declare_exchange(channel, options.dead_letter_topic, settings)
-                queue = await channel.declare_queue(
-                    self.queue, durable=True, arguments=options.queue_arguments()
-                )
-                await queue.bind(exchange, routing_key=settings.binding_key)
-                await queue.consume(self._delivered)
-            except BaseException as exc:
-                await close_quietly(channel, settings.close_timeout)
-                if isinstance(exc, Exception):
-                    raise translate(exc, f"subscribing {self.queue!r} to {self.topic!r}") from exc
-                raise
-            self._channel = channel
+    def stale(self, delivery: AbstractIncomingMessage) -> bool:
+        """A delivery of a channel closed since (after a reconnect): the broker requeued it."""
+        return bool(delivery.channel.is_closed)
 
-    async def _delivered(self, incoming: AbstractIncomingMessage) -> None:
-        self._buffer.put_nowait(incoming)
-
-    def _hand_out(self, item: Any) -> Message:
-        if item is _CLOSED:
-            self._buffer.put_nowait(_CLOSED)  # wake the next waiter too
-            raise ClosedError(f"the consumer of {self.queue!r} is closed")
-        message = to_message(item, self.acker, time.time())
+    def message(self, delivery: AbstractIncomingMessage, now: float) -> Message:
+        """The delivery as a Message; its ack-deadline timer starts now."""
+        message = to_message(delivery, self.acker, now)
         self.acker.handed_out(message)
         return message
 
-    async def _next(self, timeout: float | None) -> Message:
-        if self._closed:
-            raise ClosedError(f"the consumer of {self.queue!r} is closed")
-        await self._start()
-        try:
-            async with asyncio.timeout(timeout):
-                item = await self._buffer.get()
-                while _stale(item):
-                    item = await self._buffer.get()
-        except TimeoutError:
-            raise Timeout(f"no message from {self.queue!r} within {timeout}s") from None
-        return self._hand_out(item)
-
-    async def close(self) -> None:
-        """Stop consuming; the broker returns every unsettled message of this consumer. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def stop(self) -> None:
+        """Close the channel: the broker returns every unsettled message of this consumer."""
         self.acker.cancel()
-        self._buffer.put_nowait(_CLOSED)
-        async with self._start_lock:
-            channel, self._channel = self._channel, None
+        channel, self._channel = self._channel, None
         await close_quietly(channel, self._connection.settings.close_timeout)
 
 
-class RabbitmqMessageIterator(_Subscription, MessageIteration):
+class RabbitmqMessageIterator(PushedMessageIterator):
     """A MessageIterator on the quorum queue of a subscription."""
 
-    async def next_message(self, timeout: float | None = None) -> Message:
-        """The next message; ``Timeout`` when none arrives within ``timeout`` seconds."""
-        return await self._next(timeout)
+    def __init__(
+        self, connection: RabbitmqConnection, topic: str, subscription: str, options: ConsumerOptions
+    ) -> None:
+        super().__init__(RabbitmqSubscription(connection, topic, subscription, options))
 
 
-class RabbitmqBatchedMessageIterator(_Subscription, BatchedMessageIteration):
+class RabbitmqBatchedMessageIterator(PushedBatchedMessageIterator):
     """A BatchedMessageIterator: what the broker has delivered so far, up to ``batch_size``."""
 
     def __init__(
@@ -244,29 +211,6 @@ class RabbitmqBatchedMessageIterator(_Subscription, BatchedMessageIteration):
         batch_size: int,
         batch_timeout: float,
     ) -> None:
-        check_batch_limits(batch_size, batch_timeout)
-        super().__init__(connection, topic, subscription, options)
-        self.batch_size = batch_size
-        self.batch_timeout = batch_timeout
-
-    async def next_batch(self, timeout: float | None = None) -> list[Message]:
-        """Up to ``batch_size`` messages as soon as any came; ``[]`` after the timeout."""
-        try:
-            batch = [await self._next(self.batch_timeout if timeout is None else timeout)]
-        except Timeout:
-            return []
-        buffer = self._buffer
-        while len(batch) < self.batch_size and not buffer.empty():
-            item = buffer.get_nowait()
-            if item is _CLOSED:
-                buffer.put_nowait(item)
-                break
-            if _stale(item):
-                continue
-            batch.append(self._hand_out(item))
-        return batch
-
-
-def _stale(item: Any) -> bool:
-    """True for a delivery whose channel has closed since: the broker requeued it already."""
-    return item is not _CLOSED and bool(item.channel.is_closed)
+        super().__init__(
+            RabbitmqSubscription(connection, topic, subscription, options), batch_size, batch_timeout
+        )
