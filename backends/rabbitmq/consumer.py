@@ -53,6 +53,10 @@ class RabbitmqAcker:
         self.ack_deadline = ack_deadline
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Deliveries with a settlement being sent (their SDK object marks them only once it is
+        #: sent): "returning" (the deadline fired: back to the queue) or "settling" (ack, nack,
+        #: dead-letter). The other kind must then not go out too: the broker would get both.
+        self._busy: dict[int, str] = {}
 
     def _tag(self, message: Message) -> int:
         return id(message.raw)  # not the delivery tag: a reopened channel counts from 1 again
@@ -83,14 +87,26 @@ class RabbitmqAcker:
 
     async def _requeue(self, message: Message) -> None:
         raw: AbstractIncomingMessage = message.raw
-        if not raw.processed and not raw.channel.is_closed:
-            try:
-                await raw.nack(requeue=True)
-            except Exception:  # the channel went away: the broker requeued it anyway
-                pass
+        tag = self._tag(message)
+        if raw.processed or raw.channel.is_closed or tag in self._busy:
+            return  # settled meanwhile (or being settled), or the broker requeues it anyway
+        self._busy[tag] = "returning"  # before the await: an ack from now on must fail
+        try:
+            await raw.nack(requeue=True)
+        except Exception:  # the channel went away: the broker requeued it anyway
+            pass
+        finally:
+            self._busy.pop(tag, None)
+
+    def _returning(self, message: Message) -> bool:
+        return self._busy.get(self._tag(message)) == "returning"
 
     async def _settle(self, message: Message, doing: str) -> None:
+        if self._returning(message):
+            raise AckError(f"{doing} {message.id!r}: its ack deadline passed; it goes back to the queue")
         self._disarm(message)
+        tag = self._tag(message)
+        self._busy[tag] = "settling"  # a deadline that fired already must not return it now
         raw: AbstractIncomingMessage = message.raw
         try:
             if doing == "acking":
@@ -101,6 +117,8 @@ class RabbitmqAcker:
                 await raw.reject(requeue=False)
         except Exception as exc:
             raise translate(exc, f"{doing} message {message.id!r}", AckError) from exc
+        finally:
+            self._busy.pop(tag, None)
 
     async def ack(self, message: Message) -> None:
         """``basic.ack``."""
@@ -112,14 +130,14 @@ class RabbitmqAcker:
             await self._settle(message, "nacking")
             return
         raw: AbstractIncomingMessage = message.raw
-        if raw.processed:
+        if raw.processed or self._returning(message):
             await self._settle(message, "nacking")  # raises the AckError
         self._arm(message, delay)
 
     async def in_progress(self, message: Message) -> None:
         """Restart the message's ack-deadline timer."""
         raw: AbstractIncomingMessage = message.raw
-        if raw.processed:
+        if raw.processed or self._returning(message):
             raise AckError(f"message {message.id!r} passed its ack deadline and went back to the queue")
         if self.ack_deadline is not None:
             self._arm(message, self.ack_deadline)

@@ -225,27 +225,38 @@ class LifecycleSuite:
 
     async def test_iteration_yields_what_was_asked_for(self, harness: Harness) -> None:
         """``async for`` over a per-item consumer yields items, over a batched one non-empty lists."""
-        topic, sub, group = harness.name("kinds"), harness.name("sub"), harness.name("group")
-        await harness.prepare(topic, [sub] if harness.capabilities.messages else [])
         backend = harness.backend
-        async with asyncio.timeout(harness.patience * 2):
+        async with asyncio.timeout(harness.patience * 3):
             if harness.capabilities.messages:
-                async with backend.messages(topic, sub) as messages, backend.batched_messages(topic, sub):
+                topic, one, many = harness.name("kinds"), harness.name("sub"), harness.name("sub")
+                await harness.prepare(topic, [one, many])
+                async with (
+                    backend.messages(topic, one) as messages,
+                    backend.batched_messages(topic, many) as batches,
+                ):
                     await backend.publisher().topic(topic).batch_publish(*_numbered(0, 2))
                     async for message in messages:
                         assert isinstance(message, Message), type(message)
                         await message.ack()
                         break
+                    async for batch in batches:
+                        assert isinstance(batch, list) and batch, batch
+                        assert all(isinstance(m, Message) for m in batch)
+                        for message in batch:
+                            await message.ack()
+                        break
             if harness.capabilities.records:
+                topic = harness.name("kinds")
+                await harness.prepare(topic, [])
                 await backend.publisher().topic(topic).batch_publish(*_numbered(0, 2))
-                async with backend.records(topic, group) as records:
+                async with backend.records(topic, harness.name("group")) as records:
                     async for record in records:
                         assert isinstance(record, Record), type(record)
                         break
-                async with backend.batched_records(topic, harness.name("group")) as batches:
-                    async for batch in batches:
-                        assert isinstance(batch, list) and batch, batch
-                        assert all(isinstance(r, Record) for r in batch)
+                async with backend.batched_records(topic, harness.name("group")) as record_batches:
+                    async for record_batch in record_batches:
+                        assert isinstance(record_batch, list) and record_batch, record_batch
+                        assert all(isinstance(r, Record) for r in record_batch)
                         break
 
     async def test_crashed_consumer_process_loses_nothing(self, harness: Harness) -> None:

@@ -147,3 +147,35 @@ async def test_a_wrong_password_is_an_authentication_failure(rabbitmq_server: Ra
         with pytest.raises(AuthenticationFailed) as caught:
             await backend.publisher().topic("t").publish(OutboundMessage(b"x"))
         assert "wrong" not in str(caught.value)
+
+
+async def test_an_ack_racing_an_expired_deadline_is_refused_or_wins_never_both(backend: RabbitmqBackend) -> None:
+    """The emulated deadline returns a message with ``basic.nack`` while the handler may be acking it.
+
+    aio-pika marks a delivery settled only once its frame is written, so both could go out: the
+    handler's ack "succeeds" and the broker redelivers the message anyway (and closes the channel
+    for the unknown delivery tag). Whichever starts first wins; the other is refused or skipped.
+    """
+    topic = _name("race")
+    async with backend.messages(topic, "work", ack_deadline=30) as consumer:
+        publisher = backend.publisher().topic(topic)
+        await publisher.batch_publish(OutboundMessage(b"returned"), OutboundMessage(b"acked"))
+        returned = await consumer.next_message(timeout=5)
+        acked = await consumer.next_message(timeout=5)
+        acker = returned.acker
+        # The deadline of the first fires and its return is on the wire: the ack must fail.
+        acker._requeue_later(returned)  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+        with pytest.raises(AckError, match="deadline"):
+            await returned.ack()
+        # The deadline of the second fires while its ack is being sent: the return is skipped.
+        acker._requeue_later(acked)  # type: ignore[attr-defined]
+        await acked.ack()
+        again = await consumer.next_message(timeout=5)
+        assert again.data == b"returned" and again.delivery_attempt == 2
+        await again.ack()
+        with pytest.raises(TimeoutError):
+            await consumer.next_message(timeout=1.0)  # the acked one never comes back
+    async with backend.messages(topic, "work") as reopened:  # nor after the channel closed
+        with pytest.raises(TimeoutError):
+            await reopened.next_message(timeout=1.0)
