@@ -199,7 +199,11 @@ _LAZY_FIELDS: Final = (
 
 def _settle(record: KafkaRecord) -> None:
     """Turn ``record`` into a plain one (every field stored): called before a field is assigned."""
-    values = [getattr(record, name) for name in _LAZY_FIELDS]
+    try:
+        values = [getattr(record, name) for name in _LAZY_FIELDS]
+    except AttributeError:  # not read from a message (``copy`` is filling it in): nothing to keep
+        record.__class__ = _StoredKafkaRecord
+        return
     record.__class__ = _StoredKafkaRecord
     for name, value in zip(_LAZY_FIELDS, values, strict=True):
         setattr(record, name, value)

@@ -106,6 +106,18 @@ def test_a_record_built_by_hand_or_replaced_is_a_plain_record() -> None:
     assert (built.topic, built.partition, built.offset, built.value, built.key) == ("u", 1, 2, b"v", None)
 
 
+def test_a_copied_record_equals_the_original() -> None:
+    import copy
+
+    raw = SdkMessage("t", 3, 4, b"k", [("h", b"1")], (1, 2000))
+    record = to_records([raw], {}, Committer(), 1.0)[0]
+    copied = copy.copy(record)
+    names = [f.name for f in dataclasses.fields(Record)]
+    assert [getattr(copied, n) for n in names] == [getattr(record, n) for n in names]
+    copied.value = b"changed"
+    assert record.value == b"v4"
+
+
 def test_a_record_keeps_the_committer_of_its_fetch() -> None:
     """A partition revoked and assigned again gets a new committer: records of the first
     assignment keep the old one (whose acks are dropped), never the new one."""
