@@ -149,7 +149,9 @@ async def test_a_wrong_password_is_an_authentication_failure(rabbitmq_server: Ra
         assert "wrong" not in str(caught.value)
 
 
-async def test_an_ack_racing_an_expired_deadline_is_refused_or_wins_never_both(backend: RabbitmqBackend) -> None:
+async def test_an_ack_racing_an_expired_deadline_is_refused_or_wins_never_both(
+    backend: RabbitmqBackend,
+) -> None:
     """The emulated deadline returns a message with ``basic.nack`` while the handler may be acking it.
 
     aio-pika marks a delivery settled only once its frame is written, so both could go out: the
