@@ -448,10 +448,9 @@ class GroupCore(_CoreBase):
         self._pending_commits: dict[TP, int] = {}
         self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
         self._commit_task: asyncio.Task[None] | None = None
-        #: When the last commit that nobody waits for went out (loop time), and whether the
-        #: commit task is waiting out COMMIT_INTERVAL before the next.
+        #: When the last commit that nobody waits for went out (loop time); while the commit task
+        #: waits out COMMIT_INTERVAL before the next, ``_pace`` is the future that wakes it.
         self._last_quiet_commit = -COMMIT_INTERVAL
-        self._pacing = False
         self._pace: asyncio.Future[None] | None = None
         #: False: ``Record.ack()`` queues its commit and returns (see :meth:`commit_soon`); the
         #: broker has it within a commit round trip, ``flush()`` waits for it, revoke and close
@@ -491,7 +490,7 @@ class GroupCore(_CoreBase):
             self._loop.call_soon(self._read_ahead_soon)
 
     def _read_ahead_soon(self) -> None:
-        if (self._pending_commits or self._commit_task is not None) and not self._pacing:
+        if (self._pending_commits or self._commit_task is not None) and self._pace is None:
             return  # the commit round sends it right after its commit
         self._send_read_ahead()
 
@@ -701,14 +700,12 @@ class GroupCore(_CoreBase):
                 if not self._commit_waiters:  # acks that do not wait: one commit per interval
                     wait = self._last_quiet_commit + COMMIT_INTERVAL - loop.time()
                     if wait > 0:
-                        self._pacing = True
                         pace = self._pace = loop.create_future()
                         timer = loop.call_later(wait, _wake, pace)
                         try:
                             await pace  # woken early by a waiting commit() or flush()
                         finally:
                             timer.cancel()
-                            self._pacing = False
                             self._pace = None
                         continue
                 offsets, self._pending_commits = self._pending_commits, {}
