@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from broker.message import Message
@@ -41,3 +41,30 @@ async def nack_leftovers(items: Iterable[Any], delay: float | None = None) -> No
     for message, result in zip(leftovers, results, strict=True):
         if isinstance(result, BaseException):
             log.warning("could not nack message %s on shutdown: %r", message.id, result)
+
+
+async def hand_over(items: Sequence[T], put: Callable[[T], Awaitable[None]]) -> None:
+    """``put`` each item in turn; when cancelled, nack what was not handed over, then re-raise."""
+    for i, item in enumerate(items):
+        try:
+            await put(item)
+        except asyncio.CancelledError:
+            await nack_leftovers(items[i:])
+            raise
+
+
+async def run_until_first_error(tasks: list[asyncio.Task[Any]]) -> None:
+    """Wait for all ``tasks``; the first that fails cancels the others and its error is raised.
+
+    On the way out (error, cancellation) every task is cancelled and awaited, so none is left running.
+    """
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from broker.adapt._common import run_until_first_error
 from broker.interfaces import Topic
 from broker.message import OutboundMessage
 
@@ -31,17 +32,7 @@ async def publish_concurrently(
             await topic.publish(message)
 
     async def all_of() -> None:
-        tasks = [asyncio.ensure_future(one(m)) for m in pending]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await run_until_first_error([asyncio.ensure_future(one(m)) for m in pending])
 
     if timeout is None:
         await all_of()

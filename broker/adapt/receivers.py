@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from broker.adapt._common import log, messages_in, nack_leftovers
+from broker.adapt._common import hand_over, log, messages_in, nack_leftovers, run_until_first_error
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.errors import ClosedError, ConfigError
 from broker.interfaces import (
@@ -322,12 +322,7 @@ def receiver(
     async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
         while True:
             await gate()
-            message = await iterator.next_message()
-            try:
-                await put(message)
-            except asyncio.CancelledError:
-                await nack_leftovers([message])
-                raise
+            await hand_over((await iterator.next_message(),), put)
 
     return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
@@ -352,13 +347,7 @@ def receiver_from_batches(
     async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
         while True:
             await gate()
-            batch = await iterator.next_batch()
-            for i, message in enumerate(batch):
-                try:
-                    await put(message)
-                except asyncio.CancelledError:
-                    await nack_leftovers(batch[i:])
-                    raise
+            await hand_over(await iterator.next_batch(), put)
 
     return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
@@ -391,19 +380,11 @@ def batched_receiver(
                 await gate()
                 batch = await source.next_batch()
                 if batch:
-                    try:
-                        await put(batch)
-                    except asyncio.CancelledError:
-                        await nack_leftovers(batch)
-                        raise
+                    await hand_over((batch,), put)
         else:
             async for batch in source:
                 if batch:
-                    try:
-                        await put(batch)
-                    except asyncio.CancelledError:
-                        await nack_leftovers(batch)
-                        raise
+                    await hand_over((batch,), put)
                 await gate()
 
     return _BatchReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
@@ -416,18 +397,7 @@ class _FanIn:
     async def receive(self, handler: Handler) -> None:
         """Run every receiver with ``handler``; the first error stops them all and is raised."""
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(r.receive(handler)) for r in self.receivers]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        await run_until_first_error([loop.create_task(r.receive(handler)) for r in self.receivers])
 
 
 def fan_in(*receivers: Receiver) -> Receiver:

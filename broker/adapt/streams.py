@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from broker.adapt._common import nack_leftovers
+from broker.adapt._common import hand_over, nack_leftovers
 from broker.errors import ClosedError
 from broker.interfaces import (
     BatchedIterator,
@@ -121,11 +121,7 @@ def _pumping(pull: Callable[[], Awaitable[T]], skip_empty: bool = False) -> Call
             item = await pull()
             if skip_empty and not item:
                 continue
-            try:
-                await put(item)
-            except asyncio.CancelledError:
-                await nack_leftovers([item])
-                raise
+            await hand_over((item,), put)
 
     return produce
 
@@ -140,13 +136,7 @@ def message_stream_from_batches(iterator: BatchedMessageIterator, buffer: int = 
 
     async def produce(put: Callable[[Message], Awaitable[None]]) -> None:
         while True:
-            batch = await iterator.next_batch()
-            for i, message in enumerate(batch):
-                try:
-                    await put(message)
-                except asyncio.CancelledError:
-                    await nack_leftovers(batch[i:])
-                    raise
+            await hand_over(await iterator.next_batch(), put)
 
     return Stream(produce, buffer)
 
@@ -223,10 +213,6 @@ def batch_stream(source: AsyncIterator[T], batch_size: int = 100, timeout: float
 def _forward(source: AsyncIterator[T]) -> Callable[[Callable[[T], Awaitable[None]]], Awaitable[None]]:
     async def produce(put: Callable[[T], Awaitable[None]]) -> None:
         async for item in source:
-            try:
-                await put(item)
-            except asyncio.CancelledError:
-                await nack_leftovers([item])
-                raise
+            await hand_over((item,), put)
 
     return produce

@@ -325,13 +325,7 @@ class ConsumerTelemetry:
 
     def begin_record(self, record: Record) -> Any:
         """A record was read: count it, wrap its committer, start its process span."""
-        committer = record.committer
-        if not (isinstance(committer, TracedCommitter) and committer._consumer is self):
-            traced = self._committers.get(id(committer))
-            if traced is None or traced.wrapped is not committer:
-                traced = self._committers[id(committer)] = TracedCommitter(committer, self)
-            record.committer = traced
-            self.series_of(record.topic).add("received", 1)
+        self._adopt_record(record)
         span = self._process_span(record.topic, record.attributes)
         if span is None:
             return None
@@ -339,6 +333,16 @@ class ConsumerTelemetry:
             self._record_attributes(span, record)
             self._keep(id(record), span)
         return span
+
+    def _adopt_record(self, record: Record) -> None:
+        """Count a record once and route its acks through this consumer's traced committer."""
+        committer = record.committer
+        if not (isinstance(committer, TracedCommitter) and committer._consumer is self):
+            traced = self._committers.get(id(committer))
+            if traced is None or traced.wrapped is not committer:
+                traced = self._committers[id(committer)] = TracedCommitter(committer, self)
+            record.committer = traced
+            self.series_of(record.topic).add("received", 1)
 
     def _record_attributes(self, span: Any, record: Record) -> None:
         span.set_attribute("messaging.destination.partition.id", str(record.partition))
@@ -360,13 +364,7 @@ class ConsumerTelemetry:
                 self._adopt(item)
             else:
                 destination = item.topic
-                committer = item.committer
-                if not (isinstance(committer, TracedCommitter) and committer._consumer is self):
-                    traced = self._committers.get(id(committer))
-                    if traced is None or traced.wrapped is not committer:
-                        traced = self._committers[id(committer)] = TracedCommitter(committer, self)
-                    item.committer = traced
-                    self.series_of(item.topic).add("received", 1)
+                self._adopt_record(item)
             if extract is not None and item.attributes:
                 assert otel is not None
                 context = otel.trace.get_current_span(extract(item.attributes)).get_span_context()

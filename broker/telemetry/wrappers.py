@@ -32,6 +32,7 @@ from broker.errors import BrokerError, ClosedError, Timeout
 from broker.interfaces import BatchHandler, Handler, Publisher, TransactionalPublisher
 from broker.message import Message, Record
 from broker.publishing import DriverPublisher
+from broker.resources import AsyncResource
 from broker.telemetry.core import ConsumerTelemetry, Telemetry
 from broker.telemetry.health import ConsumerHealth, HealthReport
 
@@ -374,7 +375,7 @@ class TracedReceiver(_Delegate):
             await close()
 
 
-class InstrumentedBackend:
+class InstrumentedBackend(AsyncResource):
     """A :class:`~broker.Backend` that traces, counts and keeps the health of what it hands out.
 
     Made by :func:`broker.telemetry.instrument`; ``wrapped`` is the backend underneath, and any
@@ -544,11 +545,3 @@ class InstrumentedBackend:
         for watch in watches:
             await watch.stop()
         await self.wrapped.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
