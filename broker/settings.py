@@ -22,6 +22,7 @@ from broker.errors import ConfigError, UnknownSetting
 __all__ = [
     "ParsedUrl",
     "build_settings",
+    "check_at_least",
     "check_positive",
     "describe",
     "field_values",
@@ -249,6 +250,18 @@ def check_positive(unit: str = "", /, **values: float) -> None:
     for name, value in values.items():
         if value <= 0:
             raise ConfigError(f"{name} must be > 0{suffix}, got {value}")
+
+
+def check_at_least(minimum: float, unit: str = "", /, **values: float) -> None:
+    """Raise :class:`~broker.errors.ConfigError` for the first of ``values`` below ``minimum``.
+
+    ``check_at_least(1, batch_size=n)`` says ``batch_size must be >= 1, got 0``;
+    ``check_at_least(0, "seconds", linger=t)`` says ``linger must be >= 0 seconds, got -1``.
+    """
+    suffix = f" {unit}" if unit else ""
+    for name, value in values.items():
+        if value < minimum:
+            raise ConfigError(f"{name} must be >= {minimum}{suffix}, got {value}")
 
 
 def describe(settings: Any) -> dict[str, Any]:

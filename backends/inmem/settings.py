@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import field_values
+from broker.settings import check_at_least, check_positive, field_values
 
 __all__ = ["ConsumerOptions", "InmemSettings"]
 
@@ -27,12 +27,10 @@ class ConsumerOptions:
     batch_size: int = 100
 
     def __post_init__(self) -> None:
-        if self.ack_deadline <= 0:
-            raise ConfigError(f"ack_deadline must be > 0 seconds, got {self.ack_deadline}")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        check_positive("seconds", ack_deadline=self.ack_deadline)
+        if self.max_attempts is not None:
+            check_at_least(1, max_attempts=self.max_attempts)
+        check_at_least(1, batch_size=self.batch_size)
 
 
 #: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`InmemSettings`.
@@ -58,8 +56,7 @@ class InmemSettings:
     batch_size: int = _CONSUMER_DEFAULTS.batch_size
 
     def __post_init__(self) -> None:
-        if self.partitions < 1:
-            raise ConfigError(f"partitions must be >= 1, got {self.partitions}")
+        check_at_least(1, partitions=self.partitions)
         if not self.name:
             raise ConfigError("the in-memory broker needs a non-empty name")
         ConsumerOptions(**self.consumer_defaults())

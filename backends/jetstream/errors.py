@@ -18,6 +18,7 @@ from broker.errors import (
     Timeout,
     UnknownTopic,
 )
+from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
 
@@ -26,6 +27,49 @@ _NOT_FOUND_CODES = {10014, 10059}
 # ... and those that mean the request itself is wrong.
 _BAD_REQUEST_CODES = {10012, 10013, 10025, 10052, 10058, 10065, 10100}
 
+_API = nats.js.errors.APIError
+
+_ERRORS = ErrorTable(
+    ErrorRule(
+        nats.errors.MaxPayloadError, MessageTooLarge, "the message is larger than the server's max_payload"
+    ),
+    ErrorRule(
+        (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError),
+        ClosedError,
+        "the NATS connection is closed",
+    ),
+    ErrorRule(nats.js.errors.NoStreamResponseError, UnknownTopic, "no JetStream stream stores this subject"),
+    ErrorRule(nats.js.errors.NotFoundError, UnknownTopic),
+    # API errors by their JetStream error code, then by their HTTP-like status
+    ErrorRule(_API, UnknownTopic, when=lambda exc: exc.err_code in _NOT_FOUND_CODES),
+    ErrorRule(_API, ConfigError, when=lambda exc: exc.err_code in _BAD_REQUEST_CODES or exc.code == 400),
+    ErrorRule(_API, PermissionDenied, when=lambda exc: exc.code in (401, 403)),
+    ErrorRule(_API, Throttled, when=lambda exc: exc.code == 429),
+    ErrorRule(
+        _API, ConnectionFailed, "JetStream is not available ({detail})", when=lambda exc: exc.code == 503
+    ),
+    ErrorRule(_API, None),
+    ErrorRule(nats.errors.AuthorizationError, AuthenticationFailed),
+    ErrorRule(
+        nats.errors.Error, PermissionDenied, when=lambda exc: "permissions violation" in str(exc).lower()
+    ),
+    ErrorRule((nats.errors.TimeoutError, TimeoutError), Timeout, "no answer from the server in time"),
+    ErrorRule(
+        (
+            nats.errors.NoServersError,
+            nats.errors.StaleConnectionError,
+            nats.errors.OutboundBufferLimitError,
+            nats.errors.NoRespondersError,
+            nats.errors.ConnectionReconnectingError,
+            nats.errors.SecureConnFailedError,
+            ConnectionError,
+            OSError,
+        ),
+        ConnectionFailed,
+    ),
+    ErrorRule((nats.errors.BadSubjectError, nats.errors.BadHeaderError), ConfigError),
+)
+
 
 def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
     """The :mod:`broker.errors` exception for an SDK exception raised while ``doing`` something.
@@ -33,50 +77,6 @@ def translate(exc: BaseException, doing: str, default: type[BrokerError] = Broke
     Exceptions that name their own kind get the matching class, anything else ``default``;
     broker errors are returned unchanged. Raise the result ``from exc``.
     """
-    if isinstance(exc, BrokerError):
-        return exc
-    detail = str(exc) or type(exc).__name__
-    message = f"{doing}: {detail}"
-    if isinstance(exc, nats.errors.MaxPayloadError):
-        return MessageTooLarge(f"{doing}: the message is larger than the server's max_payload")
-    if isinstance(exc, nats.errors.ConnectionClosedError | nats.errors.ConnectionDrainingError):
-        return ClosedError(f"{doing}: the NATS connection is closed")
-    if isinstance(exc, nats.js.errors.NoStreamResponseError):
-        return UnknownTopic(f"{doing}: no JetStream stream stores this subject")
-    if isinstance(exc, nats.js.errors.NotFoundError):
-        return UnknownTopic(message)
-    if isinstance(exc, nats.js.errors.APIError):
-        if exc.err_code in _NOT_FOUND_CODES:
-            return UnknownTopic(message)
-        if exc.err_code in _BAD_REQUEST_CODES or exc.code == 400:
-            return ConfigError(message)
-        if exc.code in (401, 403):
-            return PermissionDenied(message)
-        if exc.code == 429:
-            return Throttled(message)
-        if exc.code == 503:
-            return ConnectionFailed(f"{doing}: JetStream is not available ({detail})")
-        if default is BrokerError and "publish" in doing:
-            return PublishError(message)
-        return default(message)
-    if isinstance(exc, nats.errors.AuthorizationError):
-        return AuthenticationFailed(message)
-    if isinstance(exc, nats.errors.Error) and "permissions violation" in detail.lower():
-        return PermissionDenied(message)
-    if isinstance(exc, nats.errors.TimeoutError | TimeoutError):
-        return Timeout(f"{doing}: no answer from the server in time")
-    if isinstance(
-        exc,
-        nats.errors.NoServersError
-        | nats.errors.StaleConnectionError
-        | nats.errors.OutboundBufferLimitError
-        | nats.errors.NoRespondersError
-        | nats.errors.ConnectionReconnectingError
-        | nats.errors.SecureConnFailedError
-        | ConnectionError
-        | OSError,
-    ):
-        return ConnectionFailed(message)
-    if isinstance(exc, nats.errors.BadSubjectError | nats.errors.BadHeaderError):
-        return ConfigError(message)
-    return default(message)
+    if default is BrokerError and "publish" in doing and isinstance(exc, _API):
+        default = PublishError  # an API error with no kind of its own failed the publish
+    return _ERRORS.translate(exc, doing, default)

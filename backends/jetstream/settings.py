@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options, rename_portable
-from broker.settings import check_positive, parse_url, redact_url, secret
+from broker.settings import check_at_least, check_positive, parse_url, redact_url, secret
 
 __all__ = [
     "MSG_ID_HEADER",
@@ -132,20 +132,15 @@ class ConsumerOptions:
     def __post_init__(self) -> None:
         if self.stream is not None:
             check_name(self.stream, "stream")
-        if self.ack_wait <= 0:
-            raise ConfigError(f"ack_wait must be > 0 seconds, got {self.ack_wait}")
+        check_positive("seconds", ack_wait=self.ack_wait)
         if self.max_deliver is not None and self.max_deliver < 1:
             raise ConfigError(f"max_deliver must be >= 1 (or None for unlimited), got {self.max_deliver}")
-        if self.max_ack_pending is not None and self.max_ack_pending < 1:
-            raise ConfigError(f"max_ack_pending must be >= 1, got {self.max_ack_pending}")
+        if self.max_ack_pending is not None:
+            check_at_least(1, max_ack_pending=self.max_ack_pending)
         if any(b <= 0 for b in self.backoff):
             raise ConfigError(f"backoff delays must be > 0 seconds, got {self.backoff}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.prefetch < 1:
-            raise ConfigError(f"prefetch must be >= 1, got {self.prefetch}")
-        if self.pull_expires < 0.05:
-            raise ConfigError(f"pull_expires must be >= 0.05 seconds, got {self.pull_expires}")
+        check_at_least(1, batch_size=self.batch_size, prefetch=self.prefetch)
+        check_at_least(0.05, "seconds", pull_expires=self.pull_expires)
         if self.dead_letter_subject is not None:
             check_subject(self.dead_letter_subject, wildcards=False)
 
@@ -252,22 +247,17 @@ class JetStreamSettings:
             close_timeout=self.close_timeout,
             publish_timeout=self.publish_timeout,
         )
-        if self.reconnect_wait < 0:
-            raise ConfigError(f"reconnect_wait must be >= 0 seconds, got {self.reconnect_wait}")
+        check_at_least(0, "seconds", reconnect_wait=self.reconnect_wait)
         if self.stream is not None:
             check_name(self.stream, "stream")
         for subject in self.subjects:
             check_subject(subject)
-        if self.replicas < 1:
-            raise ConfigError(f"replicas must be >= 1, got {self.replicas}")
-        if self.duplicate_window < 0:
-            raise ConfigError(f"duplicate_window must be >= 0 seconds, got {self.duplicate_window}")
-        if self.max_age is not None and self.max_age <= 0:
-            raise ConfigError(f"max_age must be > 0 seconds, got {self.max_age}")
-        if self.publish_window < 1:
-            raise ConfigError(f"publish_window must be >= 1, got {self.publish_window}")
-        if self.publish_retries < 0:
-            raise ConfigError(f"publish_retries must be >= 0, got {self.publish_retries}")
+        check_at_least(1, replicas=self.replicas)
+        check_at_least(0, "seconds", duplicate_window=self.duplicate_window)
+        if self.max_age is not None:
+            check_positive("seconds", max_age=self.max_age)
+        check_at_least(1, publish_window=self.publish_window)
+        check_at_least(0, publish_retries=self.publish_retries)
         if not self.msg_id_attribute:
             raise ConfigError("msg_id_attribute must be a non-empty attribute name")
         if self.durable is not None:

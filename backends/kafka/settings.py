@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_positive, field_values, secret
+from broker.settings import check_at_least, check_positive, field_values, secret
 
 __all__ = ["ConsumerOptions", "KafkaSettings"]
 
@@ -69,12 +69,8 @@ class ConsumerOptions:
     consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.fetch_min_bytes < 1:
-            raise ConfigError(f"fetch_min_bytes must be >= 1, got {self.fetch_min_bytes}")
-        if self.fetch_max_wait < 0:
-            raise ConfigError(f"fetch_max_wait must be >= 0, got {self.fetch_max_wait}")
+        check_at_least(1, batch_size=self.batch_size, fetch_min_bytes=self.fetch_min_bytes)
+        check_at_least(0, fetch_max_wait=self.fetch_max_wait)
         check_positive(
             fetch_max_bytes=self.fetch_max_bytes,
             session_timeout=self.session_timeout,
@@ -200,8 +196,7 @@ class KafkaSettings:
             close_timeout=self.close_timeout,
             transaction_timeout=self.transaction_timeout,
         )
-        if self.linger < 0:
-            raise ConfigError(f"linger must be >= 0 seconds, got {self.linger}")
+        check_at_least(0, "seconds", linger=self.linger)
         check_positive(batch_bytes=self.batch_bytes, max_buffered_records=self.max_buffered_records)
         if self.group_id == "":
             raise ConfigError("group_id must not be empty (leave it unset instead)")

@@ -24,8 +24,42 @@ from broker.errors import (
     Timeout,
     UnknownTopic,
 )
+from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
+
+_INVALID = api_exceptions.InvalidArgument
+
+_ERRORS = ErrorTable(
+    ErrorRule(api_exceptions.NotFound, UnknownTopic, "not found ({exc.message})"),
+    ErrorRule(publisher_exceptions.MessageTooLargeError, MessageTooLarge, "{exc}"),
+    ErrorRule(_INVALID, MessageTooLarge, "{exc.message}", when=lambda exc: "too large" in str(exc).lower()),
+    ErrorRule(
+        _INVALID,
+        ConfigError,
+        "invalid name ({exc.message})",
+        when=lambda exc: "name" in str(exc.message).lower(),
+    ),
+    ErrorRule(_INVALID, None, "invalid argument ({exc.message})"),
+    ErrorRule(
+        api_exceptions.Unauthenticated, AuthenticationFailed, "the credentials were refused ({exc.message})"
+    ),
+    ErrorRule(api_exceptions.PermissionDenied, PermissionDenied, "permission denied ({exc.message})"),
+    ErrorRule(
+        (api_exceptions.ResourceExhausted, api_exceptions.TooManyRequests),
+        Throttled,
+        "quota or rate limit exceeded ({exc.message})",
+    ),
+    ErrorRule(api_exceptions.ServiceUnavailable, ConnectionFailed, "{kind} ({exc.message})"),
+    ErrorRule(
+        (api_exceptions.DeadlineExceeded, api_exceptions.RetryError, TimeoutError),
+        Timeout,
+        "timed out ({exc})",
+    ),
+    ErrorRule(RuntimeError, ClosedError, "the client is closed", when=lambda exc: "stopped" in str(exc)),
+    fallback="{kind}: {exc}",
+    chain=True,
+)
 
 
 def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
@@ -34,8 +68,6 @@ def translate(exc: BaseException, doing: str, default: type[BrokerError] = Broke
     Errors that name their own kind (not found, too large, unreachable, ...) get the matching
     class; anything else becomes ``default``. Broker errors pass through unchanged.
     """
-    if isinstance(exc, BrokerError):
-        return exc
     cause = getattr(exc, "cause", None)
     if isinstance(exc, api_exceptions.RetryError) and isinstance(cause, api_exceptions.GoogleAPICallError):
         # retried until the deadline: the last error says why (quota, permission, ...)
@@ -43,30 +75,4 @@ def translate(exc: BaseException, doing: str, default: type[BrokerError] = Broke
             last = translate(cause, f"{doing} (retried until its deadline)", default)
             last.__cause__ = exc
             return last
-    error: BrokerError
-    if isinstance(exc, api_exceptions.NotFound):
-        error = UnknownTopic(f"{doing}: not found ({exc.message})")
-    elif isinstance(exc, publisher_exceptions.MessageTooLargeError):
-        error = MessageTooLarge(f"{doing}: {exc}")
-    elif isinstance(exc, api_exceptions.InvalidArgument) and "too large" in str(exc).lower():
-        error = MessageTooLarge(f"{doing}: {exc.message}")
-    elif isinstance(exc, api_exceptions.InvalidArgument) and "name" in str(exc.message).lower():
-        error = ConfigError(f"{doing}: invalid name ({exc.message})")
-    elif isinstance(exc, api_exceptions.InvalidArgument):
-        error = default(f"{doing}: invalid argument ({exc.message})")
-    elif isinstance(exc, api_exceptions.Unauthenticated):
-        error = AuthenticationFailed(f"{doing}: the credentials were refused ({exc.message})")
-    elif isinstance(exc, api_exceptions.PermissionDenied):
-        error = PermissionDenied(f"{doing}: permission denied ({exc.message})")
-    elif isinstance(exc, api_exceptions.ResourceExhausted | api_exceptions.TooManyRequests):
-        error = Throttled(f"{doing}: quota or rate limit exceeded ({exc.message})")
-    elif isinstance(exc, api_exceptions.ServiceUnavailable):
-        error = ConnectionFailed(f"{doing}: {type(exc).__name__} ({exc.message})")
-    elif isinstance(exc, api_exceptions.DeadlineExceeded | api_exceptions.RetryError | TimeoutError):
-        error = Timeout(f"{doing}: timed out ({exc})")
-    elif isinstance(exc, RuntimeError) and "stopped" in str(exc):
-        error = ClosedError(f"{doing}: the client is closed")
-    else:
-        error = default(f"{doing}: {type(exc).__name__}: {exc}")
-    error.__cause__ = exc
-    return error
+    return _ERRORS.translate(exc, doing, default)

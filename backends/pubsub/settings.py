@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import ConfigError, NotSupported
-from broker.settings import check_positive, secret
+from broker.settings import check_at_least, check_positive, secret
 
 __all__ = [
     "DEFAULT_DELIVERY_ATTEMPTS",
@@ -118,11 +118,9 @@ class ConsumerOptions:
         _check_attempts(attempts)
         object.__setattr__(self, "max_delivery_attempts", attempts)
         if self.batch_size is not None:
-            if self.batch_size < 1:
-                raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+            check_at_least(1, batch_size=self.batch_size)
             object.__setattr__(self, "pull_max_messages", self.batch_size)
-        if self.pull_max_messages < 1:
-            raise ConfigError(f"pull_max_messages must be >= 1, got {self.pull_max_messages}")
+        check_at_least(1, pull_max_messages=self.pull_max_messages)
         if self.dead_letter_topic is not None and not self.dead_letter_topic:
             raise ConfigError("dead_letter_topic must be a topic name or None")
         _check_start(self.start)

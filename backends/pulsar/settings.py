@@ -41,7 +41,7 @@ from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options, rename_portable
-from broker.settings import check_positive, parse_url, redact_url, secret
+from broker.settings import check_at_least, check_positive, parse_url, redact_url, secret
 
 __all__ = [
     "MIN_ACK_TIMEOUT",
@@ -92,10 +92,8 @@ class ConsumerOptions:
     batch_size: int = 100
 
     def __post_init__(self) -> None:
-        if self.receiver_queue_size < 1:
-            raise ConfigError(f"receiver_queue_size must be >= 1, got {self.receiver_queue_size}")
-        if self.nack_redelivery_delay < 0:
-            raise ConfigError(f"nack_redelivery_delay must be >= 0 seconds, got {self.nack_redelivery_delay}")
+        check_at_least(1, receiver_queue_size=self.receiver_queue_size)
+        check_at_least(0, "seconds", nack_redelivery_delay=self.nack_redelivery_delay)
         if self.ack_timeout is not None and self.ack_timeout < MIN_ACK_TIMEOUT:
             raise ConfigError(
                 f"ack_deadline (Pulsar's ack_timeout) must be at least {MIN_ACK_TIMEOUT:g} seconds: the "
@@ -108,8 +106,7 @@ class ConsumerOptions:
             )
         if self.dead_letter_topic is not None and not self.dead_letter_topic:
             raise ConfigError("dead_letter_topic must be a topic name or None")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        check_at_least(1, batch_size=self.batch_size)
 
 
 #: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`PulsarSettings`.
@@ -199,10 +196,7 @@ class PulsarSettings:
             operation_timeout=self.operation_timeout,
             send_timeout=self.send_timeout,
         )
-        if self.io_threads < 1:
-            raise ConfigError(f"io_threads must be >= 1, got {self.io_threads}")
-        if self.max_pending_messages < 1:
-            raise ConfigError(f"max_pending_messages must be >= 1, got {self.max_pending_messages}")
+        check_at_least(1, io_threads=self.io_threads, max_pending_messages=self.max_pending_messages)
         if self.batching_max_messages < 1 or self.batching_max_bytes < 1 or self.batching_max_delay < 0:
             raise ConfigError("batching limits must be positive")
         self.consumer_options({})

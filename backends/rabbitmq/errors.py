@@ -18,8 +18,42 @@ from broker.errors import (
     Timeout,
     UnknownTopic,
 )
+from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
+
+_ERRORS = ErrorTable(
+    ErrorRule(
+        amqp.MessageProcessError,
+        AckError,
+        "the message was already settled (its ack deadline passed: requeued)",
+    ),
+    ErrorRule(amqp.ChannelInvalidStateError, ClosedError, "the channel is closed"),
+    ErrorRule(
+        (amqp.ProbableAuthenticationError, aiormq.exceptions.AuthenticationError),
+        AuthenticationFailed,
+        "the broker refused the credentials",
+    ),
+    ErrorRule(
+        amqp.ChannelPreconditionFailed,
+        MessageTooLarge,
+        when=lambda exc: "larger than configured max size" in str(exc),
+    ),
+    ErrorRule(
+        amqp.ChannelPreconditionFailed,
+        ConfigError,
+        "{detail} (an exchange or queue exists with other settings)",
+    ),
+    ErrorRule(amqp.ChannelNotFoundEntity, UnknownTopic),
+    ErrorRule(
+        (aiormq.exceptions.ChannelAccessRefused, aiormq.exceptions.ConnectionNotAllowed),
+        PermissionDenied,
+    ),
+    ErrorRule(amqp.DeliveryError, PublishError, "the broker did not take the message ({detail})"),
+    ErrorRule(TimeoutError, Timeout, "no answer from the broker in time"),
+    ErrorRule((amqp.AMQPConnectionError, ConnectionError, OSError), ConnectionFailed),
+    ErrorRule(amqp.ChannelClosed, ClosedError),
+)
 
 
 def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
@@ -28,32 +62,7 @@ def translate(exc: BaseException, doing: str, default: type[BrokerError] = Broke
     Exceptions that name their own kind get the matching class, anything else ``default``;
     broker errors are returned unchanged. Raise the result ``from exc``.
     """
-    if isinstance(exc, BrokerError):
-        return exc
-    detail = str(exc) or type(exc).__name__
-    message = f"{doing}: {detail}"
-    if isinstance(exc, amqp.MessageProcessError):
-        return AckError(f"{doing}: the message was already settled (its ack deadline passed: requeued)")
-    if isinstance(exc, amqp.ChannelInvalidStateError):
-        if default is AckError:
-            return AckError(f"{doing}: the consumer's channel is closed; the message went back to the queue")
-        return ClosedError(f"{doing}: the channel is closed")
-    if isinstance(exc, amqp.ProbableAuthenticationError | aiormq.exceptions.AuthenticationError):
-        return AuthenticationFailed(f"{doing}: the broker refused the credentials")
-    if isinstance(exc, amqp.ChannelPreconditionFailed) and "larger than configured max size" in detail:
-        return MessageTooLarge(message)
-    if isinstance(exc, amqp.ChannelPreconditionFailed):
-        return ConfigError(f"{message} (an exchange or queue exists with other settings)")
-    if isinstance(exc, amqp.ChannelNotFoundEntity):
-        return UnknownTopic(message)
-    if isinstance(exc, aiormq.exceptions.ChannelAccessRefused | aiormq.exceptions.ConnectionNotAllowed):
-        return PermissionDenied(message)
-    if isinstance(exc, amqp.DeliveryError):
-        return PublishError(f"{doing}: the broker did not take the message ({detail})")
-    if isinstance(exc, TimeoutError):
-        return Timeout(f"{doing}: no answer from the broker in time")
-    if isinstance(exc, amqp.AMQPConnectionError | ConnectionError | OSError):
-        return ConnectionFailed(message)
-    if isinstance(exc, amqp.ChannelClosed):
-        return ClosedError(message)
-    return default(message)
+    if default is AckError and isinstance(exc, amqp.ChannelInvalidStateError):
+        # settling on a closed channel: RabbitMQ has already put the message back
+        return AckError(f"{doing}: the consumer's channel is closed; the message went back to the queue")
+    return _ERRORS.translate(exc, doing, default)

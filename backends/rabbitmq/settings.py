@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options
-from broker.settings import check_positive, secret
+from broker.settings import check_at_least, check_positive, secret
 
 __all__ = ["ConsumerOptions", "RabbitmqSettings", "check_name", "queue_name"]
 
@@ -138,8 +138,7 @@ class RabbitmqSettings:
             publish_timeout=self.publish_timeout,
             close_timeout=self.close_timeout,
         )
-        if self.heartbeat < 0:
-            raise ConfigError(f"heartbeat must be >= 0 seconds, got {self.heartbeat}")
+        check_at_least(0, "seconds", heartbeat=self.heartbeat)
         if not self.binding_key or len(self.binding_key.encode()) > 255:
             raise ConfigError("binding_key must be 1-255 bytes of UTF-8")
         self.consumer_options({})  # validates the consumer defaults

@@ -15,8 +15,21 @@ from broker.errors import (
     Timeout,
     UnknownTopic,
 )
+from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
+
+_ERRORS = ErrorTable(
+    ErrorRule(sb.MessagingEntityNotFoundError, UnknownTopic),
+    ErrorRule(sb.MessageSizeExceededError, MessageTooLarge),
+    ErrorRule((sb.OperationTimeoutError, TimeoutError), Timeout),
+    ErrorRule(sb.ServiceBusAuthenticationError, AuthenticationFailed),
+    ErrorRule(sb.ServiceBusAuthorizationError, PermissionDenied),
+    ErrorRule((sb.ServiceBusQuotaExceededError, sb.ServiceBusServerBusyError), Throttled),
+    ErrorRule((sb.ServiceBusConnectionError, sb.ServiceBusCommunicationError), ConnectionFailed),
+    ErrorRule((sb.MessageLockLostError, sb.SessionLockLostError, sb.MessageAlreadySettled), AckError),
+    detail=str,
+)
 
 
 def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
@@ -24,23 +37,4 @@ def translate(exc: BaseException, doing: str, default: type[BrokerError] = Broke
 
     Exceptions that name their own kind get the matching class, anything else ``default``.
     """
-    message = f"{doing}: {exc}"
-    if isinstance(exc, BrokerError):
-        return exc
-    if isinstance(exc, sb.MessagingEntityNotFoundError):
-        return UnknownTopic(message)
-    if isinstance(exc, sb.MessageSizeExceededError):
-        return MessageTooLarge(message)
-    if isinstance(exc, sb.OperationTimeoutError | TimeoutError):
-        return Timeout(message)
-    if isinstance(exc, sb.ServiceBusAuthenticationError):
-        return AuthenticationFailed(message)
-    if isinstance(exc, sb.ServiceBusAuthorizationError):
-        return PermissionDenied(message)
-    if isinstance(exc, sb.ServiceBusQuotaExceededError | sb.ServiceBusServerBusyError):
-        return Throttled(message)
-    if isinstance(exc, sb.ServiceBusConnectionError | sb.ServiceBusCommunicationError):
-        return ConnectionFailed(message)
-    if isinstance(exc, sb.MessageLockLostError | sb.SessionLockLostError | sb.MessageAlreadySettled):
-        return AckError(message)
-    return default(message)
+    return _ERRORS.translate(exc, doing, default)

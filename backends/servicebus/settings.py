@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import field_values, parse_url, secret
+from broker.settings import check_at_least, check_positive, field_values, parse_url, secret
 
 __all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
 
@@ -129,24 +129,20 @@ class ConsumerOptions:
     dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
-        if self.prefetch < 0:
-            raise ConfigError(f"prefetch must be >= 0, got {self.prefetch}")
-        if self.max_wait <= 0:
-            raise ConfigError(f"max_wait must be > 0 seconds, got {self.max_wait}")
-        if self.lock_renewal < 0:
-            raise ConfigError(f"lock_renewal must be >= 0 seconds, got {self.lock_renewal}")
+        check_at_least(0, prefetch=self.prefetch)
+        check_positive("seconds", max_wait=self.max_wait)
+        check_at_least(0, "seconds", lock_renewal=self.lock_renewal)
         check_batch_size(self.batch_size)
         if self.session_id is not None and not self.session_id:
             raise ConfigError("session_id must be a non-empty string or None")
         if self.ack_deadline is not None:
-            if self.ack_deadline <= 0:
-                raise ConfigError(f"ack_deadline must be > 0 seconds, got {self.ack_deadline}")
+            check_positive("seconds", ack_deadline=self.ack_deadline)
             if self.lock_renewal:
                 raise ConfigError("give ack_deadline or lock_renewal, not both")
             if self.receive_mode == "receive_and_delete":
                 raise ConfigError("ack_deadline needs receive_mode peek_lock (received messages are deleted)")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.max_attempts is not None:
+            check_at_least(1, max_attempts=self.max_attempts)
         if self.dead_letter_topic is not None and not self.dead_letter_topic:
             raise ConfigError("dead_letter_topic must be a queue or topic name or None")
 
@@ -233,8 +229,7 @@ class ServiceBusSettings:
                     f"got {self.management_endpoint!r}"
                 )
             parse_url(f"{scheme.lower()}://{rest.rstrip('/')}")  # ConfigError for a bad host or port
-        if self.retry_total < 0:
-            raise ConfigError(f"retry_total must be >= 0, got {self.retry_total}")
+        check_at_least(0, retry_total=self.retry_total)
         ConsumerOptions(**self.consumer_defaults())
 
     @property
