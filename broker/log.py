@@ -233,7 +233,13 @@ class Log(Closeable, Protocol):
         attributes: Mapping[str, str] | None = None,
         client_id: str | None = None,
     ) -> tuple[TopicPartition, int]:
-        """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``."""
+        """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``.
+
+        By default ``send`` awaited (a class deriving from ``Log`` inherits that).
+        """
+        return await self.send(
+            topic, value, key=key, partition=partition, attributes=attributes, client_id=client_id
+        )
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued record was written."""
@@ -259,8 +265,11 @@ class Log(Closeable, Protocol):
         """The committed offsets of ``group`` (None where nothing was committed)."""
 
 
-class _ClientIdLog(AsyncResource):
-    """A :class:`Log` that passes one ``client_id`` to every producer, consumer and reader it makes."""
+class _ClientIdLog(AsyncResource, Log):
+    """A :class:`Log` that passes one ``client_id`` to every producer, consumer and reader it makes.
+
+    ``produce`` is the port's own: ``send`` (through this client id) awaited.
+    """
 
     def __init__(self, inner: Log, client_id: str) -> None:
         self.inner = inner
@@ -295,26 +304,6 @@ class _ClientIdLog(AsyncResource):
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Queue one record through the producer of this client id."""
         return self.inner.send(
-            topic,
-            value,
-            key=key,
-            partition=partition,
-            attributes=attributes,
-            client_id=client_id or self.client_id,
-        )
-
-    async def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: str | None = None,
-        partition: int | None = None,
-        attributes: Mapping[str, str] | None = None,
-        client_id: str | None = None,
-    ) -> tuple[TopicPartition, int]:
-        """Write one record through the producer of this client id."""
-        return await self.inner.produce(
             topic,
             value,
             key=key,

@@ -2,22 +2,21 @@
 
 ``async with`` support, the closed check every call makes first, and ``produce``, which is
 ``send`` awaited: a log implements ``send`` (queue one record, resolve its position later) and
-gets the waiting variant from here.
+gets the waiting variant from the :class:`~broker.log.Log` port it derives from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 from broker.errors import ClosedError
-from broker.log import Log, TopicPartition
+from broker.log import Log
 from broker.resources import AsyncResource
 
 __all__ = ["LogBase"]
 
 
-class LogBase(AsyncResource):
+class LogBase(AsyncResource, Log):
     """Base of a :class:`~broker.log.Log`: subclasses implement everything but ``produce``."""
 
     #: The message of the ``ClosedError`` raised by calls made after ``close()``.
@@ -29,21 +28,3 @@ class LogBase(AsyncResource):
         """Raise ``ClosedError`` once the log is closed."""
         if self._closed:
             raise ClosedError(self.closed_message)
-
-    async def produce(
-        self: Log,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: str | None = None,
-        partition: int | None = None,
-        attributes: Mapping[str, str] | None = None,
-        client_id: str | None = None,
-    ) -> tuple[TopicPartition, int]:
-        """Write one record and wait until the log has it; returns ``(TopicPartition, offset)``.
-
-        The same as awaiting what ``send`` returns (``client_id`` as ``send`` takes it).
-        """
-        return await self.send(
-            topic, value, key=key, partition=partition, attributes=attributes, client_id=client_id
-        )

@@ -30,7 +30,7 @@ from typing import Any, Final
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, receive_error, translate
 from broker.backends.kafka.mapping import to_records
-from broker.backends.kafka.threads import SdkThread
+from broker.backends.kafka.threads import SdkThread, resolve, sdk_client
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
 from broker.message import Record
@@ -51,11 +51,6 @@ TP = tuple[str, int]
 
 #: The core whose rebalance listener is running in this context (polling it there would deadlock).
 _LISTENER_OF: contextvars.ContextVar[object] = contextvars.ContextVar("kafka_listener_of", default=None)
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class _DroppingCommitter:
@@ -115,11 +110,7 @@ class _CoreBase(abc.ABC):
     """Fetching on the worker thread, the fetch buffer, seek/pause/resume, close."""
 
     def __init__(self, config: dict[str, Any], *, name: str, prefetch: int, close_timeout: float) -> None:
-        ck = sdk.confluent()
-        try:
-            self.consumer = ck.Consumer(config)
-        except ck.KafkaException as exc:
-            raise translate(exc, "cannot create a Kafka consumer") from exc
+        self.consumer = sdk_client("Consumer", config)
         self.name = name
         self.prefetch = prefetch
         self.close_timeout = close_timeout
@@ -318,6 +309,13 @@ class _CoreBase(abc.ABC):
     # -- positions -------------------------------------------------------------------------------
     def _sdk_tp(self, tp: TP, offset: int = -1001) -> Any:
         return sdk.confluent().TopicPartition(tp[0], tp[1], offset)
+
+    async def watermarks(self, tp: TP, timeout: float) -> tuple[int, int]:
+        """``(low, high)`` of ``tp`` as the broker reports them (asked on the worker thread)."""
+        low, high = await self.thread.submit(
+            self.consumer.get_watermark_offsets, self._sdk_tp(tp), timeout, False
+        )
+        return int(low), int(high)
 
     def _post_seek(self, tp: TP, offset: int) -> None:
         self.thread.post(self._seek_now, tp, offset)
@@ -641,7 +639,7 @@ class GroupCore(_CoreBase):
 
     def _wake_pacing(self) -> None:
         if self._pace is not None:
-            _wake(self._pace)
+            resolve(self._pace, None)
 
     async def _flush_quietly(self) -> None:
         try:
@@ -701,7 +699,7 @@ class GroupCore(_CoreBase):
                     wait = self._last_quiet_commit + COMMIT_INTERVAL - loop.time()
                     if wait > 0:
                         pace = self._pace = loop.create_future()
-                        timer = loop.call_later(wait, _wake, pace)
+                        timer = loop.call_later(wait, resolve, pace, None)
                         try:
                             await pace  # woken early by a waiting commit() or flush()
                         finally:

@@ -30,6 +30,7 @@ from broker.backends.kafka.rdkafka_config import (
     reader_config,
 )
 from broker.backends.kafka.settings import KafkaSettings
+from broker.backends.kafka.threads import reject, resolve
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
 from broker.log_base import LogBase
@@ -46,16 +47,6 @@ _names = itertools.count(1)
 MIN_SESSION_TIMEOUT = 6.0
 #: The longest session a ``ReadHints.failure_timeout`` asks for (Kafka's default before 3.0).
 MAX_SESSION_TIMEOUT = 10.0
-
-
-def _set(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
 
 
 class _RecordDelivery:
@@ -75,15 +66,15 @@ class _RecordDelivery:
         if err is not None:
             exc = translate(err, f"producing to {self.topic!r} failed", PublishError)
             if on_loop:
-                _fail(self.future, exc)
+                reject(self.future, exc)
             else:
-                self.loop.call_soon_threadsafe(_fail, self.future, exc)
+                self.loop.call_soon_threadsafe(reject, self.future, exc)
         else:
             result = (TopicPartition(msg.topic(), msg.partition()), msg.offset())
             if on_loop:
-                _set(self.future, result)
+                resolve(self.future, result)
             else:
-                self.loop.call_soon_threadsafe(_set, self.future, result)
+                self.loop.call_soon_threadsafe(resolve, self.future, result)
 
 
 _Core = TypeVar("_Core", GroupCore, ReaderCore)
@@ -305,11 +296,11 @@ class KafkaLog(LogBase):
             except BufferError:
                 continue
             except Exception as exc:
-                _fail(delivery.future, translate(exc, f"cannot produce to {topic!r}", PublishError))
+                reject(delivery.future, translate(exc, f"cannot produce to {topic!r}", PublishError))
                 return
             owner.kick()
             return
-        _fail(delivery.future, ClosedError("the Kafka log closed before the record was queued"))
+        reject(delivery.future, ClosedError("the Kafka log closed before the record was queued"))
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued record was written (``Timeout`` if some remain after ``timeout``)."""

@@ -13,9 +13,8 @@ import asyncio
 import logging
 from typing import Any, Final
 
-from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import translate
-from broker.backends.kafka.threads import SdkThread
+from broker.backends.kafka.threads import SdkThread, resolve, sdk_client
 from broker.errors import ClosedError, PublishError, Timeout
 
 __all__ = ["AsyncProducer", "DeliveryBatch"]
@@ -24,11 +23,6 @@ log = logging.getLogger("broker.backends.kafka")
 
 _MIN_INTERVAL: Final = 0.0005
 _MAX_INTERVAL: Final = 0.005
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class DeliveryBatch:
@@ -53,7 +47,7 @@ class DeliveryBatch:
             self.error = err
         self.remaining -= 1
         if self.remaining == 0:
-            self.loop.call_soon_threadsafe(_resolve, self.future)
+            self.loop.call_soon_threadsafe(resolve, self.future, None)
 
 
 class AsyncProducer:
@@ -62,11 +56,7 @@ class AsyncProducer:
     def __init__(
         self, config: dict[str, Any], *, name: str = "producer", close_timeout: float = 10.0
     ) -> None:
-        ck = sdk.confluent()
-        try:
-            self.producer = ck.Producer(config)
-        except ck.KafkaException as exc:
-            raise translate(exc, "cannot create a Kafka producer") from exc
+        self.producer = sdk_client("Producer", config)
         self.name = name
         self.close_timeout = close_timeout
         self.closed = False
@@ -112,7 +102,7 @@ class AsyncProducer:
         if self._room:
             room, self._room = self._room, []
             for future in room:
-                _resolve(future)
+                resolve(future, None)
 
     async def wait_for_room(self) -> None:
         """Wait until some delivery reports were served (after ``BufferError``: the queue is full)."""

@@ -19,9 +19,12 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
-__all__ = ["SdkThread"]
+from broker.backends.kafka import sdk
+from broker.backends.kafka.errors import translate
+
+__all__ = ["SdkThread", "reject", "resolve", "sdk_client"]
 
 T = TypeVar("T")
 
@@ -31,14 +34,29 @@ _STOP: Final = object()
 _WAKE: Final = object()
 
 
-def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+def resolve(future: asyncio.Future[Any], value: Any) -> None:
+    """Give ``future`` its result unless it is already done (cancelled by its waiter, say).
+
+    Runs on the future's loop: handed to ``call_soon_threadsafe`` from another thread, or called
+    directly there.
+    """
     if not future.done():
         future.set_result(value)
 
 
-def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+def reject(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """Fail ``future`` with ``exc`` unless it is already done (on the future's loop, as :func:`resolve`)."""
     if not future.done():
         future.set_exception(exc)
+
+
+def sdk_client(kind: Literal["Consumer", "Producer"], config: dict[str, Any]) -> Any:
+    """A new confluent-kafka ``Consumer`` or ``Producer`` of ``config`` (its refusal translated)."""
+    ck = sdk.confluent()
+    try:
+        return getattr(ck, kind)(config)
+    except ck.KafkaException as exc:
+        raise translate(exc, f"cannot create a Kafka {kind.lower()}") from exc
 
 
 class SdkThread:
@@ -136,7 +154,7 @@ class SdkThread:
             _, _, future, loop = item
             if future is not None:
                 try:
-                    loop.call_soon_threadsafe(_set_exception, future, error)
+                    loop.call_soon_threadsafe(reject, future, error)
                 except RuntimeError:  # the loop is closed: nobody waits any more
                     pass
 
@@ -159,12 +177,12 @@ class SdkThread:
                 log.warning("background SDK call %s failed: %r", getattr(fn, "__name__", fn), exc)
                 return
             try:
-                loop.call_soon_threadsafe(_set_exception, future, exc)
+                loop.call_soon_threadsafe(reject, future, exc)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
             return
         if future is not None:
             try:
-                loop.call_soon_threadsafe(_set_result, future, result)
+                loop.call_soon_threadsafe(resolve, future, result)
             except RuntimeError:
                 pass

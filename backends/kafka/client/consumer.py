@@ -158,13 +158,6 @@ class Consumer:
         """The subscribed topics."""
         return list(self._core.topics)
 
-    async def _watermarks(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
-        ck = self._sdk_tp(tp)
-        low, high = await self._core.thread.submit(
-            self._core.consumer.get_watermark_offsets, ck, timeout, False
-        )
-        return int(low), int(high)
-
     @staticmethod
     def _sdk_tp(tp: TopicPartition) -> Any:
         return sdk.confluent().TopicPartition(tp.topic, tp.partition)
@@ -181,7 +174,7 @@ class Consumer:
         offsets = {(p.topic, p.partition): p.offset for p in committed}
         out = {}
         for tp in partitions:
-            low, high = await self._watermarks(tp, timeout)
+            low, high = await self._core.watermarks(tp, timeout)
             offset = offsets.get((tp.topic, tp.partition), -1)
             out[tp] = lag_from(low, high, offset if offset >= 0 else None)
         return out
@@ -190,7 +183,7 @@ class Consumer:
         """Lag of one partition (``high - low`` when it is not assigned to this member)."""
         tp = TopicPartition(topic, partition)
         if tp not in self.assignments():
-            low, high = await self._watermarks(tp, timeout)
+            low, high = await self._core.watermarks(tp, timeout)
             return high - low
         return (await self.lag(timeout))[tp]
 

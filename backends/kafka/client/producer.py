@@ -19,8 +19,10 @@ from broker.backends.kafka.client.codecs import resolve_codec
 from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
 from broker.backends.kafka.errors import translate
 from broker.backends.kafka.producer import AsyncProducer
+from broker.backends.kafka.threads import resolve
 from broker.codecs import Codec
 from broker.errors import BrokerError, EncodeError, PublishError, Timeout
+from broker.resources import AsyncResource
 
 __all__ = ["DeliveryCallback", "DeliveryReport", "Producer"]
 
@@ -57,12 +59,7 @@ def _report(err: Any, msg: Any) -> DeliveryReport:
     )
 
 
-def _set(future: asyncio.Future[DeliveryReport], report: DeliveryReport) -> None:
-    if not future.done():
-        future.set_result(report)
-
-
-class Producer:
+class Producer(AsyncResource):
     """A Kafka producer with key and value codecs.
 
     ``config`` is librdkafka's configuration (``bootstrap.servers`` at least); it is used as given,
@@ -191,7 +188,7 @@ class Producer:
         future: asyncio.Future[DeliveryReport] = loop.create_future()
 
         def deliver(err: Any, msg: Any) -> None:
-            loop.call_soon_threadsafe(_set, future, _report(err, msg))
+            loop.call_soon_threadsafe(resolve, future, _report(err, msg))
 
         enqueue(deliver)
         try:
@@ -264,9 +261,3 @@ class Producer:
     async def close(self) -> None:
         """Flush (up to ``close_timeout``) and release the producer. Idempotent."""
         await self._owner.close()
-
-    async def __aenter__(self) -> Producer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.backends.kafka import sdk
 from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler
 from broker.backends.kafka.client.logs import (
     LoggerLike,
@@ -28,6 +27,7 @@ from broker.backends.kafka.consumer import ReaderCore
 from broker.backends.kafka.errors import translate
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+from broker.resources import AsyncResource
 
 __all__ = [
     "FIRST_OFFSET",
@@ -89,7 +89,7 @@ class _EventCore(ReaderCore):
         super()._took(messages)
 
 
-class Reader:
+class Reader(AsyncResource):
     """Read ``partitions`` (``{(topic, partition): start offset}``) outside any group."""
 
     def __init__(
@@ -165,18 +165,10 @@ class Reader:
 
     async def watermarks(self, timeout: float = 5.0) -> dict[TopicPartition, Watermarks]:
         """The watermarks of every configured partition; a failed query sets that entry's ``error``."""
-        core = self._core
-        ck = sdk.confluent()
         out: dict[TopicPartition, Watermarks] = {}
         for tp in self.partitions:
             try:
-                low, high = await core.thread.submit(
-                    core.consumer.get_watermark_offsets,
-                    ck.TopicPartition(tp.topic, tp.partition),
-                    timeout,
-                    False,
-                )
-                out[tp] = Watermarks(int(low), int(high))
+                out[tp] = Watermarks(*await self._core.watermarks(tp, timeout))
             except Exception as exc:
                 out[tp] = Watermarks(
                     -1, -1, translate(exc, f"cannot read the watermarks of {tp}", UnknownTopic)
@@ -186,12 +178,6 @@ class Reader:
     async def close(self) -> None:
         """Stop reading and release the consumer. Idempotent."""
         await self._core.close()
-
-    async def __aenter__(self) -> Reader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 async def read_topic_partitions(

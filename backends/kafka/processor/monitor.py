@@ -51,7 +51,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs, unquote, unquote_to_bytes
 
 from broker.backends.kafka.processor.errors import NotOwned, ProcessorError, TableNotReady
@@ -61,6 +61,7 @@ from broker.backends.kafka.processor.stats import InputStats, PartitionStats, Pr
 from broker.backends.kafka.processor.table import RecoveryStats
 from broker.backends.kafka.processor.view import View
 from broker.errors import ClosedError
+from broker.resources import AsyncResource
 
 __all__ = ["ASGIReceive", "ASGIScope", "ASGISend", "Monitor", "MonitorServer", "jsonable"]
 
@@ -588,7 +589,7 @@ class Monitor:
         return server
 
 
-class MonitorServer:
+class MonitorServer(AsyncResource):
     """A minimal HTTP/1.1 server on asyncio streams running an ASGI app (one request per connection).
 
     Made by :meth:`Monitor.serve`. It reads the request line and headers (at most 64 KiB,
@@ -778,9 +779,3 @@ class MonitorServer:
         if server is not None:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()

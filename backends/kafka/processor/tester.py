@@ -28,7 +28,7 @@ import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any
 
 from broker.backends.kafka.processor.codecs import resolve_codec
 from broker.backends.kafka.processor.emitter import Emitter
@@ -41,6 +41,7 @@ from broker.codecs import Codec
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import OFFSET_END, Log, LogConsumer, LogReader, TopicPartition
 from broker.message import Record
+from broker.resources import AsyncResource
 
 __all__ = ["Clock", "Tester", "Timestamp", "Tracker"]
 
@@ -58,7 +59,7 @@ def _seconds(value: Timestamp) -> float:
     return float(value)
 
 
-class _StampingConsumer:
+class _StampingConsumer(AsyncResource):
     """A processor's group consumer whose records carry the tester's message times."""
 
     def __init__(self, inner: LogConsumer, stamp: Callable[[Record], float | None]) -> None:
@@ -97,12 +98,6 @@ class _StampingConsumer:
     async def close(self) -> None:
         """Close the inner consumer."""
         await self.inner.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
 
 class Tracker:
@@ -166,7 +161,7 @@ class Tracker:
         await self._reader.close()
 
 
-class Tester:
+class Tester(AsyncResource):
     """Drives processors, views and trackers on an in-memory log, deterministically."""
 
     __test__ = False  # not a pytest test class
@@ -200,12 +195,6 @@ class Tester:
         #: The clock stamping messages consumed by processors (``None``: the log's own times).
         self.clock = clock
         self._stamps: dict[tuple[str, int, int], float] = {}
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     # -- codecs and topics ----------------------------------------------------------------
     def register_codec(self, topic: str, codec: Codec[Any] | str) -> None:
