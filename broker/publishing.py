@@ -25,6 +25,7 @@ from broker.outbound import check_batch, check_outbound, is_plain
 from broker.resources import AsyncResource
 
 __all__ = [
+    "ClosingDriver",
     "DriverPublisher",
     "DriverTopic",
     "ImmediatePublishDriver",
@@ -84,6 +85,35 @@ class ImmediatePublishDriver(Protocol):
     def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
         """Send validated messages to ``topic`` at once."""
         ...
+
+
+class ClosingDriver:
+    """The closed state of a :class:`PublishDriver`, for a driver whose sends can outlive ``close()``.
+
+    A send checks :meth:`_check_open` where it resumes after a wait (a producer being created, room
+    in a full queue), so a publish racing the publisher's close raises the same ``ClosedError`` the
+    layer raises for a publish after it; ``close()`` starts with ``if not self._start_closing():
+    return`` (idempotent).
+    """
+
+    _closed: bool = False
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` began."""
+        return self._closed
+
+    def _check_open(self, topic: str) -> None:
+        """Raise ``ClosedError`` for a publish to ``topic`` once the driver is closing."""
+        if self._closed:
+            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+
+    def _start_closing(self) -> bool:
+        """Mark the driver closed; False when it already was (``close()`` has nothing left to do)."""
+        if self._closed:
+            return False
+        self._closed = True
+        return True
 
 
 class DriverTopic:

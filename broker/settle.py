@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
 from typing import Any
 
-from broker.message import Message, Record, RecordBatch
+from broker.message import Message, Record, RecordBatch, claim_ack, release_claim
 
-__all__ = ["ack_all", "commit_highest_offsets", "nack_all"]
+__all__ = ["ack_all", "ack_in_turn", "commit_highest_offsets", "nack_all"]
 
 
 async def ack_all(messages: Sequence[Message]) -> None:
@@ -33,6 +33,29 @@ async def ack_all(messages: Sequence[Message]) -> None:
             remaining = others
     if calls:
         await asyncio.gather(*calls)
+
+
+async def ack_in_turn(
+    messages: Iterable[Message], acker: object, send: Callable[[Message], Awaitable[None]]
+) -> list[Message]:
+    """The ``ack_many`` of a bulk acker whose broker settles one message per call.
+
+    Each pending message of ``acker`` among ``messages`` is marked acked and sent with
+    ``await send(message)``, one after the other; the messages of other ackers are returned, in
+    order. A failed send leaves its message (and the later ones, not claimed yet) pending and is
+    raised.
+    """
+    others: list[Message] = []
+    for message in messages:
+        if message.acker is not acker:
+            others.append(message)
+        elif claim_ack(message):
+            try:
+                await send(message)
+            except BaseException:
+                release_claim(message)
+                raise
+    return others
 
 
 async def nack_all(messages: Sequence[Message], delay: float | None = None) -> None:

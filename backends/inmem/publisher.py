@@ -44,16 +44,11 @@ class InmemPublishDriver:
         else:
             self._broker.append(state, messages, self._partitioner)
 
+    #: Append at once (``broker.publishing.ImmediatePublishDriver``: no await per publish).
+    send_now = append
+
     def check_topic(self, name: str) -> None:
         """Every non-empty name is a topic here."""
-
-    def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
-        """Append at once (``broker.publishing.ImmediatePublishDriver``: no await per publish)."""
-        state = self._states.get(topic) or self.state(topic)
-        if len(messages) == 1:
-            self._broker.append_one(state, messages[0], self._partitioner)
-        else:
-            self._broker.append(state, messages, self._partitioner)
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Append at once."""

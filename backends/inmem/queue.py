@@ -21,7 +21,8 @@ from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
 from broker.message import Message, OutboundMessage, claim_acks
 from broker.partitioning import Partitioner
-from broker.resources import AsyncResource, BatchedMessageIteration
+from broker.pulled import PulledBatchedMessageIteration
+from broker.resources import AsyncResource
 
 __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"]
 
@@ -341,7 +342,7 @@ class InmemMessageIterator(_Consumer):
             raise StopAsyncIteration from None
 
 
-class InmemBatchedMessageIterator(_Consumer, BatchedMessageIteration):
+class InmemBatchedMessageIterator(_Consumer, PulledBatchedMessageIteration):
     """A BatchedMessageIterator: returns what is ready at once, up to ``batch_size``."""
 
     def __init__(self, subscription: Subscription, batch_size: int, batch_timeout: float) -> None:
@@ -350,10 +351,3 @@ class InmemBatchedMessageIterator(_Consumer, BatchedMessageIteration):
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
-
-    async def next_batch(self, timeout: float | None = None) -> list[Message]:
-        """Up to ``batch_size`` messages: as soon as any are ready, or ``[]`` after the timeout."""
-        try:
-            return await self._take(self.batch_size, self.batch_timeout if timeout is None else timeout)
-        except Timeout:
-            return []

@@ -37,7 +37,8 @@ from nats.aio.msg import Msg
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.settings import ConsumerOptions
 from broker.errors import AckError, ClosedError
-from broker.message import Message, Record, claim_ack, release_claim
+from broker.message import Message, Record, claim_acks, release_claim
+from broker.settle import ack_in_turn
 
 __all__ = ["DeadLetterer", "JetStreamAcker", "JetStreamCommitter", "nak_quietly"]
 
@@ -106,40 +107,28 @@ class JetStreamAcker:
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Ack this consumer's pending messages among ``messages`` together; returns the others."""
-        mine: list[Message] = []
-        others: list[Message] = []
-        for message in messages:
-            if message.acker is self:
-                if not message.settled:
-                    mine.append(message)
-            else:
-                others.append(message)
+        if not self.sync:
+            return await ack_in_turn(messages, self, self.ack)  # publishes: no round trip to wait for
+        mine, others = claim_acks(messages, self)
         if not mine:
             return others
-        client = self._connected()
-        if self.sync:
-            mine = [m for m in mine if claim_ack(m)]
-            results = await asyncio.gather(
-                *(client.request(m.raw.reply, ACK, timeout=self.request_timeout) for m in mine),
-                return_exceptions=True,
-            )
-            failed: BaseException | None = None
-            for message, result in zip(mine, results, strict=True):
-                if isinstance(result, BaseException):
-                    release_claim(message)
-                    failed = failed or result
-            if failed is not None:
-                raise _failure(failed, "acking a batch of messages") from failed
-            return others
-        publish = client.publish
-        for message in mine:
-            if not claim_ack(message):
-                continue
-            try:
-                await publish(message.raw.reply, ACK)
-            except Exception as exc:
-                release_claim(message)  # the later ones were not claimed yet: still pending
-                raise _failure(exc, f"acking message {message.id}") from exc
+        try:
+            client = self._connected()
+        except ClosedError:
+            for message in mine:
+                release_claim(message)
+            raise
+        results = await asyncio.gather(
+            *(client.request(m.raw.reply, ACK, timeout=self.request_timeout) for m in mine),
+            return_exceptions=True,
+        )
+        failed: BaseException | None = None
+        for message, result in zip(mine, results, strict=True):
+            if isinstance(result, BaseException):
+                release_claim(message)
+                failed = failed or result
+        if failed is not None:
+            raise _failure(failed, "acking a batch of messages") from failed
         return others
 
     async def nack(self, message: Message, delay: float | None) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from nats.aio.msg import Msg
@@ -122,20 +123,16 @@ def decode_headers(
     return key, (attributes or EMPTY_ATTRIBUTES)
 
 
+@dataclass(slots=True)
 class Delivery:
     """The metadata of one JetStream delivery, parsed from its ``$JS.ACK`` reply subject."""
 
-    __slots__ = ("consumer", "delivered", "pending", "stream", "stream_seq", "timestamp")
-
-    def __init__(
-        self, stream: str, consumer: str, delivered: int, stream_seq: int, timestamp: float, pending: int
-    ) -> None:
-        self.stream = stream
-        self.consumer = consumer
-        self.delivered = delivered
-        self.stream_seq = stream_seq
-        self.timestamp = timestamp
-        self.pending = pending
+    stream: str
+    consumer: str
+    delivered: int
+    stream_seq: int
+    timestamp: float
+    pending: int
 
 
 def parse_reply(reply: str) -> Delivery:

@@ -41,7 +41,7 @@ from broker.errors import (
     UnknownTopic,
 )
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher
+from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 
@@ -77,7 +77,7 @@ def _pub_ack_error(msg: Msg) -> BrokerError:
     return PubAckError(text, code, err_code)
 
 
-class JetStreamPublishDriver:
+class JetStreamPublishDriver(ClosingDriver):
     """Publishes over the backend's shared connection; its PubAcks come to one inbox."""
 
     def __init__(self, connection: Connection, provisioner: Provisioner, settings: JetStreamSettings) -> None:
@@ -95,7 +95,6 @@ class JetStreamPublishDriver:
         self._sub: Subscription | None = None
         self._client: Client | None = None
         self._counter = 0
-        self._closed = False
         self._lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
@@ -115,8 +114,7 @@ class JetStreamPublishDriver:
 
     # -- plumbing ------------------------------------------------------------------------------
     async def _prepare(self, topic: str) -> Client:
-        if self._closed:
-            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        self._check_open(topic)
         client = self._client
         if client is None or client.is_closed or self._sub is None:
             if self._lock is None:
@@ -139,8 +137,7 @@ class JetStreamPublishDriver:
         if topic not in self._ready:
             await self._provisioner.stream_for(topic)
             self._ready.add(topic)
-        if self._closed:
-            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        self._check_open(topic)
         assert self._client is not None
         return self._client
 
@@ -289,9 +286,8 @@ class JetStreamPublishDriver:
     # -- closing -------------------------------------------------------------------------------
     async def close(self) -> None:
         """Publishes still waiting for a PubAck raise ``ClosedError``. Idempotent."""
-        if self._closed:
+        if not self._start_closing():
             return
-        self._closed = True
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None

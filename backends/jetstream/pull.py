@@ -32,6 +32,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final
 
 from nats.aio.client import Client
@@ -61,14 +62,12 @@ _STATUS = api.Header.STATUS.value
 _DESCRIPTION = api.Header.DESCRIPTION
 
 
+@dataclass(slots=True)
 class Target:
     """Where an engine pulls from: its stream and consumer, resolved (and re-made) on demand."""
 
-    __slots__ = ("consumer", "stream")
-
-    def __init__(self, stream: str, consumer: str) -> None:
-        self.stream = stream
-        self.consumer = consumer
+    stream: str
+    consumer: str
 
 
 #: Resolves the engine's target; ``True`` asks to check it again (the consumer may be gone).

@@ -75,19 +75,19 @@ class Clients:
     # -- names ----------------------------------------------------------------------------
     def topic_path(self, name: str) -> str:
         """The full topic name (``projects/P/topics/T``); full names pass through."""
-        if name.startswith("projects/"):
-            return name
-        if not name:
-            raise ConfigError("a topic name must not be empty")
-        return f"projects/{self.settings.project}/topics/{name}"
+        return self._path("topic", name)
 
     def subscription_path(self, name: str) -> str:
         """The full subscription name (``projects/P/subscriptions/S``); full names pass through."""
+        return self._path("subscription", name)
+
+    def _path(self, kind: str, name: str) -> str:
+        """``projects/P/<kind>s/<name>`` for a short name; a full name as it is."""
         if name.startswith("projects/"):
             return name
         if not name:
-            raise ConfigError("a subscription name must not be empty")
-        return f"projects/{self.settings.project}/subscriptions/{name}"
+            raise ConfigError(f"a {kind} name must not be empty")
+        return f"projects/{self.settings.project}/{kind}s/{name}"
 
     # -- credentials ----------------------------------------------------------------------
     def _load_credentials(self) -> Any:

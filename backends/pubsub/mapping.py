@@ -100,40 +100,26 @@ def _key_and_attributes(
     return ordering_key or key, out or EMPTY_ATTRIBUTES
 
 
+def _to_message(
+    pb: Any, publish_time: float, now: float, attempt: int | None, raw: Any, acker: Acker
+) -> Message:
+    """A Message for ``pb``, a ``PubsubMessage`` protobuf or an object with its fields."""
+    data = pb.data
+    key, attributes = _key_and_attributes(pb.attributes, data, pb.ordering_key)
+    return Message(pb.message_id, data, key, attributes, publish_time, now, attempt, raw, acker)
+
+
 def from_streamed(sdk: Any, acker: Acker) -> Message:
     """A Message for a streaming-pull delivery (``pubsub_v1.subscriber.message.Message``)."""
-    data = sdk.data
-    key, attributes = _key_and_attributes(sdk.attributes, data, sdk.ordering_key)
-    return Message(
-        sdk.message_id,
-        data,
-        key,
-        attributes,
-        sdk.publish_time.timestamp(),
-        time.time(),
-        sdk.delivery_attempt,
-        sdk,
-        acker,
-    )
+    return _to_message(sdk, sdk.publish_time.timestamp(), time.time(), sdk.delivery_attempt, sdk, acker)
 
 
 def from_received(received: Any, acker: Acker, now: float) -> Message:
     """A Message for a pulled ``ReceivedMessage`` protobuf, received at ``now`` (POSIX seconds)."""
     pb = received.message
     stamp = pb.publish_time
-    data = pb.data
-    key, attributes = _key_and_attributes(pb.attributes, data, pb.ordering_key)
-    return Message(
-        pb.message_id,
-        data,
-        key,
-        attributes,
-        stamp.seconds + stamp.nanos / 1e9,
-        now,
-        received.delivery_attempt or None,
-        received,
-        acker,
-    )
+    attempt = received.delivery_attempt or None
+    return _to_message(pb, stamp.seconds + stamp.nanos / 1e9, now, attempt, received, acker)
 
 
 def raw_ordering_key(message: Message) -> str:

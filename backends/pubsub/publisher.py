@@ -46,9 +46,9 @@ from broker.backends.pubsub.mapping import (
     wire_attributes,
 )
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
-from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
+from broker.errors import MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher
+from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["PubsubPublishDriver", "PubsubPublisher"]
 
@@ -130,7 +130,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class PubsubPublishDriver:
+class PubsubPublishDriver(ClosingDriver):
     """Publishes through one ``pubsub_v1.PublisherClient`` (made on first publish)."""
 
     def __init__(self, clients: Clients, admin: Admin, settings: PubsubSettings) -> None:
@@ -146,14 +146,9 @@ class PubsubPublishDriver:
         self._flow = _Outstanding(
             settings.publish_max_outstanding_messages, settings.publish_max_outstanding_bytes
         )
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"<PubsubPublishDriver {self._settings.project} {'closed' if self._closed else 'open'}>"
-
-    def _check_open(self, topic: str) -> None:
-        if self._closed:
-            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
 
     def check_topic(self, name: str) -> None:
         """A short topic id or ``projects/P/topics/T`` (made into its full path here)."""
@@ -358,9 +353,8 @@ class PubsubPublishDriver:
     # -- closing --------------------------------------------------------------------------
     async def close(self) -> None:
         """Send what is batched, wait (up to ``close_timeout``) for it, close the channel. Idempotent."""
-        if self._closed:
+        if not self._start_closing():
             return
-        self._closed = True
         client, self._client = self._client, None
         if client is None:
             return

@@ -41,8 +41,8 @@ from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.mapping import from_received
 from broker.backends.pubsub.settings import MAX_ACK_DEADLINE, ConsumerOptions, PubsubSettings
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
-from broker.message import Message, claim_ack, release_claim
-from broker.resources import BatchedMessageIteration, MessageIteration
+from broker.message import Message, claim_acks, release_claim
+from broker.pulled import PulledBatchedMessageIteration, PulledMessageIteration
 
 __all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
 
@@ -218,13 +218,7 @@ class PullSettler:
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Ack this settler's pending messages among ``messages`` (one RPC); returns the others."""
-        others: list[Message] = []
-        claimed: list[Message] = []
-        for message in messages:
-            if message.acker is not self:
-                others.append(message)
-            elif claim_ack(message):
-                claimed.append(message)
+        claimed, others = claim_acks(messages, self)
         if claimed:
             try:
                 await asyncio.gather(*(self._queue(None, m.raw.ack_id) for m in claimed))
@@ -448,19 +442,19 @@ class _PullConsumer(SubscriptionConsumer):
         self._nacks.add(task)
         task.add_done_callback(self._nacks.discard)
 
-    async def _take(self, limit: int, timeout: float | None, empty_ok: bool) -> list[Message]:
+    async def _take(self, limit: int, timeout: float | None) -> list[Message]:
         self._check_open()
         if self._release is not None:
             self._release.cancel()
             self._release = None
         self._waiting += 1
         try:
-            return await self._take_waiting(limit, timeout, empty_ok)
+            return await self._take_waiting(limit, timeout)
         finally:
             self._waiting -= 1
             self._arm_release()
 
-    async def _take_waiting(self, limit: int, timeout: float | None, empty_ok: bool) -> list[Message]:
+    async def _take_waiting(self, limit: int, timeout: float | None) -> list[Message]:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -473,8 +467,6 @@ class _PullConsumer(SubscriptionConsumer):
                 task.add_done_callback(self._pull_done)
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0 and not task.done():
-                if empty_ok:
-                    return []
                 raise Timeout(f"no message on {self.topic}/{self.subscription} within {timeout}s")
             if self._closing is None:
                 self._closing = loop.create_future()
@@ -524,25 +516,14 @@ class _PullConsumer(SubscriptionConsumer):
         await self.settler.wait_sent(self._settings.close_timeout)
 
 
-class PubsubMessageIterator(_PullConsumer, MessageIteration):
+class PubsubMessageIterator(_PullConsumer, PulledMessageIteration):
     """A MessageIterator on a Pub/Sub subscription (unary pull, per-message ack)."""
 
-    async def next_message(self, timeout: float | None = None) -> Message:
-        """The next message; raises ``Timeout`` when none arrives within ``timeout`` seconds."""
-        (message,) = await self._take(1, timeout, empty_ok=False)
-        return message
 
-
-class PubsubBatchedMessageIterator(_PullConsumer, BatchedMessageIteration):
+class PubsubBatchedMessageIterator(_PullConsumer, PulledBatchedMessageIteration):
     """A BatchedMessageIterator: each batch is what one pull returned, up to ``batch_size``."""
 
     def __init__(self, *args: Any, batch_timeout: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batch_size = self._pull_size
         self.batch_timeout = batch_timeout
-
-    async def next_batch(self, timeout: float | None = None) -> list[Message]:
-        """Up to ``batch_size`` messages: what arrived within ``timeout`` (default ``batch_timeout``)."""
-        return await self._take(
-            self.batch_size, self.batch_timeout if timeout is None else timeout, empty_ok=True
-        )

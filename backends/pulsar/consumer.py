@@ -36,8 +36,9 @@ from broker.backends.pulsar.mapping import to_message, to_messages
 from broker.backends.pulsar.settings import ConsumerOptions
 from broker.batch_limits import check_batch_limits
 from broker.errors import AckError, ClosedError, NotSupported, ReceiveError
-from broker.message import Message, OutboundMessage, claim_ack, release_claim
+from broker.message import Message, OutboundMessage
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+from broker.settle import ack_in_turn
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -202,18 +203,8 @@ class PulsarAcker:
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Acknowledge this consumer's pending messages among ``messages``; returns the others."""
-        acknowledge = self._consumer().acknowledge
-        others: list[Message] = []
-        for message in messages:
-            if message.acker is not self:
-                others.append(message)
-            elif claim_ack(message):
-                try:
-                    acknowledge(message.raw)
-                except _pulsar.PulsarException as exc:
-                    release_claim(message)
-                    raise translate(exc, f"acknowledging {message.id}", AckError) from None
-        return others
+        self._consumer()  # a closed consumer refuses the whole call
+        return await ack_in_turn(messages, self, self.ack)
 
     async def nack(self, message: Message, delay: float | None) -> None:
         """Negatively acknowledge ``message``: redelivered after ``delay`` seconds (emulated).

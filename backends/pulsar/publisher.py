@@ -19,9 +19,9 @@ import _pulsar  # type: ignore[import-not-found]
 from broker.backends.pulsar.callbacks import error_or_value, outcome, settle, wait
 from broker.backends.pulsar.mapping import build
 from broker.backends.pulsar.settings import PulsarSettings
-from broker.errors import BrokerError, ClosedError, PublishError, Timeout
+from broker.errors import BrokerError, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher
+from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["PulsarPublishDriver", "PulsarPublisher", "producer_configuration"]
 
@@ -135,7 +135,7 @@ class _Sending:
             settle(self.future, None, None)
 
 
-class PulsarPublishDriver:
+class PulsarPublishDriver(ClosingDriver):
     """Publishes through one Pulsar client; a producer per topic, made on its first publish."""
 
     def __init__(self, client: Any, settings: PulsarSettings) -> None:
@@ -145,7 +145,6 @@ class PulsarPublishDriver:
         #: Producers made, by topic, and those being made.
         self._made: dict[str, _Producer] = {}
         self._producers: dict[str, asyncio.Future[_Producer]] = {}
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"<PulsarPublishDriver {len(self._producers)} producers{' closed' if self._closed else ''}>"
@@ -172,8 +171,7 @@ class PulsarPublishDriver:
             if self._producers.get(topic) is created:
                 del self._producers[topic]
             raise
-        if self._closed:
-            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        self._check_open(topic)
         self._made[topic] = producer
         return producer
 
@@ -184,7 +182,7 @@ class PulsarPublishDriver:
         producer = _Producer(raw, name, self._limit, loop)
         if self._closed:
             await producer.close()
-            raise ClosedError(f"cannot publish to {name!r}: the publisher is closed")
+        self._check_open(name)
         return producer
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
@@ -193,8 +191,7 @@ class PulsarPublishDriver:
         Every message is built before any is sent. On a failure, messages the broker already
         accepted stay published.
         """
-        if self._closed:
-            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+        self._check_open(topic)
         built = [build(m) for m in messages]
         try:
             async with asyncio.timeout(timeout):
@@ -206,8 +203,7 @@ class PulsarPublishDriver:
                 for message in built:
                     if producer.sent - producer.acked >= limit:
                         await producer.wait_for_room(limit)
-                        if self._closed:
-                            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
+                        self._check_open(topic)
                     producer.sent += 1
                     send(message, receipt)
                 await wait(sending.future, f"publishing to {topic!r}", PublishError)
@@ -218,9 +214,8 @@ class PulsarPublishDriver:
 
     async def close(self) -> None:
         """Flush and close every producer. Idempotent."""
-        if self._closed:
+        if not self._start_closing():
             return
-        self._closed = True
         creations = list(self._producers.values())
         self._producers.clear()
         self._made.clear()

@@ -55,7 +55,9 @@ from broker.backends.servicebus.mapping import dead_letter_copy, redelivery_copy
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
 from broker.message import Message, own_acker
-from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+from broker.pulled import PulledBatchedMessageIteration
+from broker.resources import AsyncResource, MessageIteration
+from broker.settle import ack_in_turn
 
 __all__ = ["Entity", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
 
@@ -115,14 +117,7 @@ class _Settler:
         The SDK settles one message per disposition and waits for the broker's answer; in turn is
         faster than all at once, whose waits contend for the connection's reader.
         """
-        others = []
-        for message in messages:
-            if message.acker is self:
-                if not message.settled:
-                    await message.ack()
-            else:
-                others.append(message)
-        return others
+        return await ack_in_turn(messages, self, self.ack)
 
     async def nack(self, message: Message, delay: float | None) -> None:
         """Abandon now, or redeliver after ``delay`` seconds (see the module docstring)."""
@@ -704,7 +699,7 @@ class ServiceBusMessageIterator(_Receiving, MessageIteration):
         return (await self._take(1, timeout))[0]
 
 
-class ServiceBusBatchedMessageIterator(_Receiving, BatchedMessageIteration):
+class ServiceBusBatchedMessageIterator(_Receiving, PulledBatchedMessageIteration):
     """A BatchedMessageIterator: one SDK receive call per batch, up to ``batch_size`` messages."""
 
     def __init__(
@@ -723,10 +718,3 @@ class ServiceBusBatchedMessageIterator(_Receiving, BatchedMessageIteration):
         super().__init__(settings, entity, options, shutdowns, admin)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
-
-    async def next_batch(self, timeout: float | None = None) -> list[Message]:
-        """Up to ``batch_size`` messages, as soon as any arrive; ``[]`` after the timeout."""
-        try:
-            return await self._take(self.batch_size, self.batch_timeout if timeout is None else timeout)
-        except Timeout:
-            return []

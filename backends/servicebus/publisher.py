@@ -26,9 +26,9 @@ from broker.backends.servicebus.connection import Shutdowns, close_quietly, make
 from broker.backends.servicebus.errors import translate
 from broker.backends.servicebus.mapping import to_sdk
 from broker.backends.servicebus.settings import ServiceBusSettings
-from broker.errors import ClosedError, MessageTooLarge, PublishError, Timeout
+from broker.errors import MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher
+from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["ServiceBusPublishDriver", "ServiceBusPublisher"]
 
@@ -174,7 +174,7 @@ class _Link:
         )
 
 
-class ServiceBusPublishDriver:
+class ServiceBusPublishDriver(ClosingDriver):
     """Sends through one SDK client; a sender per queue or topic, opened on first use."""
 
     def __init__(
@@ -188,14 +188,9 @@ class ServiceBusPublishDriver:
         self._sdk_client: ServiceBusClient | None = None
         self._links: dict[str, _Link] = {}
         self._senders: list[ServiceBusSender] = []
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"<ServiceBusPublishDriver links={sorted(self._links)}>"
-
-    def _check_open(self, name: str) -> None:
-        if self._closed:
-            raise ClosedError(f"cannot publish to {name!r}: the publisher is closed")
 
     def _client(self) -> ServiceBusClient:
         if self._sdk_client is None:
@@ -221,9 +216,8 @@ class ServiceBusPublishDriver:
 
         The SDK senders and connection finish closing in the background (the backend waits for them).
         """
-        if self._closed:
+        if not self._start_closing():
             return
-        self._closed = True
         senders, self._senders = self._senders, []
         client, self._sdk_client = self._sdk_client, None
         if senders or client is not None:
