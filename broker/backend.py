@@ -28,6 +28,7 @@ from broker.interfaces import (
     RecordIterator,
     TransactionalPublisher,
 )
+from broker.resources import AsyncResource
 from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
 
@@ -137,7 +138,10 @@ class Backlog(Protocol):
 
 
 class BackendFactory(Protocol):
-    """What a backend registers under the ``broker.backends`` entry-point group."""
+    """What a backend registers under the ``broker.backends`` entry-point group.
+
+    :class:`broker.registration.BackendRegistration` is a base class with the shared parts.
+    """
 
     #: The pip extra that installs the backend's SDK (named in ``MissingDependency``).
     extra: str
@@ -164,7 +168,7 @@ class Batching:
     timeout: float
 
 
-class BackendBase:
+class BackendBase(AsyncResource):
     """Shared behaviour for backends: resource tracking, idempotent close, adapter defaults.
 
     Subclasses implement what is native to their broker and call :meth:`_track` on every
@@ -213,6 +217,10 @@ class BackendBase:
             raise ConfigError(f"unknown consumer options for {self.name}: {', '.join(sorted(options))}")
         return None
 
+    def _message_options(self, options: dict[str, Any]) -> Any:
+        """Hook: the consumer options of ``messages()`` (default: those of :meth:`_consumer_options`)."""
+        return self._consumer_options(options)
+
     def _record_options(self, options: dict[str, Any]) -> Any:
         """Hook: the consumer options of ``records()`` (default: those of :meth:`_consumer_options`)."""
         return self._consumer_options(options)
@@ -244,7 +252,7 @@ class BackendBase:
     def messages(self, topic: str, subscription: str, **options: Any) -> MessageIterator:
         """Per-message consumption (see :class:`Backend`): the backend's consumer, tracked for close."""
         self._check_open()
-        opts = self._consumer_options(options)
+        opts = self._message_options(options)
         return self._track(self._open_messages(topic, subscription, opts, None))  # type: ignore[no-any-return]
 
     def batched_messages(
@@ -262,7 +270,7 @@ class BackendBase:
         per-message consumer from its hook.)
         """
         self._check_open()
-        opts = self._consumer_options(options)
+        opts = self._message_options(options)
         batching = self._batching(opts, batch_size, batch_timeout)
         return self._track(self._open_messages(topic, subscription, opts, batching))  # type: ignore[no-any-return]
 
@@ -285,10 +293,7 @@ class BackendBase:
         threshold; a ``DeadLetterTopic`` without a publisher uses this backend's). ``stop()`` on the
         receiver drains it, letting running handlers finish for up to ``drain_timeout`` seconds.
         """
-        publisher = None
-        if retry is not None and isinstance(retry.dead_letter, DeadLetterTopic):
-            if retry.dead_letter.publisher is None:
-                publisher = self.publisher()
+        publisher = self._publisher_for_retry(retry)
         return adapt.receiver(
             self.messages(topic, subscription, **options),
             concurrency,
@@ -299,6 +304,14 @@ class BackendBase:
             topic=topic,
             subscription=subscription,
         )
+
+    def _publisher_for_retry(self, retry: RetryPolicy | None) -> Publisher | None:
+        """A publisher of this backend for ``retry``'s dead-letter topic when it names none itself
+        (None when there is no such topic)."""
+        if retry is not None and isinstance(retry.dead_letter, DeadLetterTopic):
+            if retry.dead_letter.publisher is None:
+                return self.publisher()
+        return None
 
     def records(
         self, topics: str | Sequence[str], group: str | None = None, **options: Any
@@ -350,14 +363,6 @@ class BackendBase:
         for result in results:
             if isinstance(result, Exception):
                 raise result
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 def topics_tuple(topics: str | Sequence[str]) -> tuple[str, ...]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import Any
 
 __all__ = ["Capabilities"]
 
@@ -43,6 +45,22 @@ class Capabilities:
     backlog_for_new_subscriptions: bool = False
     #: The largest payload the broker accepts, in bytes (None: not known or unlimited).
     max_message_bytes: int | None = None
+
+    @classmethod
+    def claiming(cls, flags: Iterable[str], /, **values: Any) -> Capabilities:
+        """Capabilities with every flag named in ``flags`` set, then ``values`` over them.
+
+        A backend declares what it can do once: its factory's ``mechanisms`` names each capability
+        with the native mechanism behind it (the capability matrix shows it), and its capabilities
+        claim those; ``values`` holds what depends on the settings, and the limits
+        (``max_message_bytes``). A name that is not a flag raises ``ValueError``.
+        """
+        names = [f.name for f in fields(cls) if f.type in ("bool", bool)]
+        claimed = dict.fromkeys(flags, True)
+        unknown = sorted(set(claimed) - set(names))
+        if unknown:
+            raise ValueError(f"not capability flags: {', '.join(unknown)}")
+        return cls(**{**claimed, **values})
 
     def supported(self) -> list[str]:
         """Names of the flags that are set."""

@@ -9,6 +9,7 @@ from broker.backends.inmem.backlog import backlog as _backlog
 from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
 from broker.backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
 from broker.backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
+from broker.backends.inmem.registration import InmemFactory
 from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
 from broker.backends.inmem.store import InmemBroker, get_broker, resolve_partitioner
 from broker.capabilities import Capabilities
@@ -17,23 +18,8 @@ from broker.options import build_consumer_options
 
 __all__ = ["InmemBackend"]
 
-CAPABILITIES = Capabilities(
-    persistent=False,
-    per_key_order=True,
-    messages=True,
-    records=True,
-    nack_redelivers=True,
-    delayed_nack=True,
-    ack_deadline=True,
-    in_progress=True,
-    delivery_attempt=True,
-    dead_letter=True,
-    competing_consumers=True,
-    transactions=True,
-    replay=True,
-    backlog_for_new_subscriptions=True,
-    max_message_bytes=None,
-)
+#: Every capability but ``persistent``: the claims and their mechanisms are ``InmemFactory.mechanisms``.
+CAPABILITIES = Capabilities.claiming(InmemFactory.mechanisms)
 
 
 class InmemBackend(BackendBase):

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from broker.backend import Backend
 from broker.backends.inmem.settings import InmemSettings
+from broker.registration import BackendRegistration
 from broker.settings import ParsedUrl
 
 __all__ = ["InmemFactory", "factory"]
 
 
-class InmemFactory:
+class InmemFactory(BackendRegistration):
     """Builds :class:`~broker.backends.inmem.backend.InmemBackend` from ``inmem://NAME?setting=value``."""
 
-    extra = ""
     settings_type = InmemSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    backend = "broker.backends.inmem.backend:InmemBackend"
+    mechanisms = {
         "per_key_order": "key → partition",
         "messages": "subscription cursor",
         "records": "consumer group",
@@ -41,12 +39,6 @@ class InmemFactory:
         if name:
             options["name"] = name
         return options
-
-    def open(self, settings: InmemSettings) -> Backend:
-        """The backend for ``settings``."""
-        from broker.backends.inmem.backend import InmemBackend
-
-        return InmemBackend(settings)
 
 
 factory = InmemFactory()

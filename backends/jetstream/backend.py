@@ -41,6 +41,7 @@ from broker.backends.jetstream.mapping import parse_reply
 from broker.backends.jetstream.provisioning import Provisioner, consumer_config
 from broker.backends.jetstream.publisher import JetStreamPublisher
 from broker.backends.jetstream.pull import PullEngine, Resolver, Target
+from broker.backends.jetstream.registration import JetStreamFactory
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ConfigError
@@ -49,21 +50,12 @@ from broker.settings import describe
 
 __all__ = ["CAPABILITIES", "JetStreamBackend"]
 
-CAPABILITIES = Capabilities(
-    persistent=True,  # with file storage (the default)
-    per_key_order=True,  # one consumer gets stream order, as long as nothing is redelivered
-    messages=True,
-    records=True,
-    nack_redelivers=True,
-    delayed_nack=True,
-    ack_deadline=True,
-    in_progress=True,
-    delivery_attempt=True,
-    dead_letter=True,  # dead_letter() = +TERM (and republish), max_deliver
-    competing_consumers=True,
-    transactions=False,
-    replay=True,  # records from any stream sequence or time; replay()
-    backlog_for_new_subscriptions=True,
+#: The claims and their mechanisms are ``JetStreamFactory.mechanisms``: ``persistent`` with file
+#: storage (the default); ``per_key_order`` for one consumer, as long as nothing is redelivered;
+#: ``dead_letter`` is ``dead_letter()`` = +TERM (and republish) and ``max_deliver``; ``replay``
+#: reads records from any stream sequence or time (:meth:`JetStreamBackend.replay`).
+CAPABILITIES = Capabilities.claiming(
+    JetStreamFactory.mechanisms,
     max_message_bytes=1024 * 1024,  # the server's default max_payload
 )
 

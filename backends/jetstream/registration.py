@@ -5,26 +5,25 @@ Imports no SDK: :meth:`JetStreamFactory.open` imports ``nats`` (the ``nats`` ext
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from broker.backend import Backend
 from broker.backends.jetstream.devserver import nats_dev_server
 from broker.backends.jetstream.settings import JetStreamSettings
-from broker.dependencies import import_for_extra
 from broker.devserver import ProcessServer
+from broker.registration import BackendRegistration
 from broker.settings import ParsedUrl
 
 __all__ = ["JetStreamFactory", "factory"]
 
 
-class JetStreamFactory:
+class JetStreamFactory(BackendRegistration):
     """Builds :class:`~broker.backends.jetstream.backend.JetStreamBackend` from ``nats://host:port?...``."""
 
     extra = "nats"
     settings_type = JetStreamSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    sdk = "nats"
+    backend = "broker.backends.jetstream.backend:JetStreamBackend"
+    mechanisms = {
         "persistent": "stream file storage",
         "per_key_order": "stream order, max_ack_pending",
         "messages": "durable pull consumer",
@@ -54,13 +53,6 @@ class JetStreamFactory:
         if path:
             options["stream"] = path
         return options
-
-    def open(self, settings: JetStreamSettings) -> Backend:
-        """The backend for ``settings`` (connects on first use)."""
-        import_for_extra(self.extra, "nats")
-        from broker.backends.jetstream.backend import JetStreamBackend
-
-        return JetStreamBackend(settings)
 
     def dev_server(self, port: int | None = None, store_dir: str | None = None) -> ProcessServer:
         """An unstarted local ``nats-server -js``; ``with factory.dev_server() as s: s.url``."""

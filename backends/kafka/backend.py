@@ -15,7 +15,6 @@ from broker.backends.kafka.log import KafkaLog
 from broker.backends.kafka.producer import AsyncProducer
 from broker.backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
 from broker.backends.kafka.queue import (
-    QueueBatchedMessageIterator,
     QueueMessageIterator,
     RedeliveryTracker,
     open_messages,
@@ -23,6 +22,7 @@ from broker.backends.kafka.queue import (
 from broker.backends.kafka.queue.settings import QueueSettings, queue_settings_for_topic
 from broker.backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
 from broker.backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
+from broker.backends.kafka.registration import KafkaFactory
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
@@ -31,22 +31,10 @@ from broker.options import build_consumer_options
 
 __all__ = ["CAPABILITIES", "KafkaBackend"]
 
-#: Kafka's log natively; per-message acknowledgement (``messages``) through the marker-topic queue.
-CAPABILITIES = Capabilities(
-    persistent=True,
-    per_key_order=True,
-    records=True,
-    transactions=True,
-    replay=True,
-    backlog_for_new_subscriptions=True,
-    messages=True,
-    nack_redelivers=True,
-    delayed_nack=True,
-    ack_deadline=True,
-    in_progress=True,
-    delivery_attempt=True,
-    dead_letter=True,
-    competing_consumers=True,
+#: Kafka's log natively; per-message acknowledgement (``messages``) through the marker-topic queue
+#: (the claims and their mechanisms are ``KafkaFactory.mechanisms``).
+CAPABILITIES = Capabilities.claiming(
+    KafkaFactory.mechanisms,
     # librdkafka's default message.max.bytes; START markers carry the payload plus ~100 bytes.
     max_message_bytes=1_000_000,
 )
@@ -187,7 +175,13 @@ class KafkaBackend(BackendBase):
         options = dataclasses.replace(options, batch_size=batching.size)  # the fetch size too
         return KafkaBatchedIterator(self._core(topics, group, options), batching.size, batching.timeout)
 
-    def messages(self, topic: str, subscription: str, **options: Any) -> QueueMessageIterator:
+    def _message_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``messages()`` takes the marker queue's options, read by ``queue_settings_for_topic``."""
+        return options
+
+    def _open_messages(
+        self, topic: str, subscription: str, options: dict[str, Any], batching: Batching | None
+    ) -> QueueMessageIterator:
         """Per-message acknowledgement on ``topic`` through the marker-topic queue.
 
         Every subscription sees every message of the topic; consumers of one subscription split the
@@ -198,6 +192,8 @@ class KafkaBackend(BackendBase):
         tracker``). Other options: ``marker_topic`` (default ``<topic>.markers``),
         ``max_attempts`` + ``dead_letter_topic``, ``marker_format`` (``"batched"``, or kafka-mq-go's
         ``"per-message"``), and the rest of :class:`~broker.backends.kafka.queue.QueueSettings`.
+        ``batched_messages()`` hands out batches of what the consumer has buffered (up to
+        ``batch_size``, default 100).
 
         Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out, and
         marks messages handed out (a KEEPALIVE written a little ahead of the application: about four
@@ -211,33 +207,6 @@ class KafkaBackend(BackendBase):
         ``receive_buffer_capacity + batches_in_flight * max_messages_per_poll`` (5,000) messages
         no handler saw move one step closer to ``max_attempts`` per crash.
         """
-        return self._queue_iterator(topic, subscription, None, 1.0, options)
-
-    def batched_messages(
-        self,
-        topic: str,
-        subscription: str,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> QueueBatchedMessageIterator:
-        """Like :meth:`messages`, in batches of what the consumer has buffered (up to ``batch_size``,
-        default 100)."""
-        batching = self._batching(None, batch_size, batch_timeout)  # the queue's options are its own
-        iterator = self._queue_iterator(topic, subscription, batching.size, batching.timeout, options)
-        assert isinstance(iterator, QueueBatchedMessageIterator)
-        return iterator
-
-    def _queue_iterator(
-        self,
-        topic: str,
-        subscription: str,
-        batch_size: int | None,
-        batch_timeout: float,
-        options: dict[str, Any],
-    ) -> QueueMessageIterator:
-        self._check_open()
         if not subscription:
             raise ConfigError("a subscription name is needed")
         embedded = options.pop("embedded_tracker", True)
@@ -245,15 +214,14 @@ class KafkaBackend(BackendBase):
             embedded = str(embedded).lower() in ("1", "true", "yes", "on")
         config = queue_settings_for_topic(topic, options)
         self._queue_groups[(topic, subscription)] = f"{config.group_prefix}{subscription}"
-        iterator = open_messages(
+        return open_messages(
             self.log(),
             config,
             subscription,
             embedded_tracker=embedded,
-            batch_size=batch_size,
-            batch_timeout=batch_timeout,
+            batch_size=None if batching is None else batching.size,
+            batch_timeout=1.0 if batching is None else batching.timeout,
         )
-        return self._track(iterator)  # type: ignore[no-any-return]
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """Records of ``topic`` the group has not committed: high watermark - committed, summed.

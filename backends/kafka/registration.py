@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from broker.backend import Backend
 from broker.backends.kafka.settings import KafkaSettings
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError
+from broker.registration import BackendRegistration
 from broker.settings import ParsedUrl, with_default_port
 
 __all__ = ["KafkaFactory", "factory"]
@@ -17,13 +16,14 @@ __all__ = ["KafkaFactory", "factory"]
 DEFAULT_PORT = 9092
 
 
-class KafkaFactory:
+class KafkaFactory(BackendRegistration):
     """Builds :class:`~broker.backends.kafka.backend.KafkaBackend` from ``kafka://host:port[,host:port]?...``."""
 
     extra = "kafka"
     settings_type = KafkaSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    sdk = "confluent_kafka"
+    backend = "broker.backends.kafka.backend:KafkaBackend"
+    mechanisms = {
         "persistent": "replicated log",
         "per_key_order": "key → partition",
         "messages": "marker-topic queue",
@@ -51,14 +51,6 @@ class KafkaFactory:
             raise ConfigError("kafka:// needs a host: kafka://host:port[,host:port]")
         options.update(url.credentials("sasl_username", "sasl_password"))
         return options
-
-    def open(self, settings: KafkaSettings) -> Backend:
-        """The backend for ``settings`` (``MissingDependency`` without confluent-kafka)."""
-        from broker.backends.kafka import sdk
-        from broker.backends.kafka.backend import KafkaBackend
-
-        sdk.confluent()
-        return KafkaBackend(settings)
 
     def dev_server(self, port: int | None = None) -> ProcessServer:
         """An unstarted local Kafka-compatible broker (Tansu) for ``broker dev kafka`` and tests."""

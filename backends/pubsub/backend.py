@@ -18,7 +18,7 @@ after a number of attempts needs ``dead_letter_topic``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backend import BackendBase
@@ -27,11 +27,12 @@ from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.publisher import PubsubPublisher
 from broker.backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
 from broker.backends.pubsub.receiver import PubsubReceiver
+from broker.backends.pubsub.registration import PubsubFactory
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
-from broker.retry import DeadLetterTopic, RetryPolicy
+from broker.retry import RetryPolicy
 from broker.settings import build_settings, describe
 
 __all__ = ["BACKLOG_FOR_NEW_SUBSCRIPTIONS", "PubsubBackend", "capabilities_for"]
@@ -41,23 +42,16 @@ __all__ = ["BACKLOG_FOR_NEW_SUBSCRIPTIONS", "PubsubBackend", "capabilities_for"]
 #: subscription drops what it gets). ``Capabilities.backlog_for_new_subscriptions``.
 BACKLOG_FOR_NEW_SUBSCRIPTIONS = False
 
+_Pull = TypeVar("_Pull", PubsubMessageIterator, PubsubBatchedMessageIterator)
+
 
 def capabilities_for(settings: PubsubSettings) -> Capabilities:
-    """What a backend with ``settings`` supports."""
-    return Capabilities(
-        persistent=True,
+    """What a backend with ``settings`` supports: ``PubsubFactory.mechanisms``, two of them only
+    with the settings that enable them."""
+    return Capabilities.claiming(
+        PubsubFactory.mechanisms,
         per_key_order=settings.message_ordering,
-        messages=True,
-        records=False,
-        nack_redelivers=True,
-        delayed_nack=True,
-        ack_deadline=True,
-        in_progress=True,
         delivery_attempt=settings.dead_letter_topic is not None,
-        dead_letter=True,
-        competing_consumers=True,
-        transactions=False,
-        replay=False,
         backlog_for_new_subscriptions=BACKLOG_FOR_NEW_SUBSCRIPTIONS,
         max_message_bytes=MAX_MESSAGE_BYTES,
     )
@@ -119,20 +113,7 @@ class PubsubBackend(BackendBase):
         ``max_delivery_attempts``), ``batch_size`` (or ``pull_max_messages``), ``start``
         (``"latest"`` only), ``message_ordering`` (see :class:`ConsumerOptions`).
         """
-        opts = self._options(options)
-        iterator = PubsubMessageIterator(
-            self.clients,
-            self.admin,
-            self.settings,
-            topic,
-            subscription,
-            opts,
-            "ack_deadline" in options,
-            opts.pull_max_messages,
-        )
-        self._track(iterator)
-        iterator.start_opening()
-        return iterator
+        return self._pull(PubsubMessageIterator, topic, subscription, options, None)
 
     def batched_messages(
         self,
@@ -148,17 +129,39 @@ class PubsubBackend(BackendBase):
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if batch_timeout < 0:
             raise ConfigError(f"batch_timeout must be >= 0, got {batch_timeout}")
+        return self._pull(
+            PubsubBatchedMessageIterator,
+            topic,
+            subscription,
+            options,
+            batch_size,
+            batch_timeout=batch_timeout,
+        )
+
+    def _pull(
+        self,
+        kind: type[_Pull],
+        topic: str,
+        subscription: str,
+        options: dict[str, Any],
+        pull_size: int | None,
+        **batching: Any,
+    ) -> _Pull:
+        """A pull iterator of ``kind`` pulling ``pull_size`` at a time (None: the ``batch_size``
+        option), tracked, its opening started in the background."""
         opts = self._options(options)
-        iterator = PubsubBatchedMessageIterator(
+        size = opts.pull_max_messages if pull_size is None else pull_size
+        explicit_deadline = "ack_deadline" in options
+        iterator = kind(
             self.clients,
             self.admin,
             self.settings,
             topic,
             subscription,
             opts,
-            "ack_deadline" in options,
-            batch_size,
-            batch_timeout=batch_timeout,
+            explicit_deadline,
+            size,
+            **batching,
         )
         self._track(iterator)
         iterator.start_opening()
@@ -185,29 +188,19 @@ class PubsubBackend(BackendBase):
             raise ConfigError("give either retry= or nack_delay=, not both")
         retrier = None
         if retry is not None:
-            dead = retry.dead_letter
-            needs_publisher = isinstance(dead, DeadLetterTopic) and dead.publisher is None
-            retrier = retry.bind(
-                publisher=self.publisher() if needs_publisher else None,
-                topic=topic,
-                subscription=subscription,
-            )
+            publisher = self._publisher_for_retry(retry)
+            retrier = retry.bind(publisher=publisher, topic=topic, subscription=subscription)
         if "batch_size" in options:
             raise ConfigError("receiver() hands out single messages: use batched_receiver(batch_size=...)")
-        opts = self._options(options)
-        receiver = PubsubReceiver(
-            self.clients,
-            self.admin,
-            self.settings,
+        return self._receiver(
             topic,
             subscription,
-            opts,
-            concurrency or self.settings.receive_concurrency,
+            options,
+            concurrency,
             nack_delay=nack_delay,
             retrier=retrier,
             drain_timeout=drain_timeout,
         )
-        return self._track(receiver)  # type: ignore[no-any-return]
 
     def batched_receiver(
         self,
@@ -221,18 +214,25 @@ class PubsubBackend(BackendBase):
         **options: Any,
     ) -> PubsubReceiver:
         """Streaming pull calling a handler with batches (``receive_batch``)."""
-        opts = self._options(options)
-        receiver = PubsubReceiver(
-            self.clients,
-            self.admin,
-            self.settings,
+        return self._receiver(
             topic,
             subscription,
-            opts,
-            concurrency or self.settings.receive_concurrency,
+            options,
+            concurrency,
             batch_size=batch_size,
             batch_timeout=batch_timeout,
             drain_timeout=drain_timeout,
+        )
+
+    def _receiver(
+        self, topic: str, subscription: str, options: dict[str, Any], concurrency: int | None, **how: Any
+    ) -> PubsubReceiver:
+        """A tracked streaming-pull receiver, ``concurrency`` handlers at a time (None: the
+        ``receive_concurrency`` setting); ``how`` are :class:`PubsubReceiver`'s keyword arguments."""
+        opts = self._options(options)
+        concurrency = concurrency or self.settings.receive_concurrency
+        receiver = PubsubReceiver(
+            self.clients, self.admin, self.settings, topic, subscription, opts, concurrency, **how
         )
         return self._track(receiver)  # type: ignore[no-any-return]
 

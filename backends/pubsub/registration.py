@@ -6,26 +6,25 @@ This module imports no SDK: :meth:`PubsubFactory.open` imports google-cloud-pubs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from broker.backend import Backend
 from broker.backends.pubsub.settings import PubsubSettings
-from broker.dependencies import import_for_extra
 from broker.devserver import ProcessServer
 from broker.errors import ConfigError
+from broker.registration import BackendRegistration, no_path, one_host
 from broker.settings import ParsedUrl
 
 __all__ = ["PubsubFactory", "factory"]
 
 
-class PubsubFactory:
+class PubsubFactory(BackendRegistration):
     """Builds :class:`~broker.backends.pubsub.backend.PubsubBackend` from ``pubsub://PROJECT?setting=value``."""
 
     extra = "pubsub"
     settings_type = PubsubSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    sdk = "google.cloud.pubsub_v1"
+    backend = "broker.backends.pubsub.backend:PubsubBackend"
+    mechanisms = {
         "persistent": "retained by the service",
         "per_key_order": "ordering keys",
         "messages": "unary pull",
@@ -40,23 +39,11 @@ class PubsubFactory:
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """``pubsub://PROJECT`` names the Google Cloud project."""
-        if len(url.hosts) > 1:
-            raise ConfigError(f"pubsub://PROJECT names one project, got {', '.join(url.hosts)}")
+        project = one_host(url, "project")
         if url.username or url.password:
             raise ConfigError("pubsub:// takes no user or password; use credentials_file or credentials_json")
-        options: dict[str, Any] = {}
-        if url.path.strip("/"):
-            raise ConfigError(f"pubsub://PROJECT takes no path, got {url.path!r}")
-        if url.hosts:
-            options["project"] = url.hosts[0]
-        return options
-
-    def open(self, settings: PubsubSettings) -> Backend:
-        """The backend for ``settings`` (imports google-cloud-pubsub)."""
-        import_for_extra(self.extra, "google.cloud.pubsub_v1")
-        from broker.backends.pubsub.backend import PubsubBackend
-
-        return PubsubBackend(settings)
+        no_path(url)
+        return {} if project is None else {"project": project}
 
     def dev_server(self, port: int | None = None) -> ProcessServer:
         """Google's Pub/Sub emulator on ``127.0.0.1:port`` (a free port by default), not yet started.

@@ -19,6 +19,7 @@ from broker.backends.pulsar.consumer import (
 )
 from broker.backends.pulsar.publisher import PulsarPublisher
 from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
+from broker.backends.pulsar.registration import PulsarFactory
 from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ConnectionFailed
@@ -33,22 +34,13 @@ MAX_MESSAGE_BYTES: Final = 5 * 1024 * 1024
 
 
 def capabilities_for(settings: PulsarSettings) -> Capabilities:
-    """What the backend does with ``settings`` (the subscription type decides order and sharing)."""
+    """What the backend does with ``settings``: ``PulsarFactory.mechanisms``, with the subscription
+    type deciding order and sharing."""
     kind = settings.subscription_type
-    return Capabilities(
-        persistent=True,
+    return Capabilities.claiming(
+        PulsarFactory.mechanisms,
         per_key_order=kind != "shared",
-        messages=True,
-        records=True,
-        nack_redelivers=True,
-        delayed_nack=True,
-        ack_deadline=True,
-        in_progress=False,
-        delivery_attempt=True,
-        dead_letter=True,
         competing_consumers=kind in ("shared", "key_shared"),
-        transactions=False,
-        replay=True,
         max_message_bytes=MAX_MESSAGE_BYTES,
     )
 

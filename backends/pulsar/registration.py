@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from broker.backend import Backend
 from broker.backends.pulsar.settings import PulsarSettings
-from broker.dependencies import import_for_extra
 from broker.devserver import ProcessServer
-from broker.errors import ConfigError
+from broker.registration import BackendRegistration, no_path
 from broker.settings import ParsedUrl, with_default_port
 
 __all__ = ["PulsarFactory", "factory"]
@@ -18,13 +15,14 @@ __all__ = ["PulsarFactory", "factory"]
 DEFAULT_PORT = 6650
 
 
-class PulsarFactory:
+class PulsarFactory(BackendRegistration):
     """Builds :class:`~broker.backends.pulsar.backend.PulsarBackend` from ``pulsar://host:port[,host:port]?...``."""
 
     extra = "pulsar"
     settings_type = PulsarSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    sdk = "pulsar"
+    backend = "broker.backends.pulsar.backend:PulsarBackend"
+    mechanisms = {
         "persistent": "managed ledger",
         "messages": "shared subscription",
         "records": "failover subscription",
@@ -39,8 +37,7 @@ class PulsarFactory:
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """The service URL from the hosts (port 6650 by default); ``user:password@`` is basic auth."""
-        if url.path.strip("/"):
-            raise ConfigError(f"a pulsar:// URL names hosts only, not a path: {url.path!r}")
+        no_path(url, "it names hosts only")
         options: dict[str, Any] = {}
         if url.hosts:
             scheme = "pulsar+ssl" if url.scheme == "pulsar+ssl" else "pulsar"
@@ -48,13 +45,6 @@ class PulsarFactory:
             options["service_url"] = f"{scheme}://{hosts}"
         options.update(url.credentials("basic_username", "basic_password"))
         return options
-
-    def open(self, settings: PulsarSettings) -> Backend:
-        """The backend for ``settings``; needs the ``pulsar-client`` package."""
-        import_for_extra(self.extra, "pulsar")
-        from broker.backends.pulsar.backend import PulsarBackend
-
-        return PulsarBackend(settings)
 
     def dev_server(self, port: int | None = None) -> ProcessServer:
         """A local pulsar-lite broker on ``127.0.0.1:port``, not started (use it with ``with``)."""

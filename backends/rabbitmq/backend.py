@@ -25,29 +25,19 @@ from broker.backends.rabbitmq.backlog import queue_backlog
 from broker.backends.rabbitmq.connection import RabbitmqConnection
 from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
 from broker.backends.rabbitmq.publisher import RabbitmqPublishDriver
+from broker.backends.rabbitmq.registration import RabbitmqFactory
 from broker.backends.rabbitmq.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RabbitmqSettings
 from broker.capabilities import Capabilities
 from broker.publishing import DriverPublisher
 
 __all__ = ["CAPABILITIES", "RabbitmqBackend"]
 
-CAPABILITIES = Capabilities(
-    persistent=True,  # durable exchanges, quorum queues, persistent delivery mode
-    per_key_order=True,  # one channel publishes in order, one queue delivers in order to one consumer
-    messages=True,
-    records=False,  # RabbitMQ streams are out of scope
-    nack_redelivers=True,
-    delayed_nack=True,  # emulated: the client holds the message, then basic.nack(requeue)
-    ack_deadline=True,  # emulated: a client-side timer; a dead consumer's channel returns at once
-    in_progress=True,  # restarts that timer
-    delivery_attempt=True,  # quorum queues' x-delivery-count
-    dead_letter=True,  # dead-letter exchange; x-delivery-limit for max_attempts
-    competing_consumers=True,
-    transactions=False,
-    replay=False,
-    backlog_for_new_subscriptions=False,  # an exchange drops what no queue is bound to
-    max_message_bytes=MAX_MESSAGE_BYTES,
-)
+#: The claims and their mechanisms are ``RabbitmqFactory.mechanisms``: ``per_key_order`` as one
+#: channel publishes in order and one queue delivers in order to one consumer; ``delayed_nack``
+#: holds the message, then basic.nack(requeue); a dead consumer's channel returns its messages at
+#: once, whatever ``ack_deadline``. Not ``records`` (RabbitMQ streams are out of scope), nor
+#: ``backlog_for_new_subscriptions`` (an exchange drops what no queue is bound to).
+CAPABILITIES = Capabilities.claiming(RabbitmqFactory.mechanisms, max_message_bytes=MAX_MESSAGE_BYTES)
 
 
 class RabbitmqBackend(BackendBase):

@@ -5,27 +5,26 @@ Imports no SDK: :meth:`RabbitmqFactory.open` imports ``aio_pika`` (the ``rabbitm
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from broker.backend import Backend
 from broker.backends.rabbitmq.devserver import RabbitmqDevServer
 from broker.backends.rabbitmq.settings import RabbitmqSettings
-from broker.dependencies import import_for_extra
 from broker.errors import ConfigError
+from broker.registration import BackendRegistration, one_host
 from broker.settings import ParsedUrl
 
 __all__ = ["RabbitmqFactory", "factory"]
 
 
-class RabbitmqFactory:
+class RabbitmqFactory(BackendRegistration):
     """Builds :class:`~broker.backends.rabbitmq.backend.RabbitmqBackend` from ``rabbitmq://user:pass@host:port/vhost``."""
 
     extra = "rabbitmq"
     settings_type = RabbitmqSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    sdk = "aio_pika"
+    backend = "broker.backends.rabbitmq.backend:RabbitmqBackend"
+    mechanisms = {
         "persistent": "durable exchanges, quorum queues",
         "per_key_order": "queue order",
         "messages": "quorum queue per subscription",
@@ -41,10 +40,9 @@ class RabbitmqFactory:
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
         """Host and port from the URL's host, ``user:password@`` credentials, the path as vhost."""
         options: dict[str, Any] = {}
-        if len(url.hosts) > 1:
-            raise ConfigError("a rabbitmq:// URL names one host")
-        if url.hosts:
-            host, port = _host_port(url.hosts[0])
+        address = one_host(url, "host")
+        if address is not None:
+            host, port = _host_port(address)
             options["host"] = host
             if port is not None:
                 options["port"] = port
@@ -53,13 +51,6 @@ class RabbitmqFactory:
         if path:
             options["vhost"] = unquote(path)
         return options
-
-    def open(self, settings: RabbitmqSettings) -> Backend:
-        """The backend for ``settings`` (connects on first use)."""
-        import_for_extra(self.extra, "aio_pika")
-        from broker.backends.rabbitmq.backend import RabbitmqBackend
-
-        return RabbitmqBackend(settings)
 
     def dev_server(self, port: int | None = None) -> RabbitmqDevServer:
         """An unstarted local ``rabbitmq-server``; ``with factory.dev_server() as s: s.url``."""

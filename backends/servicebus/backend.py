@@ -33,6 +33,7 @@ from broker.backends.servicebus.consumer import (
     ServiceBusMessageIterator,
 )
 from broker.backends.servicebus.publisher import ServiceBusPublisher
+from broker.backends.servicebus.registration import ServiceBusFactory
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
@@ -43,22 +44,8 @@ __all__ = ["CAPABILITIES", "ServiceBusBackend"]
 #: Per-key order is guaranteed only within a session, so it is claimed only when keys are session
 #: ids and consumers receive by session (see ``ServiceBusBackend``). The largest message depends on
 #: the namespace's tier (256 KiB Standard, up to 100 MiB Premium); the SDK reads it from the link.
-CAPABILITIES = Capabilities(
-    persistent=True,
-    per_key_order=False,
-    messages=True,
-    records=False,
-    nack_redelivers=True,
-    delayed_nack=True,
-    ack_deadline=True,
-    in_progress=True,
-    delivery_attempt=True,
-    dead_letter=True,
-    competing_consumers=True,
-    transactions=False,
-    replay=False,
-    max_message_bytes=None,
-)
+#: The other claims and their mechanisms are ``ServiceBusFactory.mechanisms``.
+CAPABILITIES = Capabilities.claiming(ServiceBusFactory.mechanisms)
 
 
 def _endpoint(settings: ServiceBusSettings) -> str:

@@ -6,26 +6,26 @@ extra). ``broker.connect`` also routes a connection string (``Endpoint=sb://...`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from broker.backend import Backend
 from broker.backends.servicebus.settings import ServiceBusSettings
-from broker.dependencies import import_for_extra
 from broker.errors import ConfigError
+from broker.registration import BackendRegistration, no_path, one_host
 from broker.settings import ParsedUrl
 
 __all__ = ["ServiceBusFactory", "factory"]
 
 
-class ServiceBusFactory:
+class ServiceBusFactory(BackendRegistration):
     """Builds :class:`~broker.backends.servicebus.backend.ServiceBusBackend` from ``servicebus://NAMESPACE?...``."""
 
     extra = "servicebus"
     settings_type = ServiceBusSettings
-    #: The native mechanism behind each capability (the README's capability matrix).
-    mechanisms: Mapping[str, str] = {
+    sdk = "azure.servicebus.aio"
+    sdk_package = "azure.servicebus"
+    backend = "broker.backends.servicebus.backend:ServiceBusBackend"
+    mechanisms = {
         "persistent": "entity storage",
         "messages": "peek-lock receiver",
         "nack_redelivers": "abandon",
@@ -43,27 +43,16 @@ class ServiceBusFactory:
         ``servicebus://KEYNAME:KEY@NAMESPACE`` gives a shared access key (URL-encode the key).
         """
         options: dict[str, Any] = {}
-        if len(url.hosts) > 1:
-            raise ConfigError("a servicebus:// URL names one namespace")
-        if url.hosts:
-            options["namespace"] = url.hosts[0]
-        if url.path.strip("/"):
-            raise ConfigError(
-                "a servicebus:// URL has no path; name queues and topics when publishing and consuming"
-            )
+        namespace = one_host(url, "namespace")
+        if namespace is not None:
+            options["namespace"] = namespace
+        no_path(url, "name queues and topics when publishing and consuming")
         if url.username is not None or url.password is not None:
             if url.username is None or url.password is None:
                 raise ConfigError("servicebus://KEYNAME:KEY@NAMESPACE needs both the key name and the key")
             options["shared_access_key_name"] = unquote(url.username)
             options["shared_access_key"] = unquote(url.password)
         return options
-
-    def open(self, settings: ServiceBusSettings) -> Backend:
-        """The backend for ``settings`` (connects on first use)."""
-        import_for_extra(self.extra, "azure.servicebus.aio", named="azure.servicebus")
-        from broker.backends.servicebus.backend import ServiceBusBackend
-
-        return ServiceBusBackend(settings)
 
 
 factory = ServiceBusFactory()
