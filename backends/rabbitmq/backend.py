@@ -14,23 +14,56 @@ subscription                   the durable quorum queue ``<topic>.<subscription>
 =============================  ===================================================================
 
 No ``records()``: RabbitMQ streams (its partitioned log) are out of scope for this backend.
+
+The backend holds one AMQP connection (aio-pika's robust connection: it reconnects by itself),
+opened on first use; the publisher and every consumer open their own channel on it, so a channel
+error (an exchange or queue declared with other settings) closes only the channel that caused it.
+
+Publishing: every topic is a durable exchange, declared on its first publish (publishing to a
+topic nobody subscribed to yet succeeds; the broker drops what no queue is bound to). The channel
+runs in publisher-confirm mode: ``send`` returns once the broker confirmed every message. A batch
+is written in one go and its confirms are awaited together.
+
+Backlog: a passive ``queue.declare`` answers with the queue's ``message_count``, the messages ready
+for delivery. Messages delivered and not acked yet are not in it (AMQP 0-9-1 does not report them;
+the management plugin's HTTP API does, and is not used), nor are those a consumer holds back for a
+delayed nack.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Sequence
 from typing import Any
 
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
+
 from broker.backend import BackendBase, Batching
-from broker.backends.rabbitmq.backlog import queue_backlog
-from broker.backends.rabbitmq.connection import RabbitmqConnection
+from broker.backends.rabbitmq import RabbitmqFactory
 from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
-from broker.backends.rabbitmq.publisher import RabbitmqPublishDriver
-from broker.backends.rabbitmq.registration import RabbitmqFactory
-from broker.backends.rabbitmq.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RabbitmqSettings
+from broker.backends.rabbitmq.mapping import close_quietly, declare_exchange, routing_key, to_sdk, translate
+from broker.backends.rabbitmq.settings import (
+    MAX_MESSAGE_BYTES,
+    ConsumerOptions,
+    RabbitmqSettings,
+    check_name,
+    queue_name,
+)
 from broker.capabilities import Capabilities
+from broker.errors import ClosedError, ConnectionFailed, PublishError, Timeout
+from broker.message import OutboundMessage
 from broker.publishing import DriverPublisher
 
-__all__ = ["CAPABILITIES", "RabbitmqBackend"]
+__all__ = [
+    "CAPABILITIES",
+    "RabbitmqBackend",
+    "RabbitmqConnection",
+    "RabbitmqPublishDriver",
+    "queue_backlog",
+]
 
 #: The claims and their mechanisms are ``RabbitmqFactory.mechanisms``: ``per_key_order`` as one
 #: channel publishes in order and one queue delivers in order to one consumer; ``delayed_nack``
@@ -82,10 +115,157 @@ class RabbitmqBackend(BackendBase):
         """The ready messages of the queue ``<topic>.<subscription>`` (not the unacked ones).
 
         A passive declare's ``message_count``; ``UnknownTopic`` when the queue does not exist.
-        See :mod:`broker.backends.rabbitmq.backlog`.
+        See :func:`queue_backlog`.
         """
         self._check_open()
         return await queue_backlog(self.connection, topic, subscription)
 
     async def _close_connection(self) -> None:
         await self.connection.close()
+
+
+class RabbitmqConnection:
+    """A lazily opened robust connection with channels on demand."""
+
+    def __init__(self, settings: RabbitmqSettings) -> None:
+        self.settings = settings
+        self._connection: AbstractRobustConnection | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"<RabbitmqConnection {s.host}:{s.port} vhost={s.vhost!r}>"
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if not s.uses_tls:
+            return None
+        context = ssl.create_default_context(cafile=s.tls_ca_file)
+        if s.tls_cert_file:
+            context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+        return context
+
+    async def connection(self) -> AbstractRobustConnection:
+        """The open connection (connecting on first use)."""
+        if self._closed:
+            raise ClosedError("the RabbitMQ connection is closed")
+        if self._connection is not None:
+            return self._connection
+        async with self._lock:
+            if self._connection is None:
+                s = self.settings
+                properties: dict[str, aio_pika.abc.FieldValue] = {}
+                if s.name:
+                    properties["connection_name"] = s.name
+                context = self._ssl_context()
+                try:
+                    self._connection = await asyncio.wait_for(
+                        aio_pika.connect_robust(
+                            host=s.host,
+                            port=s.port,
+                            login=s.user,
+                            password=s.password,
+                            virtualhost=s.vhost,
+                            ssl=context is not None,
+                            ssl_context=context,
+                            timeout=s.connect_timeout,
+                            client_properties=properties,
+                            heartbeat=s.heartbeat,
+                        ),
+                        s.connect_timeout,
+                    )
+                except Exception as exc:
+                    doing = f"connecting to RabbitMQ at {s.host}:{s.port}"
+                    raise translate(exc, doing, ConnectionFailed) from exc
+        return self._connection
+
+    async def channel(self, *, confirms: bool = False, prefetch: int | None = None) -> AbstractChannel:
+        """A new channel (with publisher confirms, or with a prefetch count for a consumer)."""
+        connection = await self.connection()
+        try:
+            channel = await connection.channel(publisher_confirms=confirms)
+            if prefetch is not None:
+                await channel.set_qos(prefetch_count=prefetch)
+        except Exception as exc:
+            raise translate(exc, "opening a RabbitMQ channel", ConnectionFailed) from exc
+        return channel
+
+    async def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._closed = True
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(connection.close(), self.settings.close_timeout)
+
+
+class RabbitmqPublishDriver:
+    """A ``broker.publishing.PublishDriver`` on one confirm-mode channel."""
+
+    def __init__(self, connection: RabbitmqConnection) -> None:
+        self._connection = connection
+        self._settings = connection.settings
+        self._channel: AbstractChannel | None = None
+        self._exchanges: dict[str, AbstractExchange] = {}
+        self._lock = asyncio.Lock()
+
+    def check_topic(self, name: str) -> None:
+        """Refuse names RabbitMQ does not take for an exchange."""
+        check_name(name, "topic (exchange)")
+
+    async def _exchange(self, topic: str) -> AbstractExchange:
+        channel = self._channel
+        exchange = self._exchanges.get(topic)
+        if exchange is not None and channel is not None and not channel.is_closed:
+            return exchange
+        async with self._lock:
+            if self._channel is None or self._channel.is_closed:  # a channel error closed it: start over
+                self._exchanges.clear()
+                self._channel = await self._connection.channel(confirms=True)
+            exchange = self._exchanges.get(topic)
+            if exchange is None:
+                exchange = await declare_exchange(self._channel, topic, self._settings)
+                self._exchanges[topic] = exchange
+            return exchange
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """Publish ``messages`` to the topic's exchange; return once the broker confirmed them all."""
+        settings = self._settings
+        kind, persistent = settings.exchange_type, settings.persistent
+        doing = f"publishing to {topic!r}"
+        try:
+            async with asyncio.timeout(settings.publish_timeout if timeout is None else timeout):
+                exchange = await self._exchange(topic)
+                publishes = [
+                    exchange.publish(to_sdk(m, persistent), routing_key(m, kind), mandatory=False)
+                    for m in messages
+                ]
+                await (publishes[0] if len(publishes) == 1 else asyncio.gather(*publishes))
+        except TimeoutError as exc:
+            raise Timeout(f"{doing}: no confirm from the broker in time") from exc
+        except Exception as exc:
+            raise translate(exc, doing, PublishError) from exc
+
+    async def close(self) -> None:
+        """Close the channel (every publish has been confirmed by then)."""
+        channel, self._channel = self._channel, None
+        self._exchanges.clear()
+        await close_quietly(channel, self._settings.close_timeout)
+
+
+async def queue_backlog(connection: RabbitmqConnection, topic: str, subscription: str) -> int:
+    """The ready messages of the queue of ``subscription`` (``UnknownTopic`` when it does not exist).
+
+    Declares nothing: a passive declare on a channel of its own (a missing queue closes it).
+    """
+    name = queue_name(topic, subscription)
+    channel = await connection.channel()
+    try:
+        queue = await channel.declare_queue(name, passive=True)
+        count = queue.declaration_result.message_count
+    except Exception as exc:
+        raise translate(exc, f"reading the backlog of queue {name!r}") from exc
+    finally:
+        await close_quietly(channel, connection.settings.close_timeout)
+    return int(count or 0)

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from broker.backends.rabbitmq.connection import RabbitmqConnection, close_quietly, declare_exchange
-from broker.backends.rabbitmq.errors import translate
-from broker.backends.rabbitmq.mapping import to_message
+from broker.backends.rabbitmq.mapping import close_quietly, declare_exchange, to_message, translate
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
 from broker.errors import AckError
 from broker.message import Message
 from broker.pushed import PushedBatchedMessageIterator, PushedMessageIterator
+
+if TYPE_CHECKING:
+    from broker.backends.rabbitmq.backend import RabbitmqConnection
 
 __all__ = [
     "RabbitmqAcker",

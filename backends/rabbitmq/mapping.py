@@ -1,4 +1,7 @@
-"""aio-pika messages <-> ``OutboundMessage`` / :class:`~broker.message.Message`, in one place.
+"""The portable model in AMQP terms, in one place: messages, errors, topics as exchanges.
+
+Messages (aio-pika <-> ``OutboundMessage`` / :class:`~broker.message.Message`):
+
 
 * each attribute is an AMQP header of the same name and (string) value;
 * the key goes in the ``Polybroker-Key`` header, and is the routing key on ``topic`` exchanges;
@@ -11,10 +14,15 @@
 * ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one.
 
 Headers set by other AMQP clients come back as attributes when their values are strings.
+
+Errors: :func:`translate` turns aio-pika / aiormq exceptions into :mod:`broker.errors` (the original
+is chained). Topics: a topic is a durable exchange (:func:`declare_exchange`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -22,11 +30,43 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, DeliveryMode
+import aio_pika.exceptions as amqp
+import aiormq.exceptions
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    DeliveryMode,
+    ExchangeType,
+)
 
+from broker.backends.rabbitmq.settings import RabbitmqSettings
+from broker.errors import (
+    AckError,
+    AuthenticationFailed,
+    BrokerError,
+    ClosedError,
+    ConfigError,
+    ConnectionFailed,
+    MessageTooLarge,
+    PermissionDenied,
+    PublishError,
+    Timeout,
+    UnknownTopic,
+)
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
+from broker.sdk_errors import ErrorRule, ErrorTable
 
-__all__ = ["ENCODED_HEADER", "KEY_HEADER", "routing_key", "to_message", "to_sdk"]
+__all__ = [
+    "ENCODED_HEADER",
+    "KEY_HEADER",
+    "close_quietly",
+    "declare_exchange",
+    "routing_key",
+    "to_message",
+    "to_sdk",
+    "translate",
+]
 
 #: Header carrying the message key.
 KEY_HEADER: Final = "Polybroker-Key"
@@ -123,3 +163,69 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
         raw=incoming,
         acker=acker,
     )
+
+
+# -- errors ------------------------------------------------------------------------------
+_ERRORS = ErrorTable(
+    ErrorRule(
+        amqp.MessageProcessError,
+        AckError,
+        "the message was already settled (its ack deadline passed: requeued)",
+    ),
+    ErrorRule(amqp.ChannelInvalidStateError, ClosedError, "the channel is closed"),
+    ErrorRule(
+        (amqp.ProbableAuthenticationError, aiormq.exceptions.AuthenticationError),
+        AuthenticationFailed,
+        "the broker refused the credentials",
+    ),
+    ErrorRule(
+        amqp.ChannelPreconditionFailed,
+        MessageTooLarge,
+        when=lambda exc: "larger than configured max size" in str(exc),
+    ),
+    ErrorRule(
+        amqp.ChannelPreconditionFailed,
+        ConfigError,
+        "{detail} (an exchange or queue exists with other settings)",
+    ),
+    ErrorRule(amqp.ChannelNotFoundEntity, UnknownTopic),
+    ErrorRule(
+        (aiormq.exceptions.ChannelAccessRefused, aiormq.exceptions.ConnectionNotAllowed),
+        PermissionDenied,
+    ),
+    ErrorRule(amqp.DeliveryError, PublishError, "the broker did not take the message ({detail})"),
+    ErrorRule(TimeoutError, Timeout, "no answer from the broker in time"),
+    ErrorRule((amqp.AMQPConnectionError, ConnectionError, OSError), ConnectionFailed),
+    ErrorRule(amqp.ChannelClosed, ClosedError),
+)
+
+
+def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+    """The :mod:`broker.errors` exception for an SDK exception raised while ``doing`` something.
+
+    Exceptions that name their own kind get the matching class, anything else ``default``;
+    broker errors are returned unchanged. Raise the result ``from exc``.
+    """
+    if default is AckError and isinstance(exc, amqp.ChannelInvalidStateError):
+        # settling on a closed channel: RabbitMQ has already put the message back
+        return AckError(f"{doing}: the consumer's channel is closed; the message went back to the queue")
+    return _ERRORS.translate(exc, doing, default)
+
+
+# -- topics: durable exchanges -----------------------------------------------------------
+async def declare_exchange(
+    channel: AbstractChannel, name: str, settings: RabbitmqSettings
+) -> AbstractExchange:
+    """Declare the durable exchange of topic ``name`` (a no-op when it exists alike)."""
+    kind = ExchangeType.TOPIC if settings.exchange_type == "topic" else ExchangeType.FANOUT
+    try:
+        return await channel.declare_exchange(name, kind, durable=True)
+    except Exception as exc:
+        raise translate(exc, f"declaring the exchange of topic {name!r}") from exc
+
+
+async def close_quietly(channel: AbstractChannel | None, timeout: float) -> None:
+    """Close ``channel`` if it is open, ignoring errors (the connection may be gone)."""
+    if channel is not None and not channel.is_closed:
+        with contextlib.suppress(Exception, asyncio.TimeoutError):
+            await asyncio.wait_for(channel.close(), timeout)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import broker
-from broker.backends.rabbitmq.devserver import RabbitmqDevServer
+from broker.backends.rabbitmq import RabbitmqDevServer
 from broker.testing import ConformanceSuite, Harness
 from tests.integration.rabbitmq.server import running_rabbitmq_server
 

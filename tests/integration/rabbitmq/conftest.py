@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import broker
+from broker.backends.rabbitmq import RabbitmqDevServer
 from broker.backends.rabbitmq.backend import RabbitmqBackend
-from broker.backends.rabbitmq.devserver import RabbitmqDevServer
 from tests.integration.rabbitmq.server import running_rabbitmq_server
 
 

@@ -7,8 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from broker.backends.rabbitmq.devserver import RabbitmqDevServer, RabbitmqServerNotFound
-from broker.backends.rabbitmq.registration import factory
+from broker.backends.rabbitmq import RabbitmqDevServer, RabbitmqServerNotFound, factory
 
 
 @contextmanager

@@ -10,8 +10,8 @@ import pytest
 
 import broker
 from broker import OutboundMessage
+from broker.backends.rabbitmq import RabbitmqDevServer
 from broker.backends.rabbitmq.backend import RabbitmqBackend
-from broker.backends.rabbitmq.devserver import RabbitmqDevServer
 from broker.errors import AckError, AuthenticationFailed, ConfigError
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import broker
 from broker import OutboundMessage
-from broker.backends.rabbitmq.registration import factory
+from broker.backends.rabbitmq import factory
 from broker.devserver import free_port
 from tests.integration.rabbitmq.server import running_rabbitmq_server
 
