@@ -169,10 +169,8 @@ class JetStreamBackend(BackendBase):
         engine = self._engine(self._durable(topic, name, options), f"{topic}/{name}", options)
         acker = self._acker(engine, options)
         if batching is None:
-            return JetStreamMessageIterator(engine, acker, options.prefetch, self.settings.msg_id_attribute)
-        return JetStreamBatchedMessageIterator(
-            engine, acker, batching.size, batching.timeout, self.settings.msg_id_attribute
-        )
+            return JetStreamMessageIterator(engine, acker, options.prefetch)
+        return JetStreamBatchedMessageIterator(engine, acker, batching.size, batching.timeout)
 
     # -- records -------------------------------------------------------------------------------
     def _record_topic(self, topics: str | Sequence[str]) -> str:
@@ -234,7 +232,7 @@ class JetStreamBackend(BackendBase):
         )
         engine = self._engine(resolve, f"{topic}/{name}", opts)
         size = batch_size or opts.batch_size
-        iterator = kind(engine, size, batch_timeout, self.settings.msg_id_attribute, commits=True)
+        iterator = kind(engine, size, batch_timeout, commits=True)
         return self._track(iterator)  # type: ignore[no-any-return]
 
     def replay(
@@ -305,8 +303,7 @@ class JetStreamBackend(BackendBase):
 
         engine = self._engine(resolve, f"{topic} (replay)", opts)
         size = batch_size or opts.batch_size
-        attribute = self.settings.msg_id_attribute
-        iterator = JetStreamRecordIterator(engine, size, batch_timeout, attribute, commits=False)
+        iterator = JetStreamRecordIterator(engine, size, batch_timeout, commits=False)
         holder.append(iterator)
         return self._track(iterator)  # type: ignore[no-any-return]
 

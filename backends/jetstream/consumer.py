@@ -44,9 +44,10 @@ __all__ = [
 class _Consumer(AsyncResource):
     """What every consumer shares: its engine, closing, ``async with``."""
 
-    def __init__(self, engine: PullEngine, msg_id_attribute: str) -> None:
+    def __init__(self, engine: PullEngine) -> None:
         self._engine = engine
-        self._msg_id_attribute = msg_id_attribute
+        #: The attribute that carries the de-duplication id (the connection's ``msg_id_attribute``).
+        self._msg_id_attribute = engine.connection.settings.msg_id_attribute
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._engine.what}>"
@@ -76,10 +77,8 @@ class _Consumer(AsyncResource):
 class _Batches(_Consumer):
     """A consumer that pulls batches: up to ``batch_size``, waiting ``batch_timeout`` by default."""
 
-    def __init__(
-        self, engine: PullEngine, batch_size: int, batch_timeout: float, msg_id_attribute: str
-    ) -> None:
-        super().__init__(engine, msg_id_attribute)
+    def __init__(self, engine: PullEngine, batch_size: int, batch_timeout: float) -> None:
+        super().__init__(engine)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
 
@@ -92,10 +91,8 @@ class _Batches(_Consumer):
 class JetStreamMessageIterator(_Consumer, MessageIteration):
     """A MessageIterator on a durable pull consumer."""
 
-    def __init__(
-        self, engine: PullEngine, acker: JetStreamAcker, prefetch: int, msg_id_attribute: str
-    ) -> None:
-        super().__init__(engine, msg_id_attribute)
+    def __init__(self, engine: PullEngine, acker: JetStreamAcker, prefetch: int) -> None:
+        super().__init__(engine)
         self.acker = acker
         self.prefetch = prefetch
 
@@ -109,15 +106,10 @@ class JetStreamBatchedMessageIterator(_Batches, BatchedMessageIteration):
     """A BatchedMessageIterator: each batch is what one pull request brought, up to ``batch_size``."""
 
     def __init__(
-        self,
-        engine: PullEngine,
-        acker: JetStreamAcker,
-        batch_size: int,
-        batch_timeout: float,
-        msg_id_attribute: str,
+        self, engine: PullEngine, acker: JetStreamAcker, batch_size: int, batch_timeout: float
     ) -> None:
         check_batch_limits(batch_size, batch_timeout)
-        super().__init__(engine, batch_size, batch_timeout, msg_id_attribute)
+        super().__init__(engine, batch_size, batch_timeout)
         self.acker = acker
 
     async def next_batch(self, timeout: float | None = None) -> list[Message]:
@@ -137,17 +129,9 @@ class _RecordReader(_Batches):
     group (a replay) there is nothing to commit and ``ack()`` does nothing.
     """
 
-    def __init__(
-        self,
-        engine: PullEngine,
-        batch_size: int,
-        batch_timeout: float,
-        msg_id_attribute: str,
-        *,
-        commits: bool,
-    ) -> None:
+    def __init__(self, engine: PullEngine, batch_size: int, batch_timeout: float, *, commits: bool) -> None:
         check_batch_limits(batch_size)
-        super().__init__(engine, batch_size, batch_timeout, msg_id_attribute)
+        super().__init__(engine, batch_size, batch_timeout)
         self.commits = commits
         self._handed: deque[Msg] = deque()
         self.committer: JetStreamCommitter | _NoCommit = (

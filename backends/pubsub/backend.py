@@ -24,6 +24,7 @@ from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backend import BackendBase
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
+from broker.backends.pubsub.consuming import SubscriptionTarget
 from broker.backends.pubsub.publisher import PubsubPublisher
 from broker.backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
 from broker.backends.pubsub.receiver import PubsubReceiver
@@ -95,6 +96,12 @@ class PubsubBackend(BackendBase):
         values.update(options)
         return build_settings(ConsumerOptions, values, backend="pubsub")
 
+    def _target(self, topic: str, subscription: str, options: dict[str, Any]) -> SubscriptionTarget:
+        """What a consumer of ``subscription`` on ``topic`` with ``options`` reads, and through what."""
+        return SubscriptionTarget(
+            self.clients, self.admin, self.settings, topic, subscription, self._options(options)
+        )
+
     # -- publishing -----------------------------------------------------------------------
     def publisher(self) -> PubsubPublisher:
         """A publisher with the client's batching (``publish_*`` settings)."""
@@ -149,20 +156,9 @@ class PubsubBackend(BackendBase):
     ) -> _Pull:
         """A pull iterator of ``kind`` pulling ``pull_size`` at a time (None: the ``batch_size``
         option), tracked, its opening started in the background."""
-        opts = self._options(options)
-        size = opts.pull_max_messages if pull_size is None else pull_size
-        explicit_deadline = "ack_deadline" in options
-        iterator = kind(
-            self.clients,
-            self.admin,
-            self.settings,
-            topic,
-            subscription,
-            opts,
-            explicit_deadline,
-            size,
-            **batching,
-        )
+        target = self._target(topic, subscription, options)
+        size = target.options.pull_max_messages if pull_size is None else pull_size
+        iterator = kind(target, "ack_deadline" in options, size, **batching)
         self._track(iterator)
         iterator.start_opening()
         return iterator
@@ -229,11 +225,8 @@ class PubsubBackend(BackendBase):
     ) -> PubsubReceiver:
         """A tracked streaming-pull receiver, ``concurrency`` handlers at a time (None: the
         ``receive_concurrency`` setting); ``how`` are :class:`PubsubReceiver`'s keyword arguments."""
-        opts = self._options(options)
         concurrency = concurrency or self.settings.receive_concurrency
-        receiver = PubsubReceiver(
-            self.clients, self.admin, self.settings, topic, subscription, opts, concurrency, **how
-        )
+        receiver = PubsubReceiver(self._target(topic, subscription, options), concurrency, **how)
         return self._track(receiver)  # type: ignore[no-any-return]
 
     # -- topology -------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 Both the pull iterators (:mod:`broker.backends.pubsub.pull`) and the streaming receiver
 (:mod:`broker.backends.pubsub.receiver`) read one subscription of one topic, make it exist when
-entered, and refuse to work once closed.
+entered, and refuse to work once closed. The backend describes what they read once, as a
+:class:`SubscriptionTarget`.
 """
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo
@@ -16,7 +18,19 @@ from broker.backends.pubsub.settings import ConsumerOptions, PubsubSettings
 from broker.errors import ClosedError
 from broker.resources import AsyncResource
 
-__all__ = ["SubscriptionConsumer"]
+__all__ = ["SubscriptionConsumer", "SubscriptionTarget"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionTarget:
+    """What a consumer reads (``subscription`` of ``topic``, made with ``options``) and through what."""
+
+    clients: Clients
+    admin: Admin
+    settings: PubsubSettings
+    topic: str
+    subscription: str
+    options: ConsumerOptions
 
 
 class SubscriptionConsumer(AsyncResource):
@@ -25,21 +39,13 @@ class SubscriptionConsumer(AsyncResource):
     #: How the consumer is named in errors.
     _kind: ClassVar[str] = "Pub/Sub consumer"
 
-    def __init__(
-        self,
-        clients: Clients,
-        admin: Admin,
-        settings: PubsubSettings,
-        topic: str,
-        subscription: str,
-        options: ConsumerOptions,
-    ) -> None:
-        self._clients = clients
-        self._admin = admin
-        self._settings = settings
-        self.topic = topic
-        self.subscription = subscription
-        self.options = options
+    def __init__(self, target: SubscriptionTarget) -> None:
+        self._clients = target.clients
+        self._admin = target.admin
+        self._settings = target.settings
+        self.topic = target.topic
+        self.subscription = target.subscription
+        self.options = target.options
         self._closed = False
 
     async def __aenter__(self) -> Self:

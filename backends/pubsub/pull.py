@@ -33,13 +33,13 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.pubsub_v1.types import PullResponse
 
-from broker.backends.pubsub.admin import Admin, SubscriptionInfo
+from broker.backends.pubsub.admin import SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
-from broker.backends.pubsub.consuming import SubscriptionConsumer
+from broker.backends.pubsub.consuming import SubscriptionConsumer, SubscriptionTarget
 from broker.backends.pubsub.deadletter import forward_dead_letter
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.mapping import from_received
-from broker.backends.pubsub.settings import MAX_ACK_DEADLINE, ConsumerOptions, PubsubSettings
+from broker.backends.pubsub.settings import MAX_ACK_DEADLINE
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
 from broker.message import Message, claim_acks, release_claim
 from broker.pulled import PulledBatchedMessageIteration, PulledMessageIteration
@@ -248,22 +248,12 @@ class PullSettler:
 class _PullConsumer(SubscriptionConsumer):
     """What the single and batched iterators share: opening, pulling, buffering, closing."""
 
-    def __init__(
-        self,
-        clients: Clients,
-        admin: Admin,
-        settings: PubsubSettings,
-        topic: str,
-        subscription: str,
-        options: ConsumerOptions,
-        explicit_deadline: bool,
-        pull_size: int,
-    ) -> None:
-        super().__init__(clients, admin, settings, topic, subscription, options)
+    def __init__(self, target: SubscriptionTarget, explicit_deadline: bool, pull_size: int) -> None:
+        super().__init__(target)
         self._explicit_deadline = explicit_deadline
         self._pull_size = pull_size
         self._info: SubscriptionInfo | None = None
-        self._lease = options.lease_seconds
+        self._lease = self.options.lease_seconds
         self._override = False
         self._buffer: deque[tuple[float, Message]] = deque()
         self._pull: asyncio.Task[tuple[float, list[Message]]] | None = None
@@ -276,7 +266,7 @@ class _PullConsumer(SubscriptionConsumer):
         self._ordered = False  # the subscription delivers in order of ordering keys
         self._renewal: asyncio.TimerHandle | None = None
         #: The Acker of every message this consumer hands out.
-        self.settler = PullSettler(clients, self._subscription_info, lambda: self._lease)
+        self.settler = PullSettler(self._clients, self._subscription_info, lambda: self._lease)
         self.settler.on_nack = self._nacked
 
     def __repr__(self) -> str:
@@ -523,7 +513,9 @@ class PubsubMessageIterator(_PullConsumer, PulledMessageIteration):
 class PubsubBatchedMessageIterator(_PullConsumer, PulledBatchedMessageIteration):
     """A BatchedMessageIterator: each batch is what one pull returned, up to ``batch_size``."""
 
-    def __init__(self, *args: Any, batch_timeout: float, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.batch_size = self._pull_size
+    def __init__(
+        self, target: SubscriptionTarget, explicit_deadline: bool, batch_size: int, *, batch_timeout: float
+    ) -> None:
+        super().__init__(target, explicit_deadline, batch_size)
+        self.batch_size = batch_size
         self.batch_timeout = batch_timeout

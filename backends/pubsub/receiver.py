@@ -33,20 +33,15 @@ from google.cloud.pubsub_v1 import types as sdk_types  # type: ignore[import-unt
 from google.cloud.pubsub_v1.subscriber.scheduler import Scheduler  # type: ignore[import-untyped]
 
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
-from broker.backends.pubsub.admin import Admin, SubscriptionInfo
+from broker.backends.pubsub.admin import SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
-from broker.backends.pubsub.consuming import SubscriptionConsumer
+from broker.backends.pubsub.consuming import SubscriptionConsumer, SubscriptionTarget
 from broker.backends.pubsub.deadletter import forward_dead_letter
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.futures import post
 from broker.backends.pubsub.mapping import from_streamed
 from broker.backends.pubsub.pull import PullSettler, nack_seconds
-from broker.backends.pubsub.settings import (
-    MAX_ACK_DEADLINE,
-    MIN_ACK_DEADLINE,
-    ConsumerOptions,
-    PubsubSettings,
-)
+from broker.backends.pubsub.settings import MAX_ACK_DEADLINE, MIN_ACK_DEADLINE
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.batch_limits import check_batch_limits
 from broker.errors import ReceiveError
@@ -315,12 +310,7 @@ class PubsubReceiver(SubscriptionConsumer):
 
     def __init__(
         self,
-        clients: Clients,
-        admin: Admin,
-        settings: PubsubSettings,
-        topic: str,
-        subscription: str,
-        options: ConsumerOptions,
+        target: SubscriptionTarget,
         concurrency: int,
         *,
         batch_size: int = 100,
@@ -332,7 +322,7 @@ class PubsubReceiver(SubscriptionConsumer):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         check_batch_limits(batch_size)
-        super().__init__(clients, admin, settings, topic, subscription, options)
+        super().__init__(target)
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout

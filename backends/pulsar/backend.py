@@ -16,6 +16,7 @@ from broker.backends.pulsar.consumer import (
     PulsarBatchedMessageIterator,
     PulsarMessageIterator,
     Subscription,
+    SubscriptionTarget,
 )
 from broker.backends.pulsar.publisher import PulsarPublisher
 from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
@@ -90,11 +91,10 @@ class PulsarBackend(BackendBase):
     ) -> PulsarMessageIterator | PulsarBatchedMessageIterator:
         """Consume ``topic`` through ``subscription`` (created on first use; kept when closed);
         batches are the messages that are ready, up to the batch size."""
+        target = SubscriptionTarget(self._client, topic, subscription, options, self._dead_letter)
         if batching is None:
-            return PulsarMessageIterator(self._client, topic, subscription, options, self._dead_letter)
-        return PulsarBatchedMessageIterator(
-            self._client, topic, subscription, options, self._dead_letter, batching.size, batching.timeout
-        )
+            return PulsarMessageIterator(target)
+        return PulsarBatchedMessageIterator(target, batching.size, batching.timeout)
 
     def _record_options(self, options: dict[str, Any]) -> ConsumerOptions:
         """A records() group is a durable failover subscription unless ``subscription_type`` says."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Self
 
 import _pulsar  # type: ignore[import-not-found]
@@ -47,6 +48,7 @@ __all__ = [
     "PulsarBatchedMessageIterator",
     "PulsarMessageIterator",
     "Subscription",
+    "SubscriptionTarget",
     "consumer_configuration",
 ]
 
@@ -266,24 +268,30 @@ class PulsarAcker:
             raise translate(exc, f"acknowledging dead-lettered {message.id}", AckError) from None
 
 
+@dataclass(frozen=True, slots=True)
+class SubscriptionTarget:
+    """What a message iterator consumes (``subscription`` of ``topic``, with ``options``) and through
+    what: the client, and ``dead_letters`` to publish what it dead-letters."""
+
+    client: Any
+    topic: str
+    subscription: str
+    options: ConsumerOptions
+    dead_letters: DeadLetterSink
+
+
 class _Consuming(AsyncResource):
     """What both message iterators share: the subscription, the acker; ``async with`` subscribes."""
 
-    def __init__(
-        self,
-        client: Any,
-        topic: str,
-        subscription: str,
-        options: ConsumerOptions,
-        dead_letters: DeadLetterSink,
-    ) -> None:
+    def __init__(self, target: SubscriptionTarget) -> None:
+        topic, subscription, options = target.topic, target.subscription, target.options
         self.topic = topic
         self.options = options
         chunk = _chunk_size(options, self._wanted())
-        self._subscription = Subscription(client, topic, subscription, options, chunk)
+        self._subscription = Subscription(target.client, topic, subscription, options, chunk)
         self._fetcher = self._subscription.fetcher
         dlq = options.dead_letter_topic or f"{topic}-{subscription}-DLQ"
-        self._acker = PulsarAcker(self._subscription, dead_letters, dlq)
+        self._acker = PulsarAcker(self._subscription, target.dead_letters, dlq)
 
     def _wanted(self) -> int:
         """How many messages one call takes at most."""
@@ -332,20 +340,11 @@ class PulsarMessageIterator(_Consuming, MessageIteration):
 class PulsarBatchedMessageIterator(_Consuming, BatchedMessageIteration):
     """A BatchedMessageIterator: each batch is what is ready, up to ``batch_size``."""
 
-    def __init__(
-        self,
-        client: Any,
-        topic: str,
-        subscription: str,
-        options: ConsumerOptions,
-        dead_letters: DeadLetterSink,
-        batch_size: int,
-        batch_timeout: float,
-    ) -> None:
+    def __init__(self, target: SubscriptionTarget, batch_size: int, batch_timeout: float) -> None:
         check_batch_limits(batch_size, batch_timeout)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
-        super().__init__(client, topic, subscription, options, dead_letters)
+        super().__init__(target)
 
     def _wanted(self) -> int:
         return self.batch_size

@@ -29,6 +29,7 @@ from broker.backends.servicebus.backlog import BacklogReader
 from broker.backends.servicebus.connection import Shutdowns
 from broker.backends.servicebus.consumer import (
     Entity,
+    ReceiveTarget,
     ServiceBusBatchedMessageIterator,
     ServiceBusMessageIterator,
 )
@@ -107,11 +108,10 @@ class ServiceBusBackend(BackendBase):
         batches of up to 5000.
         """
         entity = self._entity(topic, subscription)
+        target = ReceiveTarget(self.settings, entity, options, self._shutdowns, self.admin)
         if batching is None:
-            return ServiceBusMessageIterator(self.settings, entity, options, self._shutdowns, self.admin)
-        return ServiceBusBatchedMessageIterator(
-            self.settings, entity, options, self._shutdowns, batching.size, batching.timeout, self.admin
-        )
+            return ServiceBusMessageIterator(target)
+        return ServiceBusBatchedMessageIterator(target, batching.size, batching.timeout)
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """``active_message_count`` of the queue or subscription (names as for :meth:`messages`).

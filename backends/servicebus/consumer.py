@@ -59,7 +59,7 @@ from broker.pulled import PulledBatchedMessageIteration
 from broker.resources import AsyncResource, MessageIteration
 from broker.settle import ack_in_turn
 
-__all__ = ["Entity", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
+__all__ = ["Entity", "ReceiveTarget", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
 
 log = logging.getLogger("broker.backends.servicebus")
 
@@ -78,6 +78,19 @@ class Entity:
         if self.subscription is None:
             return self.topic
         return f"{self.topic}/Subscriptions/{self.subscription}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveTarget:
+    """What a consumer receives from (``entity``, with ``options``) and through what: the
+    connection's settings, its shutdown registry and its management client (None: the consumer
+    creates no missing entity)."""
+
+    settings: ServiceBusSettings
+    entity: Entity
+    options: ConsumerOptions
+    shutdowns: Shutdowns
+    admin: EntityAdmin | None = None
 
 
 class _Settler:
@@ -205,19 +218,13 @@ class _Settler:
 class _Receiving(AsyncResource):
     """What both iterators share: the SDK receiver, one receive call at a time, the buffer, closing."""
 
-    def __init__(
-        self,
-        settings: ServiceBusSettings,
-        entity: Entity,
-        options: ConsumerOptions,
-        shutdowns: Shutdowns,
-        admin: EntityAdmin | None = None,
-    ) -> None:
+    def __init__(self, target: ReceiveTarget) -> None:
+        settings, entity, options = target.settings, target.entity, target.options
         self._settings = settings
         self.entity = entity
         self.options = options
-        self._shutdowns = shutdowns
-        self._admin = admin
+        self._shutdowns = target.shutdowns
+        self._admin = target.admin
         self._key_to = settings.key_to
         self.receive_and_delete = options.receive_mode == "receive_and_delete"
         self.copies_on_delay = entity.subscription is None and not options.sub_queue
@@ -702,19 +709,10 @@ class ServiceBusMessageIterator(_Receiving, MessageIteration):
 class ServiceBusBatchedMessageIterator(_Receiving, PulledBatchedMessageIteration):
     """A BatchedMessageIterator: one SDK receive call per batch, up to ``batch_size`` messages."""
 
-    def __init__(
-        self,
-        settings: ServiceBusSettings,
-        entity: Entity,
-        options: ConsumerOptions,
-        shutdowns: Shutdowns,
-        batch_size: int,
-        batch_timeout: float,
-        admin: EntityAdmin | None = None,
-    ) -> None:
+    def __init__(self, target: ReceiveTarget, batch_size: int, batch_timeout: float) -> None:
         check_batch_size(batch_size)
         if batch_timeout <= 0:
             raise ValueError(f"batch_timeout must be > 0 seconds, got {batch_timeout}")
-        super().__init__(settings, entity, options, shutdowns, admin)
+        super().__init__(target)
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout

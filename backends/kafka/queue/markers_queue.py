@@ -6,6 +6,7 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import repeat
 
 from broker.backends.kafka.queue.markers import (
@@ -22,6 +23,7 @@ __all__ = ["MarkersQueue", "Started", "spans"]
 _INF = float("inf")
 
 
+@dataclass(slots=True, eq=False, repr=False)  # compared and hashed by identity (dict keys)
 class Started:
     """Messages one START marker began (or a part of them whose deadline moved on its own).
 
@@ -31,28 +33,16 @@ class Started:
     yet): their redelivery does not count a delivery attempt.
     """
 
-    __slots__ = ("deadline", "handed", "left", "marker", "marker_offset", "partition", "queue_id", "ranges")
-
-    def __init__(
-        self,
-        queue_id: str,
-        partition: int,
-        ranges: list[tuple[int, int]],
-        deadline: float,
-        marker_offset: int,
-        marker: Marker | None,
-        handed: bool = True,
-    ) -> None:
-        self.queue_id = queue_id
-        self.handed = handed
-        self.partition = partition
-        #: ``(first, last)`` offset ranges of the queue-topic partition, both ends included.
-        self.ranges = ranges
-        self.deadline = deadline
-        self.marker_offset = marker_offset
-        self.marker = marker
-        #: How many of its messages are still in progress (owned by this entry).
-        self.left = 0
+    queue_id: str
+    partition: int
+    #: ``(first, last)`` offset ranges of the queue-topic partition, both ends included.
+    ranges: list[tuple[int, int]]
+    deadline: float
+    marker_offset: int
+    marker: Marker | None
+    handed: bool = True
+    #: How many of its messages are still in progress (owned by this entry).
+    left: int = field(default=0, init=False)
 
     def __repr__(self) -> str:
         return (
