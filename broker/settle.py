@@ -36,14 +36,15 @@ async def ack_all(messages: Sequence[Message]) -> None:
 
 
 async def ack_in_turn(
-    messages: Iterable[Message], acker: object, send: Callable[[Message], Awaitable[None]]
+    messages: Iterable[Message], acker: object, send: Callable[[Message], Awaitable[None] | None]
 ) -> list[Message]:
     """The ``ack_many`` of a bulk acker whose broker settles one message per call.
 
     Each pending message of ``acker`` among ``messages`` is marked acked and sent with
-    ``await send(message)``, one after the other; the messages of other ackers are returned, in
-    order. A failed send leaves its message (and the later ones, not claimed yet) pending and is
-    raised.
+    ``send(message)`` (awaited when it returns an awaitable: an SDK that acknowledges
+    synchronously costs no coroutine per message), one after the other; the messages of other
+    ackers are returned, in order. A failed send leaves its message (and the later ones, not
+    claimed yet) pending and is raised.
     """
     others: list[Message] = []
     for message in messages:
@@ -51,7 +52,9 @@ async def ack_in_turn(
             others.append(message)
         elif claim_ack(message):
             try:
-                await send(message)
+                sent = send(message)
+                if sent is not None:
+                    await sent
             except BaseException:
                 release_claim(message)
                 raise

@@ -174,6 +174,13 @@ class Subscription(ClientHandle):
         await self.close()
 
 
+def _acknowledge(acknowledge: Callable[[Any], None], message: Message) -> None:
+    try:
+        acknowledge(message.raw)
+    except _pulsar.PulsarException as exc:
+        raise translate(exc, f"acknowledging {message.id}", AckError) from None
+
+
 class PulsarAcker:
     """Settles the messages of one consumer through the client (see the module documentation)."""
 
@@ -198,15 +205,13 @@ class PulsarAcker:
         consumer = subscription.consumer
         if consumer is None or subscription.closed:
             raise ClosedError("the consumer that received this message is closed")
-        try:
-            consumer.acknowledge(message.raw)
-        except _pulsar.PulsarException as exc:
-            raise translate(exc, f"acknowledging {message.id}", AckError) from None
+        _acknowledge(consumer.acknowledge, message)
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Acknowledge this consumer's pending messages among ``messages``; returns the others."""
-        self._consumer()  # a closed consumer refuses the whole call
-        return await ack_in_turn(messages, self, self.ack)
+        acknowledge = self._consumer().acknowledge  # a closed consumer refuses the whole call
+        # The SDK acknowledges synchronously: a plain call per message, no coroutine per message.
+        return await ack_in_turn(messages, self, lambda message: _acknowledge(acknowledge, message))
 
     async def nack(self, message: Message, delay: float | None) -> None:
         """Negatively acknowledge ``message``: redelivered after ``delay`` seconds (emulated).

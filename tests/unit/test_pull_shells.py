@@ -131,6 +131,23 @@ async def test_ack_in_turn_leaves_the_failed_message_and_the_later_ones_pending(
     assert acker.sent == ["0"]
 
 
+async def test_ack_in_turn_takes_a_synchronous_send_too() -> None:
+    """An SDK that acknowledges synchronously (Pulsar) passes a plain function: called, not awaited."""
+    acker = _InTurnAcker(fail=frozenset({"2"}))
+    sent: list[str] = []
+
+    def send(message: Message) -> None:
+        if message.id in acker.fail:
+            raise AckError(f"refused {message.id}")
+        sent.append(message.id)
+
+    messages = [Message(str(i), b"", acker=acker) for i in range(4)]
+    with pytest.raises(AckError):
+        await ack_in_turn(messages, acker, send)
+    assert sent == ["0", "1"]
+    assert [m.state for m in messages] == ["acked", "acked", "pending", "pending"]
+
+
 class _Driver(ClosingDriver):
     def __init__(self) -> None:
         self.closes = 0
