@@ -7,6 +7,7 @@ port, wait until it accepts connections, and stop it (terminate, then kill) on e
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import shutil
@@ -22,7 +23,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from broker.errors import ConnectionFailed
 
-__all__ = ["DevServer", "ProcessServer", "free_port", "wait_for_port"]
+__all__ = ["DevServer", "ProcessServer", "StartedInWith", "free_port", "wait_for_port"]
 
 
 @runtime_checkable
@@ -62,7 +63,27 @@ def wait_for_port(host: str, port: int, timeout: float, alive: Callable[[], bool
     raise ConnectionFailed(f"nothing accepted connections on {host}:{port} within {timeout}s")
 
 
-class ProcessServer:
+class StartedInWith(abc.ABC):
+    """A server that ``with`` starts and stops: ``with server as s:`` runs ``start()``, then ``stop()``."""
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Start the server; return it once it accepts connections."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class ProcessServer(StartedInWith):
     """A server subprocess with a URL; a context manager that stops it on exit.
 
     ``command`` is run with its output captured to a log file in ``workdir`` (a temporary
@@ -169,10 +190,3 @@ class ProcessServer:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -27,12 +27,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import unquote
 
 from broker.backends.rabbitmq.settings import ConsumerOptions, RabbitmqSettings
-from broker.devserver import ProcessServer, free_port
+from broker.devserver import ProcessServer, StartedInWith, free_port
 from broker.errors import ConfigError, MissingDependency
 from broker.registration import BackendRegistration, one_host
 from broker.settings import ParsedUrl
@@ -139,7 +138,7 @@ def find_rabbitmq_server() -> tuple[str, str]:
     return script, epmd
 
 
-class RabbitmqDevServer:
+class RabbitmqDevServer(StartedInWith):
     """A ``rabbitmq-server`` node and its ``epmd`` on 127.0.0.1; a context manager that stops both."""
 
     def __init__(self, port: int | None = None, start_timeout: float = 60.0) -> None:
@@ -226,13 +225,6 @@ class RabbitmqDevServer:
         if base is not None:
             shutil.rmtree(base, ignore_errors=True)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 factory = RabbitmqFactory()
