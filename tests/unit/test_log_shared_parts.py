@@ -10,7 +10,7 @@ import pytest
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import Partition
 from broker.errors import ClosedError
-from broker.log import TopicPartition
+from broker.log import Log, TopicPartition, with_client_id
 from broker.log_base import LogBase
 
 
@@ -70,6 +70,7 @@ class _Recorded(LogBase):
 
 async def test_produce_is_send_awaited_with_every_field_passed_on() -> None:
     log = _Recorded()
+    assert isinstance(log, Log)  # LogBase derives from the port, whose produce() it inherits
     assert await log.produce("t", b"v", key="k", partition=2, attributes={"a": "b"}, client_id="c") == (
         TopicPartition("t", 2),
         0,
@@ -82,3 +83,11 @@ async def test_calls_after_close_raise_the_logs_closed_error() -> None:
         await log.produce("t", None)
     with pytest.raises(ClosedError, match="the recorded log is closed"):
         await log.produce("t", None)
+
+
+async def test_produce_through_a_client_id_sends_with_that_id() -> None:
+    log = _Recorded()
+    named = with_client_id(log, "svc")
+    assert await named.produce("t", b"v", key="k") == (TopicPartition("t", 0), 0)
+    assert await named.produce("t", None, client_id="other") == (TopicPartition("t", 0), 1)
+    assert [(topic, fields["client_id"]) for topic, _, fields in log.sent] == [("t", "svc"), ("t", "other")]
