@@ -28,7 +28,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
@@ -47,6 +46,7 @@ from proton import (
 )
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
+from broker.devserver import StartedInWith
 from tests.servicebus_fake.admin_http import ManagementServer
 from tests.servicebus_fake.entities import (
     EntityError,
@@ -623,7 +623,7 @@ def _session_filter(link: Link) -> tuple[bool, str | None]:
     return True, str(session)
 
 
-class FakeServiceBus:
+class FakeServiceBus(StartedInWith):
     """A fake Service Bus namespace on ``127.0.0.1``, for tests: start it, connect the SDK to it.
 
     ``connection_string`` is what the SDK (or ``broker.connect``) takes. The fixture methods
@@ -721,14 +721,6 @@ class FakeServiceBus:
             thread.join(timeout)
         with contextlib.suppress(Exception):
             self._injector.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def call(self, function: Callable[[], T], timeout: float = 10.0) -> T:
         """Run ``function`` on the server thread; its result (or its exception)."""
