@@ -5,19 +5,7 @@ from __future__ import annotations
 import nats.errors
 import nats.js.errors
 
-from broker.errors import (
-    AuthenticationFailed,
-    BrokerError,
-    ClosedError,
-    ConfigError,
-    ConnectionFailed,
-    MessageTooLarge,
-    PermissionDenied,
-    PublishError,
-    Throttled,
-    Timeout,
-    UnknownTopic,
-)
+from broker import errors
 from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
@@ -31,29 +19,40 @@ _API = nats.js.errors.APIError
 
 _ERRORS = ErrorTable(
     ErrorRule(
-        nats.errors.MaxPayloadError, MessageTooLarge, "the message is larger than the server's max_payload"
+        nats.errors.MaxPayloadError,
+        errors.MessageTooLarge,
+        "the message is larger than the server's max_payload",
     ),
     ErrorRule(
         (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError),
-        ClosedError,
+        errors.ClosedError,
         "the NATS connection is closed",
     ),
-    ErrorRule(nats.js.errors.NoStreamResponseError, UnknownTopic, "no JetStream stream stores this subject"),
-    ErrorRule(nats.js.errors.NotFoundError, UnknownTopic),
-    # API errors by their JetStream error code, then by their HTTP-like status
-    ErrorRule(_API, UnknownTopic, when=lambda exc: exc.err_code in _NOT_FOUND_CODES),
-    ErrorRule(_API, ConfigError, when=lambda exc: exc.err_code in _BAD_REQUEST_CODES or exc.code == 400),
-    ErrorRule(_API, PermissionDenied, when=lambda exc: exc.code in (401, 403)),
-    ErrorRule(_API, Throttled, when=lambda exc: exc.code == 429),
     ErrorRule(
-        _API, ConnectionFailed, "JetStream is not available ({detail})", when=lambda exc: exc.code == 503
+        nats.js.errors.NoStreamResponseError, errors.UnknownTopic, "no JetStream stream stores this subject"
+    ),
+    ErrorRule(nats.js.errors.NotFoundError, errors.UnknownTopic),
+    # API errors by their JetStream error code, then by their HTTP-like status
+    ErrorRule(_API, errors.UnknownTopic, when=lambda exc: exc.err_code in _NOT_FOUND_CODES),
+    ErrorRule(
+        _API, errors.ConfigError, when=lambda exc: exc.err_code in _BAD_REQUEST_CODES or exc.code == 400
+    ),
+    ErrorRule(_API, errors.PermissionDenied, when=lambda exc: exc.code in (401, 403)),
+    ErrorRule(_API, errors.Throttled, when=lambda exc: exc.code == 429),
+    ErrorRule(
+        _API,
+        errors.ConnectionFailed,
+        "JetStream is not available ({detail})",
+        when=lambda exc: exc.code == 503,
     ),
     ErrorRule(_API, None),
-    ErrorRule(nats.errors.AuthorizationError, AuthenticationFailed),
+    ErrorRule(nats.errors.AuthorizationError, errors.AuthenticationFailed),
     ErrorRule(
-        nats.errors.Error, PermissionDenied, when=lambda exc: "permissions violation" in str(exc).lower()
+        nats.errors.Error,
+        errors.PermissionDenied,
+        when=lambda exc: "permissions violation" in str(exc).lower(),
     ),
-    ErrorRule((nats.errors.TimeoutError, TimeoutError), Timeout, "no answer from the server in time"),
+    ErrorRule((nats.errors.TimeoutError, TimeoutError), errors.Timeout, "no answer from the server in time"),
     ErrorRule(
         (
             nats.errors.NoServersError,
@@ -65,18 +64,20 @@ _ERRORS = ErrorTable(
             ConnectionError,
             OSError,
         ),
-        ConnectionFailed,
+        errors.ConnectionFailed,
     ),
-    ErrorRule((nats.errors.BadSubjectError, nats.errors.BadHeaderError), ConfigError),
+    ErrorRule((nats.errors.BadSubjectError, nats.errors.BadHeaderError), errors.ConfigError),
 )
 
 
-def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+def translate(
+    exc: BaseException, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+) -> errors.BrokerError:
     """The :mod:`broker.errors` exception for an SDK exception raised while ``doing`` something.
 
     Exceptions that name their own kind get the matching class, anything else ``default``;
     broker errors are returned unchanged. Raise the result ``from exc``.
     """
-    if default is BrokerError and "publish" in doing and isinstance(exc, _API):
-        default = PublishError  # an API error with no kind of its own failed the publish
+    if default is errors.BrokerError and "publish" in doing and isinstance(exc, _API):
+        default = errors.PublishError  # an API error with no kind of its own failed the publish
     return _ERRORS.translate(exc, doing, default)

@@ -25,21 +25,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from broker import errors
 from broker.backends.jetstream.connection import Connection
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.mapping import encode_headers
 from broker.backends.jetstream.provisioning import Provisioner
 from broker.backends.jetstream.settings import JetStreamSettings, check_subject
-from broker.errors import (
-    BrokerError,
-    ClosedError,
-    ConnectionFailed,
-    MessageTooLarge,
-    PermissionDenied,
-    PublishError,
-    Timeout,
-    UnknownTopic,
-)
 from broker.message import OutboundMessage
 from broker.publishing import ClosingDriver, DriverPublisher
 
@@ -48,7 +39,7 @@ __all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 log = logging.getLogger("broker.backends.jetstream")
 
 
-class PubAckError(PublishError):
+class PubAckError(errors.PublishError):
     """JetStream answered a publish with an error (``code`` and ``err_code`` as the server sent them)."""
 
     def __init__(self, message: str, code: int | None = None, err_code: int | None = None) -> None:
@@ -57,23 +48,25 @@ class PubAckError(PublishError):
         self.err_code = err_code
 
 
-def _pub_ack_error(msg: Msg) -> BrokerError:
+def _pub_ack_error(msg: Msg) -> errors.BrokerError:
     data = msg.data
     if not data:
         status = (msg.headers or {}).get("Status")
         if status == "503":
-            return UnknownTopic("no JetStream stream stores the subject (or JetStream is not available)")
-        return PublishError(f"the publish failed with status {status}")
+            return errors.UnknownTopic(
+                "no JetStream stream stores the subject (or JetStream is not available)"
+            )
+        return errors.PublishError(f"the publish failed with status {status}")
     try:
         error = json.loads(data).get("error") or {}
     except ValueError:
-        return PublishError(f"unreadable PubAck {data[:200]!r}")
+        return errors.PublishError(f"unreadable PubAck {data[:200]!r}")
     description = error.get("description", "unknown error")
     code = error.get("code")
     err_code = error.get("err_code")
     text = f"JetStream refused the publish: {description} (code {code}, err_code {err_code})"
     if err_code == 10054 or "message size" in description.lower():
-        return MessageTooLarge(text)
+        return errors.MessageTooLarge(text)
     return PubAckError(text, code, err_code)
 
 
@@ -151,7 +144,9 @@ class JetStreamPublishDriver(ClosingDriver):
                 future = self._pending.pop(token, None)
                 if future is not None and not future.done():
                     future.set_exception(
-                        PermissionDenied(f"publishing to {name!r}: the server denies this user ({detail})")
+                        errors.PermissionDenied(
+                            f"publishing to {name!r}: the server denies this user ({detail})"
+                        )
                     )
 
     async def _on_ack(self, msg: Msg) -> None:
@@ -218,7 +213,7 @@ class JetStreamPublishDriver(ClosingDriver):
                 async with asyncio.timeout(wait):
                     await future
                 return
-            except UnknownTopic as exc:
+            except errors.UnknownTopic as exc:
                 # Nothing was stored (no stream listens on the subject): the stream may have been
                 # deleted, or lost by a server with memory storage. Make it again, once.
                 self._abandon(token, future)
@@ -235,15 +230,15 @@ class JetStreamPublishDriver(ClosingDriver):
             except TimeoutError as exc:
                 self._abandon(token, future)
                 if attempt == attempts:
-                    raise Timeout(
+                    raise errors.Timeout(
                         f"no PubAck for the publish to {topic!r} within {wait}s"
                         + (f" ({attempts} attempts)" if attempts > 1 else "")
                     ) from exc
-            except ConnectionFailed:
+            except errors.ConnectionFailed:
                 self._abandon(token, future)
                 if attempt == attempts:
                     raise
-            except BrokerError as exc:
+            except errors.BrokerError as exc:
                 self._abandon(token, future)
                 exc.add_note(f"subject: {topic}")
                 raise
@@ -273,10 +268,10 @@ class JetStreamPublishDriver(ClosingDriver):
                     await in_flight[0][1]
                     in_flight.popleft()
         except TimeoutError as exc:
-            raise Timeout(
+            raise errors.Timeout(
                 f"batch publish to {subject!r}: {len(in_flight)} PubAck(s) missing after {wait}s"
             ) from exc
-        except BrokerError as exc:
+        except errors.BrokerError as exc:
             exc.add_note(f"subject: {subject}")
             raise
         finally:
@@ -295,7 +290,7 @@ class JetStreamPublishDriver(ClosingDriver):
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(ClosedError("the publisher was closed before the PubAck came"))
+                future.set_exception(errors.ClosedError("the publisher was closed before the PubAck came"))
         sub, self._sub = self._sub, None
         client = self._client
         if sub is not None and client is not None and not client.is_closed:

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.errors import (
-    BrokerError,
-    ConfigError,
-    ConnectionFailed,
-    MessageTooLarge,
-    ReceiveError,
-    Timeout,
-    UnknownTopic,
-)
+from broker import errors
 
 __all__ = ["error_of", "kafka_error_class", "receive_error", "translate"]
 
@@ -34,29 +26,31 @@ def error_of(exc: BaseException | Any) -> Any:
     return None
 
 
-def kafka_error_class(error: Any, default: type[BrokerError]) -> type[BrokerError]:
+def kafka_error_class(error: Any, default: type[errors.BrokerError]) -> type[errors.BrokerError]:
     """The :mod:`broker.errors` class for a ``KafkaError`` (``default`` when nothing closer fits)."""
     name = error.name() if error is not None else ""
     if name in _TOO_LARGE:
-        return MessageTooLarge
+        return errors.MessageTooLarge
     if name in _UNKNOWN:
-        return UnknownTopic
+        return errors.UnknownTopic
     if name in _TIMEOUT:
-        return Timeout
+        return errors.Timeout
     if name in _CONNECTION:
-        return ConnectionFailed
+        return errors.ConnectionFailed
     if name in _CONFIG:
-        return ConfigError
+        return errors.ConfigError
     return default
 
 
-def translate(exc: BaseException | Any, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+def translate(
+    exc: BaseException | Any, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+) -> errors.BrokerError:
     """A broker error for ``exc`` (a KafkaException, KafkaError or other SDK error) raised while ``doing``.
 
     Raise it ``from exc`` when ``exc`` is an exception, so the SDK's error stays chained. Broker
     errors are returned unchanged.
     """
-    if isinstance(exc, BrokerError):
+    if isinstance(exc, errors.BrokerError):
         return exc
     error = error_of(exc)
     cls = kafka_error_class(error, default)
@@ -66,6 +60,6 @@ def translate(exc: BaseException | Any, doing: str, default: type[BrokerError] =
     return wrapped
 
 
-def receive_error(error: Any) -> BrokerError:
+def receive_error(error: Any) -> errors.BrokerError:
     """The error a failed fetch becomes."""
-    return translate(error, "consuming failed", ReceiveError)
+    return translate(error, "consuming failed", errors.ReceiveError)

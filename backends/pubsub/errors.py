@@ -12,18 +12,7 @@ from __future__ import annotations
 from google.api_core import exceptions as api_exceptions
 from google.cloud.pubsub_v1.publisher import exceptions as publisher_exceptions  # type: ignore[import-untyped]
 
-from broker.errors import (
-    AuthenticationFailed,
-    BrokerError,
-    ClosedError,
-    ConfigError,
-    ConnectionFailed,
-    MessageTooLarge,
-    PermissionDenied,
-    Throttled,
-    Timeout,
-    UnknownTopic,
-)
+from broker import errors
 from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
@@ -31,38 +20,46 @@ __all__ = ["translate"]
 _INVALID = api_exceptions.InvalidArgument
 
 _ERRORS = ErrorTable(
-    ErrorRule(api_exceptions.NotFound, UnknownTopic, "not found ({exc.message})"),
-    ErrorRule(publisher_exceptions.MessageTooLargeError, MessageTooLarge, "{exc}"),
-    ErrorRule(_INVALID, MessageTooLarge, "{exc.message}", when=lambda exc: "too large" in str(exc).lower()),
+    ErrorRule(api_exceptions.NotFound, errors.UnknownTopic, "not found ({exc.message})"),
+    ErrorRule(publisher_exceptions.MessageTooLargeError, errors.MessageTooLarge, "{exc}"),
+    ErrorRule(
+        _INVALID, errors.MessageTooLarge, "{exc.message}", when=lambda exc: "too large" in str(exc).lower()
+    ),
     ErrorRule(
         _INVALID,
-        ConfigError,
+        errors.ConfigError,
         "invalid name ({exc.message})",
         when=lambda exc: "name" in str(exc.message).lower(),
     ),
     ErrorRule(_INVALID, None, "invalid argument ({exc.message})"),
     ErrorRule(
-        api_exceptions.Unauthenticated, AuthenticationFailed, "the credentials were refused ({exc.message})"
+        api_exceptions.Unauthenticated,
+        errors.AuthenticationFailed,
+        "the credentials were refused ({exc.message})",
     ),
-    ErrorRule(api_exceptions.PermissionDenied, PermissionDenied, "permission denied ({exc.message})"),
+    ErrorRule(api_exceptions.PermissionDenied, errors.PermissionDenied, "permission denied ({exc.message})"),
     ErrorRule(
         (api_exceptions.ResourceExhausted, api_exceptions.TooManyRequests),
-        Throttled,
+        errors.Throttled,
         "quota or rate limit exceeded ({exc.message})",
     ),
-    ErrorRule(api_exceptions.ServiceUnavailable, ConnectionFailed, "{kind} ({exc.message})"),
+    ErrorRule(api_exceptions.ServiceUnavailable, errors.ConnectionFailed, "{kind} ({exc.message})"),
     ErrorRule(
         (api_exceptions.DeadlineExceeded, api_exceptions.RetryError, TimeoutError),
-        Timeout,
+        errors.Timeout,
         "timed out ({exc})",
     ),
-    ErrorRule(RuntimeError, ClosedError, "the client is closed", when=lambda exc: "stopped" in str(exc)),
+    ErrorRule(
+        RuntimeError, errors.ClosedError, "the client is closed", when=lambda exc: "stopped" in str(exc)
+    ),
     fallback="{kind}: {exc}",
     chain=True,
 )
 
 
-def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+def translate(
+    exc: BaseException, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+) -> errors.BrokerError:
     """The :mod:`broker.errors` error for SDK error ``exc`` raised while ``doing``.
 
     Errors that name their own kind (not found, too large, unreachable, ...) get the matching

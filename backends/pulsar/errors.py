@@ -6,43 +6,32 @@ from typing import Any
 
 import _pulsar  # type: ignore[import-not-found]
 
-from broker.errors import (
-    AuthenticationFailed,
-    BrokerError,
-    ClosedError,
-    ConfigError,
-    ConnectionFailed,
-    MessageTooLarge,
-    PermissionDenied,
-    Throttled,
-    Timeout,
-    UnknownTopic,
-)
+from broker import errors
 
 __all__ = ["as_exception", "is_closed", "is_timeout", "translate"]
 
-_BY_NAME: dict[str, type[BrokerError]] = {
-    "Timeout": Timeout,
-    "AlreadyClosed": ClosedError,
-    "ConsumerNotInitialized": ClosedError,
-    "ProducerNotInitialized": ClosedError,
-    "ConnectError": ConnectionFailed,
-    "NotConnected": ConnectionFailed,
-    "ServiceUnitNotReady": ConnectionFailed,
-    "LookupError": ConnectionFailed,
-    "AuthenticationError": AuthenticationFailed,
-    "AuthorizationError": PermissionDenied,
-    "ErrorGettingAuthenticationData": AuthenticationFailed,
-    "ProducerBlockedQuotaExceededError": Throttled,
-    "ProducerBlockedQuotaExceededException": Throttled,
-    "ProducerQueueIsFull": Throttled,
-    "TooManyLookupRequestException": Throttled,
-    "MessageTooBig": MessageTooLarge,
-    "TopicNotFound": UnknownTopic,
-    "SubscriptionNotFound": UnknownTopic,
-    "InvalidConfiguration": ConfigError,
-    "InvalidTopicName": ConfigError,
-    "InvalidUrl": ConfigError,
+_BY_NAME: dict[str, type[errors.BrokerError]] = {
+    "Timeout": errors.Timeout,
+    "AlreadyClosed": errors.ClosedError,
+    "ConsumerNotInitialized": errors.ClosedError,
+    "ProducerNotInitialized": errors.ClosedError,
+    "ConnectError": errors.ConnectionFailed,
+    "NotConnected": errors.ConnectionFailed,
+    "ServiceUnitNotReady": errors.ConnectionFailed,
+    "LookupError": errors.ConnectionFailed,
+    "AuthenticationError": errors.AuthenticationFailed,
+    "AuthorizationError": errors.PermissionDenied,
+    "ErrorGettingAuthenticationData": errors.AuthenticationFailed,
+    "ProducerBlockedQuotaExceededError": errors.Throttled,
+    "ProducerBlockedQuotaExceededException": errors.Throttled,
+    "ProducerQueueIsFull": errors.Throttled,
+    "TooManyLookupRequestException": errors.Throttled,
+    "MessageTooBig": errors.MessageTooLarge,
+    "TopicNotFound": errors.UnknownTopic,
+    "SubscriptionNotFound": errors.UnknownTopic,
+    "InvalidConfiguration": errors.ConfigError,
+    "InvalidTopicName": errors.ConfigError,
+    "InvalidUrl": errors.ConfigError,
 }
 
 
@@ -80,13 +69,15 @@ def is_closed(failure: Any) -> bool:
     return _name(failure) in ("AlreadyClosed", "ConsumerNotInitialized", "ProducerNotInitialized")
 
 
-def translate(failure: Any, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+def translate(
+    failure: Any, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+) -> errors.BrokerError:
     """A broker error for ``failure`` while ``doing`` something; the client's exception is its cause.
 
     ``default`` is the class used when no more specific one fits (``PublishError`` for sends, ...).
     """
     cause = as_exception(failure)
-    if isinstance(cause, BrokerError):
+    if isinstance(cause, errors.BrokerError):
         return cause
     cls = _BY_NAME.get(_name(failure), default)
     error = cls(f"{doing} failed: {cause}")

@@ -40,20 +40,8 @@ from aio_pika.abc import (
     ExchangeType,
 )
 
+from broker import errors
 from broker.backends.rabbitmq.settings import RabbitmqSettings
-from broker.errors import (
-    AckError,
-    AuthenticationFailed,
-    BrokerError,
-    ClosedError,
-    ConfigError,
-    ConnectionFailed,
-    MessageTooLarge,
-    PermissionDenied,
-    PublishError,
-    Timeout,
-    UnknownTopic,
-)
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 from broker.sdk_errors import ErrorRule, ErrorTable
 
@@ -169,46 +157,50 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
 _ERRORS = ErrorTable(
     ErrorRule(
         amqp.MessageProcessError,
-        AckError,
+        errors.AckError,
         "the message was already settled (its ack deadline passed: requeued)",
     ),
-    ErrorRule(amqp.ChannelInvalidStateError, ClosedError, "the channel is closed"),
+    ErrorRule(amqp.ChannelInvalidStateError, errors.ClosedError, "the channel is closed"),
     ErrorRule(
         (amqp.ProbableAuthenticationError, aiormq.exceptions.AuthenticationError),
-        AuthenticationFailed,
+        errors.AuthenticationFailed,
         "the broker refused the credentials",
     ),
     ErrorRule(
         amqp.ChannelPreconditionFailed,
-        MessageTooLarge,
+        errors.MessageTooLarge,
         when=lambda exc: "larger than configured max size" in str(exc),
     ),
     ErrorRule(
         amqp.ChannelPreconditionFailed,
-        ConfigError,
+        errors.ConfigError,
         "{detail} (an exchange or queue exists with other settings)",
     ),
-    ErrorRule(amqp.ChannelNotFoundEntity, UnknownTopic),
+    ErrorRule(amqp.ChannelNotFoundEntity, errors.UnknownTopic),
     ErrorRule(
         (aiormq.exceptions.ChannelAccessRefused, aiormq.exceptions.ConnectionNotAllowed),
-        PermissionDenied,
+        errors.PermissionDenied,
     ),
-    ErrorRule(amqp.DeliveryError, PublishError, "the broker did not take the message ({detail})"),
-    ErrorRule(TimeoutError, Timeout, "no answer from the broker in time"),
-    ErrorRule((amqp.AMQPConnectionError, ConnectionError, OSError), ConnectionFailed),
-    ErrorRule(amqp.ChannelClosed, ClosedError),
+    ErrorRule(amqp.DeliveryError, errors.PublishError, "the broker did not take the message ({detail})"),
+    ErrorRule(TimeoutError, errors.Timeout, "no answer from the broker in time"),
+    ErrorRule((amqp.AMQPConnectionError, ConnectionError, OSError), errors.ConnectionFailed),
+    ErrorRule(amqp.ChannelClosed, errors.ClosedError),
 )
 
 
-def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+def translate(
+    exc: BaseException, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+) -> errors.BrokerError:
     """The :mod:`broker.errors` exception for an SDK exception raised while ``doing`` something.
 
     Exceptions that name their own kind get the matching class, anything else ``default``;
     broker errors are returned unchanged. Raise the result ``from exc``.
     """
-    if default is AckError and isinstance(exc, amqp.ChannelInvalidStateError):
+    if default is errors.AckError and isinstance(exc, amqp.ChannelInvalidStateError):
         # settling on a closed channel: RabbitMQ has already put the message back
-        return AckError(f"{doing}: the consumer's channel is closed; the message went back to the queue")
+        return errors.AckError(
+            f"{doing}: the consumer's channel is closed; the message went back to the queue"
+        )
     return _ERRORS.translate(exc, doing, default)
 
 

@@ -4,35 +4,27 @@ from __future__ import annotations
 
 from azure.servicebus import exceptions as sb
 
-from broker.errors import (
-    AckError,
-    AuthenticationFailed,
-    BrokerError,
-    ConnectionFailed,
-    MessageTooLarge,
-    PermissionDenied,
-    Throttled,
-    Timeout,
-    UnknownTopic,
-)
+from broker import errors
 from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
 
 _ERRORS = ErrorTable(
-    ErrorRule(sb.MessagingEntityNotFoundError, UnknownTopic),
-    ErrorRule(sb.MessageSizeExceededError, MessageTooLarge),
-    ErrorRule((sb.OperationTimeoutError, TimeoutError), Timeout),
-    ErrorRule(sb.ServiceBusAuthenticationError, AuthenticationFailed),
-    ErrorRule(sb.ServiceBusAuthorizationError, PermissionDenied),
-    ErrorRule((sb.ServiceBusQuotaExceededError, sb.ServiceBusServerBusyError), Throttled),
-    ErrorRule((sb.ServiceBusConnectionError, sb.ServiceBusCommunicationError), ConnectionFailed),
-    ErrorRule((sb.MessageLockLostError, sb.SessionLockLostError, sb.MessageAlreadySettled), AckError),
+    ErrorRule(sb.MessagingEntityNotFoundError, errors.UnknownTopic),
+    ErrorRule(sb.MessageSizeExceededError, errors.MessageTooLarge),
+    ErrorRule((sb.OperationTimeoutError, TimeoutError), errors.Timeout),
+    ErrorRule(sb.ServiceBusAuthenticationError, errors.AuthenticationFailed),
+    ErrorRule(sb.ServiceBusAuthorizationError, errors.PermissionDenied),
+    ErrorRule((sb.ServiceBusQuotaExceededError, sb.ServiceBusServerBusyError), errors.Throttled),
+    ErrorRule((sb.ServiceBusConnectionError, sb.ServiceBusCommunicationError), errors.ConnectionFailed),
+    ErrorRule((sb.MessageLockLostError, sb.SessionLockLostError, sb.MessageAlreadySettled), errors.AckError),
     detail=str,
 )
 
 
-def translate(exc: BaseException, doing: str, default: type[BrokerError] = BrokerError) -> BrokerError:
+def translate(
+    exc: BaseException, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+) -> errors.BrokerError:
     """The broker error for SDK exception ``exc`` raised while ``doing``; raise it ``from exc``.
 
     Exceptions that name their own kind get the matching class, anything else ``default``.
