@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from broker.adapt._common import hand_over, nack_leftovers
@@ -24,6 +23,7 @@ from broker.interfaces import (
     RecordIterator,
 )
 from broker.message import Message, Record
+from broker.resources import AsyncResource
 
 __all__ = [
     "Stream",
@@ -41,8 +41,8 @@ T = TypeVar("T")
 _END = object()
 
 
-class Stream(Generic[T]):
-    """An async iterator fed by a background pump; also an async context manager."""
+class Stream(AsyncResource, Generic[T]):
+    """An async iterator fed by a background pump; ``async with`` closes it (``aclose()``)."""
 
     def __init__(
         self,
@@ -99,12 +99,8 @@ class Stream(Generic[T]):
             leftovers.append(self._queue.get_nowait())
         await nack_leftovers(leftovers)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def close(self) -> None:
+        """The same as :meth:`aclose`."""
         await self.aclose()
 
 

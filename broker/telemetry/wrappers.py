@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 from broker.backend import Backend, topics_tuple
@@ -177,7 +176,7 @@ def _given(options: dict[str, Any], **maybe: Any) -> dict[str, Any]:
     return {**options, **{k: v for k, v in maybe.items() if v is not None}}
 
 
-class _Delegate:
+class _Delegate(AsyncResource):
     """Attribute delegation and the async context manager, shared by the wrappers."""
 
     wrapped: Any
@@ -197,11 +196,6 @@ class _Delegate:
         if enter is not None:
             await enter()
         return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 class _Current:
