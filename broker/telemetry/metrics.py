@@ -13,7 +13,7 @@ same figures go to both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 __all__ = [
     "METER_NAME",
@@ -268,22 +268,28 @@ class OtelSink:
         ]
 
 
-class _FanPublish:
+S = TypeVar("S")
+
+
+class _Fan(Generic[S]):
+    """One series that forwards every observation to the same series of several sinks."""
+
     __slots__ = ("_series",)
 
-    def __init__(self, series: list[PublishSeries]) -> None:
+    def __init__(self, series: list[S]) -> None:
         self._series = series
+
+
+class _FanPublish(_Fan[PublishSeries]):
+    __slots__ = ()
 
     def published(self, count: int, ok: bool) -> None:
         for series in self._series:
             series.published(count, ok)
 
 
-class _FanConsumer:
-    __slots__ = ("_series",)
-
-    def __init__(self, series: list[ConsumerSeries]) -> None:
-        self._series = series
+class _FanConsumer(_Fan[ConsumerSeries]):
+    __slots__ = ()
 
     def add(self, key: str, count: int) -> None:
         for series in self._series:
