@@ -32,7 +32,7 @@ from broker.resources import AsyncResource
 from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
 
-__all__ = ["Backend", "BackendBase", "BackendFactory", "Backlog", "Batching"]
+__all__ = ["Backend", "BackendBase", "BackendFactory", "Backlog", "Batching", "QueueTracking"]
 
 
 @runtime_checkable
@@ -96,6 +96,18 @@ class Backend(Protocol):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+@runtime_checkable
+class QueueTracking(Protocol):
+    """The optional marker-queue extra of a backend whose ``messages()`` run on a marker queue (Kafka).
+
+    ``queue_tracker(topic, **options)`` returns the queue's redelivery tracker for ``topic``
+    (``broker queue-tracker`` runs it as a process of its own).
+    """
+
+    def queue_tracker(self, topic: str, **options: Any) -> Any:
+        """The redelivery tracker of the marker queue on ``topic`` (options as for ``messages()``)."""
 
 
 @runtime_checkable

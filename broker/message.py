@@ -9,21 +9,25 @@ does not say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, TypeGuard, runtime_checkable
 
 from broker.errors import AckError, NotSupported
 
 __all__ = [
     "EMPTY_ATTRIBUTES",
     "Acker",
+    "BulkAcker",
     "Committer",
+    "DeadLetterAcker",
     "LazyMessage",
     "Message",
     "OutboundMessage",
     "Record",
     "RecordBatch",
+    "acks_in_bulk",
+    "can_dead_letter",
     "claim_ack",
     "claim_acks",
     "own_acker",
@@ -64,6 +68,45 @@ class Acker(Protocol):
 
     async def in_progress(self, message: Message) -> None:
         """Extend the message's ack deadline (lock, lease) while it is still being handled."""
+
+
+@runtime_checkable
+class DeadLetterAcker(Acker, Protocol):
+    """An :class:`Acker` that can dead-letter (every backend's does; see :func:`can_dead_letter`)."""
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Stop redelivering the message: to the dead-letter queue where one is configured, else drop it."""
+
+
+@runtime_checkable
+class BulkAcker(Acker, Protocol):
+    """An :class:`Acker` with a bulk path (see :func:`acks_in_bulk`)."""
+
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
+        """Ack the pending messages among ``messages`` that are this acker's; return the others, in order."""
+
+
+_KINDS: dict[tuple[type, type], bool] = {}
+
+
+def _is(acker: object, protocol: type) -> bool:
+    # isinstance() of a runtime protocol walks every member (microseconds); ackers are few
+    # classes whose methods are class attributes, so the answer is kept per class.
+    kind = (type(acker), protocol)
+    known = _KINDS.get(kind)
+    if known is None:
+        known = _KINDS[kind] = isinstance(acker, protocol)
+    return known
+
+
+def can_dead_letter(acker: object) -> TypeGuard[DeadLetterAcker]:
+    """True when ``acker`` implements :class:`DeadLetterAcker`."""
+    return _is(acker, DeadLetterAcker)
+
+
+def acks_in_bulk(acker: object) -> TypeGuard[BulkAcker]:
+    """True when ``acker`` implements :class:`BulkAcker`."""
+    return _is(acker, BulkAcker)
 
 
 class _DetachedAcker:
@@ -168,12 +211,12 @@ class Message:
             return
         if self._state != _PENDING:
             raise AckError(f"message {self.id!r} is already {_STATE_NAMES[self._state]}")
-        dead_letter = getattr(self.acker, "dead_letter", None)
-        if dead_letter is None:
-            raise NotSupported(f"{type(self.acker).__name__} cannot dead-letter messages")
+        acker = self.acker
+        if not can_dead_letter(acker):
+            raise NotSupported(f"{type(acker).__name__} cannot dead-letter messages")
         self._state = _DEAD
         try:
-            await dead_letter(self, reason)
+            await acker.dead_letter(self, reason)
         except BaseException:
             self._state = _PENDING
             raise

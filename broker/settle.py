@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
 from typing import Any
 
-from broker.message import Message, Record, RecordBatch, claim_ack, release_claim
+from broker.message import Message, Record, RecordBatch, acks_in_bulk, claim_ack, release_claim
 
 __all__ = ["ack_all", "ack_in_turn", "commit_highest_offsets", "nack_all"]
 
@@ -14,19 +14,18 @@ __all__ = ["ack_all", "ack_in_turn", "commit_highest_offsets", "nack_all"]
 async def ack_all(messages: Sequence[Message]) -> None:
     """Ack every unsettled message, one bulk call per backend where it supports bulk acks.
 
-    A bulk acker offers ``ack_many(messages) -> others``: it acks the pending messages that are
-    its own and returns the rest.
+    A :class:`~broker.message.BulkAcker` offers ``ack_many(messages) -> others``: it acks the
+    pending messages that are its own and returns the rest.
     """
     remaining: Sequence[Message] = messages
     calls: list[Coroutine[Any, Any, None]] = []
     while remaining:
         acker = remaining[0].acker
-        bulk = getattr(acker, "ack_many", None)
-        if bulk is None:
+        if not acks_in_bulk(acker):
             calls.extend(m.ack() for m in remaining if m.acker is acker and not m.settled)
             remaining = [m for m in remaining if m.acker is not acker]
         else:
-            others = await bulk(remaining)
+            others = await acker.ack_many(remaining)
             if len(others) >= len(remaining):  # the acker claimed none of them: settle one by one
                 calls.extend(m.ack() for m in remaining if m.acker is acker and not m.settled)
                 others = [m for m in remaining if m.acker is not acker]

@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Self
 
 from broker.backends.inmem.settings import ConsumerOptions
@@ -241,7 +242,7 @@ class Subscription:
         """Settle ``message`` for good (an ack of an expired, redelivered copy is ignored)."""
         self._release(message)
 
-    async def ack_many(self, messages: list[Message]) -> list[Message]:
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Ack this subscription's pending messages among ``messages``; returns the others."""
         claimed, others = claim_acks(messages, self)
         lease: Lease | None = None

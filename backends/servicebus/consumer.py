@@ -30,7 +30,7 @@ import asyncio
 import datetime
 import logging
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -124,7 +124,7 @@ class _Settler:
             return
         await self._settle(self.receiver.complete_message(message.raw), message, "complete")
 
-    async def ack_many(self, messages: list[Message]) -> list[Message]:
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Complete this receiver's pending messages among ``messages`` in turn; returns the others.
 
         The SDK settles one message per disposition and waits for the broker's answer; in turn is

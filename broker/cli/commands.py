@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from broker.backend import Backend
+from broker.backend import Backend, QueueTracking
 from broker.connect import _factory, available_backends, connect
 from broker.errors import BrokerError, ConfigError
 from broker.message import Message, OutboundMessage, Record
@@ -358,8 +358,7 @@ async def dev(args: argparse.Namespace) -> int:
 async def queue_tracker(args: argparse.Namespace) -> int:
     """Run the backend's redelivery tracker for a topic until Ctrl-C."""
     backend = _connect(args.url)
-    make = getattr(backend, "queue_tracker", None)
-    if make is None:
+    if not isinstance(backend, QueueTracking):
         raise CommandError(f"the {backend.name} backend has no marker queue (it acks messages natively)")
     options = {
         name: value
@@ -383,7 +382,7 @@ async def queue_tracker(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     async with backend:
         try:
-            tracker = make(args.topic, **options)
+            tracker = backend.queue_tracker(args.topic, **options)
         except BrokerError as exc:
             raise CommandError(str(exc)) from exc
 

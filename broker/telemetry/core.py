@@ -14,8 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
+from broker.errors import NotSupported
 from broker.interfaces import BatchHandler, Handler
-from broker.message import Message, OutboundMessage, Record
+from broker.message import Message, OutboundMessage, Record, acks_in_bulk, can_dead_letter
 from broker.publishing import Send, SendMiddleware
 from broker.telemetry._deps import Otel
 from broker.telemetry.health import ConsumerHealth, HealthState
@@ -143,8 +144,9 @@ class Telemetry:
 class TracedAcker:
     """Stands in front of a backend's :class:`~broker.Acker`: settling also ends in a span and a count.
 
-    Every attribute it does not define is the wrapped acker's (``wrapped``); ``dead_letter`` and
-    ``ack_many`` exist exactly when the wrapped acker has them.
+    Every attribute it does not define is the wrapped acker's (``wrapped``). ``dead_letter``
+    raises :class:`~broker.errors.NotSupported` where the wrapped acker cannot dead-letter; an
+    acker with a bulk path is wrapped in :class:`TracedBulkAcker` (see :meth:`wrapping`).
     """
 
     __slots__ = ("_consumer", "wrapped")
@@ -152,6 +154,13 @@ class TracedAcker:
     def __init__(self, wrapped: Any, consumer: ConsumerTelemetry) -> None:
         self.wrapped = wrapped
         self._consumer = consumer
+
+    @staticmethod
+    def wrapping(wrapped: Any, consumer: ConsumerTelemetry) -> TracedAcker:
+        """The traced acker for ``wrapped``: a :class:`TracedBulkAcker` when it acks in bulk."""
+        if acks_in_bulk(wrapped):
+            return TracedBulkAcker(wrapped, consumer)
+        return TracedAcker(wrapped, consumer)
 
     async def ack(self, message: Message) -> None:
         """Ack through the wrapped acker."""
@@ -165,30 +174,26 @@ class TracedAcker:
         """Extend the deadline through the wrapped acker."""
         await self.wrapped.in_progress(message)
 
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Dead-letter through the wrapped acker (``NotSupported`` where it cannot)."""
+        wrapped = self.wrapped
+        if not can_dead_letter(wrapped):
+            raise NotSupported(f"{type(wrapped).__name__} cannot dead-letter messages")
+        await self._consumer.settle("dead_letter", message, wrapped.dead_letter, reason)
+
     def __getattr__(self, name: str) -> Any:
         if name in TracedAcker.__slots__:
             raise AttributeError(name)
-        wrapped = self.wrapped
-        if name == "dead_letter":
-            inner = wrapped.dead_letter
-            consumer = self._consumer
+        return getattr(self.wrapped, name)
 
-            async def dead_letter(message: Message, reason: str | None) -> None:
-                await consumer.settle("dead_letter", message, inner, reason)
 
-            return dead_letter
-        if name == "ack_many":
-            bulk = wrapped.ack_many
+class TracedBulkAcker(TracedAcker):
+    """A :class:`TracedAcker` of a :class:`~broker.message.BulkAcker`: ``ack_many`` is counted too."""
 
-            async def ack_many(messages: list[Message]) -> list[Message]:
-                return await self._ack_many(bulk, messages)
+    __slots__ = ()
 
-            return ack_many
-        return getattr(wrapped, name)
-
-    async def _ack_many(
-        self, bulk: Callable[[list[Message]], Awaitable[list[Message]]], messages: list[Message]
-    ) -> list[Message]:
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
+        """Ack this acker's pending messages among ``messages`` in bulk; return the others."""
         mine = [m for m in messages if m.acker is self]
         if not mine:
             return list(messages)
@@ -198,7 +203,7 @@ class TracedAcker:
         for message in mine:  # the backend's bulk path recognises its messages by their acker
             message.acker = wrapped
         try:
-            rest = await self._consumer.settle_bulk(len(pending), bulk, mine)
+            rest = await self._consumer.settle_bulk(len(pending), wrapped.ack_many, mine)
         finally:
             for message in mine:
                 message.acker = self
@@ -284,7 +289,7 @@ class ConsumerTelemetry:
             return False
         traced = self._ackers.get(id(acker))
         if traced is None or traced.wrapped is not acker:
-            traced = self._ackers[id(acker)] = TracedAcker(acker, self)
+            traced = self._ackers[id(acker)] = TracedAcker.wrapping(acker, self)
         message.acker = traced
         series = self.series
         series.add("received", 1)
@@ -422,7 +427,10 @@ class ConsumerTelemetry:
         series.add("in_flight", -1)
 
     async def settle_bulk(
-        self, count: int, bulk: Callable[[list[Message]], Awaitable[list[Message]]], messages: list[Message]
+        self,
+        count: int,
+        bulk: Callable[[Sequence[Message]], Awaitable[list[Message]]],
+        messages: list[Message],
     ) -> list[Message]:
         """Run a backend's bulk ack in one span (when any of ``messages`` has a recording span)."""
         pending = self._pending

@@ -36,6 +36,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from broker.backends.kafka.queue.client import MqClient
@@ -572,7 +573,7 @@ class QueueConsumer(AsyncResource):
         self._end([message.raw])
         self.metrics.count("acked")
 
-    async def ack_many(self, messages: list[Message]) -> list[Message]:
+    async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Write END for this consumer's pending messages among ``messages``; returns the others."""
         others: list[Message] = []
         raws: list[Any] = []
