@@ -26,6 +26,7 @@ __all__ = [
     "check_positive",
     "describe",
     "field_values",
+    "options_from",
     "parse_url",
     "redact_url",
     "secret",
@@ -235,10 +236,21 @@ def build_settings(cls: type[T], values: Mapping[str, Any], *, backend: str) -> 
 def field_values(cls: type[Any], source: Any) -> dict[str, Any]:
     """``source``'s values of the fields of the dataclass ``cls``, by name and in field order.
 
-    A backend's settings carry the defaults of its ``ConsumerOptions`` under the same names:
-    ``field_values(ConsumerOptions, settings)`` reads them.
+    A backend's settings inherit the fields of its ``ConsumerOptions`` (they are the defaults of
+    every consumer): ``field_values(ConsumerOptions, settings)`` reads them.
     """
     return {f.name: getattr(source, f.name) for f in dataclasses.fields(cls)}
+
+
+def options_from(cls: type[T], source: Any, overrides: Mapping[str, Any] | None = None) -> T:
+    """A new ``cls`` (a dataclass) from ``source``'s fields of the same names, with ``overrides`` applied.
+
+    ``options_from(ConsumerOptions, settings, {"batch_size": 10})`` is the options of one consumer
+    of a backend whose settings inherit its ``ConsumerOptions``: ``cls``'s own checks run on the
+    result. ``overrides`` are used as they are (already typed; no coercion, unlike
+    :func:`build_settings`), and a name that is no field of ``cls`` raises ``TypeError``.
+    """
+    return cls(**{**field_values(cls, source), **(overrides or {})})
 
 
 def check_positive(unit: str = "", /, **values: float) -> None:

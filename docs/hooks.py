@@ -244,7 +244,9 @@ def _settings(path: str | None) -> str:
     fallback = _module_comments(cls)
     hints = _hints(cls)
     lines = ["| setting | type | default | meaning |", "|---|---|---|---|"]
-    for field in dataclasses.fields(cls):
+    declared = vars(cls).get("__annotations__", {})
+    # the class's own settings first, then those it inherits (a backend's consumer defaults)
+    for field in sorted(dataclasses.fields(cls), key=lambda f: f.name not in declared):
         if not field.init:
             continue
         meaning = own.get(field.name) or fallback.get(field.name, "")

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values
+from broker.settings import check_at_least, check_positive, field_values, options_from
 
 __all__ = ["ConsumerOptions", "InmemSettings"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
-    """Per-consumer options of ``messages()`` / ``records()`` (defaults come from :class:`InmemSettings`)."""
+    """Per-consumer options of ``messages()`` / ``records()`` (defaults come from :class:`InmemSettings`).
+
+    :class:`InmemSettings` inherits these fields: they are declared here only.
+    """
 
     #: Seconds a delivered message may stay unsettled before it is redelivered.
     ack_deadline: float = 30.0
@@ -33,13 +36,13 @@ class ConsumerOptions:
         check_at_least(1, batch_size=self.batch_size)
 
 
-#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`InmemSettings`.
-_CONSUMER_DEFAULTS: Final = ConsumerOptions()
-
-
 @dataclass(frozen=True, slots=True)
-class InmemSettings:
-    """``inmem://NAME?partitions=4&ack_deadline=10``: the process-wide broker called NAME."""
+class InmemSettings(ConsumerOptions):
+    """``inmem://NAME?partitions=4&ack_deadline=10``: the process-wide broker called NAME.
+
+    The consumer fields (keyword-only) are inherited from :class:`ConsumerOptions`: they are the
+    defaults that ``messages()`` / ``records()`` keyword options override per consumer.
+    """
 
     #: Brokers with the same name in one process are the same broker.
     name: str = "default"
@@ -48,18 +51,11 @@ class InmemSettings:
     #: ``murmur2`` (Kafka's default) or ``fnv1a`` (goka's).
     partitioner: str = "murmur2"
 
-    # -- consumer defaults (see ConsumerOptions) ---------------------------------------------
-    ack_deadline: float = _CONSUMER_DEFAULTS.ack_deadline
-    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
-    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
-    start: Literal["earliest", "latest"] = _CONSUMER_DEFAULTS.start
-    batch_size: int = _CONSUMER_DEFAULTS.batch_size
-
     def __post_init__(self) -> None:
         check_at_least(1, partitions=self.partitions)
         if not self.name:
             raise ConfigError("the in-memory broker needs a non-empty name")
-        ConsumerOptions(**self.consumer_defaults())
+        options_from(ConsumerOptions, self)  # validates the consumer defaults
 
     def consumer_defaults(self) -> dict[str, Any]:
         """The consumer options this connection uses unless a consumer overrides them."""

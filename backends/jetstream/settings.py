@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options, rename_portable
@@ -92,17 +92,19 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
     """Per-consumer options of ``messages()``, ``batched_messages()`` and ``records()``.
 
-    Defaults come from :class:`JetStreamSettings`. The portable option names of
-    :mod:`broker.options` are accepted for the native ones (:data:`PORTABLE_NAMES`):
-    ``ack_deadline`` is ``ack_wait``, ``max_attempts`` is ``max_deliver`` and
-    ``dead_letter_topic`` is ``dead_letter_subject``.
+    Defaults come from :class:`JetStreamSettings`, which inherits these fields (they are declared
+    here only). The portable option names of :mod:`broker.options` are accepted for the native
+    ones (:data:`PORTABLE_NAMES`): ``ack_deadline`` is ``ack_wait``, ``max_attempts`` is
+    ``max_deliver`` and ``dead_letter_topic`` is ``dead_letter_subject``.
     """
 
-    #: The stream to consume from (None: the stream whose subjects cover the topic).
+    #: The stream to consume from (None: the stream whose subjects cover the topic). On
+    #: :class:`JetStreamSettings`: the stream that holds every topic of this connection (None:
+    #: found or created per topic).
     stream: str | None = None
     #: Seconds a delivered message may stay unacknowledged before the server redelivers it.
     ack_wait: float = 30.0
@@ -145,16 +147,15 @@ class ConsumerOptions:
             check_subject(self.dead_letter_subject, wildcards=False)
 
 
-#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`JetStreamSettings`.
-_CONSUMER_DEFAULTS: Final = ConsumerOptions()
-
-
 @dataclass(frozen=True, slots=True)
-class JetStreamSettings:
+class JetStreamSettings(ConsumerOptions):
     """``nats://host:port[,host:port]?setting=value``: a connection to NATS with JetStream.
 
     Topics are subjects. A topic is stored in ``stream`` when it is set, else in the stream whose
     subjects cover it, else (``create_streams``) in a new stream named after the subject.
+
+    The consumer fields (keyword-only, ``stream`` among them) are inherited from
+    :class:`ConsumerOptions`: they are the defaults that consumer keyword options override.
     """
 
     #: Server URLs (``nats://``, ``tls://``, ``ws://``, ``wss://``).
@@ -191,9 +192,7 @@ class JetStreamSettings:
     #: JetStream domain (leaf-node setups).
     domain: str | None = None
 
-    # -- streams -----------------------------------------------------------------------------
-    #: Stream that holds every topic of this connection (None: found or created per topic).
-    stream: str | None = None
+    # -- streams (``stream`` is a consumer field) ----------------------------------------------
     #: Subjects of ``stream`` when it is created (default: the topics as they are used).
     subjects: tuple[str, ...] = ()
     #: Create missing streams (and add a topic to ``stream`` when it does not cover it yet).
@@ -208,21 +207,9 @@ class JetStreamSettings:
     #: Bytes a stream may hold (None: no limit).
     max_bytes: int | None = None
 
-    # -- consumers (defaults of ConsumerOptions) --------------------------------------------
+    # -- consumers (the rest are the fields of ConsumerOptions) ----------------------------
     #: Consumer name used when ``messages()`` gets an empty subscription.
     durable: str | None = None
-    ack_wait: float = _CONSUMER_DEFAULTS.ack_wait
-    max_deliver: int | None = _CONSUMER_DEFAULTS.max_deliver
-    max_ack_pending: int | None = _CONSUMER_DEFAULTS.max_ack_pending
-    backoff: tuple[float, ...] = _CONSUMER_DEFAULTS.backoff
-    deliver_policy: DeliverPolicy = _CONSUMER_DEFAULTS.deliver_policy
-    batch_size: int = _CONSUMER_DEFAULTS.batch_size
-    prefetch: int = _CONSUMER_DEFAULTS.prefetch
-    pull_expires: float = _CONSUMER_DEFAULTS.pull_expires
-    ack_sync: bool = _CONSUMER_DEFAULTS.ack_sync
-    dead_letter_subject: str | None = _CONSUMER_DEFAULTS.dead_letter_subject
-    create_consumers: bool = _CONSUMER_DEFAULTS.create_consumers
-    update_consumers: bool = _CONSUMER_DEFAULTS.update_consumers
 
     # -- publishing --------------------------------------------------------------------------
     #: Seconds a publish waits for its PubAck when no ``timeout=`` is given.

@@ -25,10 +25,10 @@ never show in ``repr`` or :func:`broker.settings.describe`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, secret
+from broker.settings import check_at_least, check_positive, field_values, options_from, secret
 
 __all__ = ["ConsumerOptions", "KafkaSettings"]
 
@@ -38,11 +38,12 @@ Start = Literal["earliest", "latest"]
 Isolation = Literal["read_committed", "read_uncommitted"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
     """Per-consumer options of ``records()`` / ``batched_records()`` / ``log().consumer()``.
 
-    Unset options come from :class:`KafkaSettings`; times are in seconds.
+    Unset options come from :class:`KafkaSettings`, which inherits these fields (they are declared
+    here only); times are in seconds.
     """
 
     #: Where a group with no committed offset starts (librdkafka ``auto.offset.reset``).
@@ -89,13 +90,13 @@ class ConsumerOptions:
         return "cooperative" in (self.assignment_strategy or "")
 
 
-#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`KafkaSettings`.
-_CONSUMER_DEFAULTS: Final = ConsumerOptions()
-
-
 @dataclass(frozen=True, slots=True)
-class KafkaSettings:
-    """Everything ``kafka://`` accepts. Times are in seconds, sizes in bytes."""
+class KafkaSettings(ConsumerOptions):
+    """Everything ``kafka://`` accepts. Times are in seconds, sizes in bytes.
+
+    The consumer defaults (keyword-only) are the fields inherited from :class:`ConsumerOptions`;
+    ``records()`` and ``batched_records()`` keyword options override them per consumer.
+    """
 
     # -- connection --------------------------------------------------------------------------
     #: Seed brokers (the URL's hosts, ``host:port``); the rest of the cluster is discovered from
@@ -169,19 +170,6 @@ class KafkaSettings:
     #: Replication factor of topics the log port creates (-1: the broker's default).
     replication_factor: int = -1
 
-    # -- consumer defaults (see ConsumerOptions) ---------------------------------------------
-    start: Start = _CONSUMER_DEFAULTS.start
-    batch_size: int = _CONSUMER_DEFAULTS.batch_size
-    fetch_min_bytes: int = _CONSUMER_DEFAULTS.fetch_min_bytes
-    fetch_max_wait: float = _CONSUMER_DEFAULTS.fetch_max_wait
-    fetch_max_bytes: int = _CONSUMER_DEFAULTS.fetch_max_bytes
-    isolation_level: Isolation = _CONSUMER_DEFAULTS.isolation_level
-    session_timeout: float = _CONSUMER_DEFAULTS.session_timeout
-    heartbeat_interval: float = _CONSUMER_DEFAULTS.heartbeat_interval
-    max_poll_interval: float = _CONSUMER_DEFAULTS.max_poll_interval
-    assignment_strategy: str | None = _CONSUMER_DEFAULTS.assignment_strategy
-    consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
-
     def __post_init__(self) -> None:
         if not self.bootstrap_servers or not all(self.bootstrap_servers):
             raise ConfigError("kafka needs at least one bootstrap server (kafka://host:port)")
@@ -214,7 +202,7 @@ class KafkaSettings:
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:
         """The consumer options of this connection, with ``overrides`` (already typed) applied."""
-        return ConsumerOptions(**{**self.consumer_defaults(), **overrides})
+        return options_from(ConsumerOptions, self, overrides)
 
     def consumer_defaults(self) -> dict[str, Any]:
         """The consumer option defaults, by name (for ``build_settings(ConsumerOptions, ...)``)."""

@@ -61,9 +61,12 @@ InitialPosition = Literal["earliest", "latest"]
 Compression = Literal["none", "lz4", "zlib", "zstd", "snappy"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
-    """Per-consumer options of ``messages()``, ``batched_messages()`` and ``records()``."""
+    """Per-consumer options of ``messages()``, ``batched_messages()`` and ``records()``.
+
+    :class:`PulsarSettings` inherits these fields (they are declared here only) as the defaults.
+    """
 
     #: ``shared`` (competing consumers, the default), ``key_shared`` (competing consumers, one
     #: consumer per key at a time), ``failover`` or ``exclusive`` (one active consumer).
@@ -109,18 +112,15 @@ class ConsumerOptions:
         check_at_least(1, batch_size=self.batch_size)
 
 
-#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`PulsarSettings`.
-_CONSUMER_DEFAULTS: Final = ConsumerOptions()
-
-
 @dataclass(frozen=True, slots=True)
-class PulsarSettings:
+class PulsarSettings(ConsumerOptions):
     """``pulsar://host:6650[,host:6650]?setting=value``: one Pulsar client shared by everything it opens.
 
     Credentials (``token``, ``oauth2``, ``basic_password``) pass through to the client and are never
     shown in ``repr`` or logs. TLS: ``tls=true`` (or a ``pulsar+ssl://`` service URL) with
     ``tls_trust_certs_file_path``; mutual TLS with ``tls_certificate_file_path`` and
-    ``tls_private_key_file_path``.
+    ``tls_private_key_file_path``. The consumer defaults (keyword-only) are the fields inherited
+    from :class:`ConsumerOptions`.
     """
 
     #: ``pulsar://host:port[,host:port]`` or ``pulsar+ssl://...``.
@@ -162,18 +162,6 @@ class PulsarSettings:
     #: Seconds a batch may wait to fill.
     batching_max_delay: float = 0.01
     compression: Compression = "none"
-
-    # -- consumer defaults (see ConsumerOptions) ----------------------------------------------
-    subscription_type: SubscriptionType = _CONSUMER_DEFAULTS.subscription_type
-    initial_position: InitialPosition = _CONSUMER_DEFAULTS.initial_position
-    receiver_queue_size: int = _CONSUMER_DEFAULTS.receiver_queue_size
-    nack_redelivery_delay: float = _CONSUMER_DEFAULTS.nack_redelivery_delay
-    ack_timeout: float | None = _CONSUMER_DEFAULTS.ack_timeout
-    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
-    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
-    batch_index_ack: bool = _CONSUMER_DEFAULTS.batch_index_ack
-    consumer_name: str | None = _CONSUMER_DEFAULTS.consumer_name
-    batch_size: int = _CONSUMER_DEFAULTS.batch_size
 
     def __post_init__(self) -> None:
         if not self.service_url.startswith(("pulsar://", "pulsar+ssl://")):

@@ -11,7 +11,7 @@ The password is a :func:`~broker.settings.secret`, never shown in ``repr`` or lo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options
@@ -41,9 +41,12 @@ def queue_name(topic: str, subscription: str) -> str:
     return check_name(f"{topic}.{subscription}", "queue (topic.subscription)")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
-    """Per-consumer options of ``messages()`` (defaults from :class:`RabbitmqSettings`)."""
+    """Per-consumer options of ``messages()`` (defaults from :class:`RabbitmqSettings`).
+
+    :class:`RabbitmqSettings` inherits these fields: they are declared here only.
+    """
 
     #: Seconds a handed-out message may stay unsettled before it is returned to the queue
     #: (a client-side timer: RabbitMQ has no per-message deadline). None: only when the channel closes.
@@ -75,13 +78,12 @@ class ConsumerOptions:
         return arguments
 
 
-#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`RabbitmqSettings`.
-_CONSUMER_DEFAULTS: Final = ConsumerOptions()
-
-
 @dataclass(frozen=True, slots=True)
-class RabbitmqSettings:
-    """``rabbitmq://[user:password@]host[:port][/vhost]?setting=value``: a connection to RabbitMQ."""
+class RabbitmqSettings(ConsumerOptions):
+    """``rabbitmq://[user:password@]host[:port][/vhost]?setting=value``: a connection to RabbitMQ.
+
+    The consumer defaults (keyword-only) are the fields inherited from :class:`ConsumerOptions`.
+    """
 
     #: Host name or address of the broker.
     host: str = "127.0.0.1"
@@ -112,12 +114,6 @@ class RabbitmqSettings:
     exchange_type: Literal["fanout", "topic"] = "fanout"
     #: Binding key of subscription queues on ``topic`` exchanges (``#``: everything).
     binding_key: str = "#"
-
-    # -- consumers (defaults of ConsumerOptions) --------------------------------------------
-    ack_deadline: float | None = _CONSUMER_DEFAULTS.ack_deadline
-    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
-    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
-    prefetch: int = _CONSUMER_DEFAULTS.prefetch
 
     # -- publishing --------------------------------------------------------------------------
     #: Seconds a publish waits for the broker's confirm when no ``timeout=`` is given.

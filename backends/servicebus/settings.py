@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, parse_url, secret
+from broker.settings import check_at_least, check_positive, field_values, options_from, parse_url, secret
 
 __all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
 
@@ -94,9 +94,12 @@ def check_connection_string(connection_string: str) -> dict[str, str]:
     return properties
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
-    """Options of one consumer (``Backend.messages(..., **options)``); defaults come from the settings."""
+    """Options of one consumer (``Backend.messages(..., **options)``); defaults come from the settings.
+
+    :class:`ServiceBusSettings` inherits these fields: they are declared here only.
+    """
 
     #: ``peek_lock`` (settle each message) or ``receive_and_delete`` (removed on delivery; ack is a no-op).
     receive_mode: ReceiveMode = "peek_lock"
@@ -152,19 +155,16 @@ class ConsumerOptions:
         return self.sessions or self.session_id is not None
 
 
-#: The defaults of :class:`ConsumerOptions`, taken by the consumer fields of :class:`ServiceBusSettings`.
-_CONSUMER_DEFAULTS: Final = ConsumerOptions()
-
-
 @dataclass(frozen=True, slots=True)
-class ServiceBusSettings:
+class ServiceBusSettings(ConsumerOptions):
     """``servicebus://NAMESPACE?...`` or a connection string: how to reach a Service Bus namespace.
 
     Give either ``connection_string`` (``Endpoint=sb://...;SharedAccessKeyName=...;...``), or a
     ``namespace`` (``myns`` stands for ``myns.servicebus.windows.net``) with one credential:
     ``shared_access_key_name`` + ``shared_access_key``, a ``sas_token``, or ``credential`` (an
-    ``azure.core`` async token credential object, e.g. ``DefaultAzureCredential``). Consumer
-    defaults (``receive_mode`` to ``sub_queue``) can be overridden per consumer.
+    ``azure.core`` async token credential object, e.g. ``DefaultAzureCredential``). The consumer
+    defaults (keyword-only) are the fields inherited from :class:`ConsumerOptions`; they can be
+    overridden per consumer.
     """
 
     connection_string: str | None = secret()
@@ -189,17 +189,6 @@ class ServiceBusSettings:
     #: Where the management API is (``https://NAMESPACE`` by default; ``http://HOST:5300`` for a
     #: connection string with ``UseDevelopmentEmulator=true``, the port of Microsoft's emulator).
     management_endpoint: str | None = None
-    receive_mode: ReceiveMode = _CONSUMER_DEFAULTS.receive_mode
-    prefetch: int = _CONSUMER_DEFAULTS.prefetch
-    max_wait: float = _CONSUMER_DEFAULTS.max_wait
-    lock_renewal: float = _CONSUMER_DEFAULTS.lock_renewal
-    sessions: bool = _CONSUMER_DEFAULTS.sessions
-    session_id: str | None = _CONSUMER_DEFAULTS.session_id
-    batch_size: int = _CONSUMER_DEFAULTS.batch_size
-    sub_queue: SubQueue = _CONSUMER_DEFAULTS.sub_queue
-    ack_deadline: float | None = _CONSUMER_DEFAULTS.ack_deadline
-    max_attempts: int | None = _CONSUMER_DEFAULTS.max_attempts
-    dead_letter_topic: str | None = _CONSUMER_DEFAULTS.dead_letter_topic
 
     def __post_init__(self) -> None:
         if self.connection_string is not None:
@@ -230,7 +219,7 @@ class ServiceBusSettings:
                 )
             parse_url(f"{scheme.lower()}://{rest.rstrip('/')}")  # ConfigError for a bad host or port
         check_at_least(0, retry_total=self.retry_total)
-        ConsumerOptions(**self.consumer_defaults())
+        options_from(ConsumerOptions, self)  # validates the consumer defaults
 
     @property
     def fully_qualified_namespace(self) -> str | None:

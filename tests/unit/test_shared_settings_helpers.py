@@ -126,8 +126,6 @@ def test_settings_carry_the_consumer_defaults(backend: str) -> None:
     settings = settings_type(**REQUIRED.get(backend, {}))
     defaults = {f.name: f.default for f in dataclasses.fields(settings_type)}
     for option in dataclasses.fields(options_type):
-        if backend == "jetstream" and option.name == "stream":
-            continue  # the connection's stream, not a consumer default
         assert defaults[option.name] == option.default, option.name
     if hasattr(settings, "consumer_defaults"):
         assert settings.consumer_defaults() == field_values(options_type, settings)
