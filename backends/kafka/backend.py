@@ -10,9 +10,7 @@ from typing import Any
 from broker.backend import BackendBase, Batching, topics_tuple
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
-from broker.backends.kafka.consumer import GroupCore
 from broker.backends.kafka.log import KafkaLog
-from broker.backends.kafka.producer import AsyncProducer
 from broker.backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
 from broker.backends.kafka.queue import (
     QueueMessageIterator,
@@ -23,6 +21,8 @@ from broker.backends.kafka.queue.settings import QueueSettings, queue_settings_f
 from broker.backends.kafka.rdkafka_config import common_config, consumer_config, producer_config
 from broker.backends.kafka.records import KafkaBatchedIterator, KafkaRecordIterator
 from broker.backends.kafka.registration import KafkaFactory
+from broker.backends.kafka.sdk_consumer import GroupCore
+from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError

@@ -19,16 +19,16 @@ from typing import Any, Generic, TypeVar
 from broker.attributes import validate_attributes
 from broker.backends.kafka import sdk
 from broker.backends.kafka.admin import KafkaAdmin
-from broker.backends.kafka.consumer import GroupCore, ReaderCore
 from broker.backends.kafka.errors import translate
 from broker.backends.kafka.mapping import produce, raw_fields
-from broker.backends.kafka.producer import AsyncProducer
 from broker.backends.kafka.rdkafka_config import (
     common_config,
     consumer_config,
     producer_config,
     reader_config,
 )
+from broker.backends.kafka.sdk_consumer import GroupCore, ReaderCore
+from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import KafkaSettings
 from broker.backends.kafka.threads import reject, resolve
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.mapping import produce_all
-from broker.backends.kafka.producer import AsyncProducer, DeliveryBatch
+from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage, Record

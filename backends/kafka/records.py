@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.backends.kafka.consumer import GroupCore
+from broker.backends.kafka.sdk_consumer import GroupCore
 from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.message import Record

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from broker.backends.kafka.consumer import ReaderCore
+from broker.backends.kafka.sdk_consumer import ReaderCore
 from broker.log import TopicPartition
 
 

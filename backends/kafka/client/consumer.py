@@ -22,7 +22,7 @@ from broker.backends.kafka.client.logs import (
     with_sdk_logger,
 )
 from broker.backends.kafka.client.metadata import lag_from
-from broker.backends.kafka.consumer import GroupCore
+from broker.backends.kafka.sdk_consumer import GroupCore
 from broker.errors import ClosedError, ConfigError
 from broker.log import TopicPartition
 

@@ -18,7 +18,7 @@ from broker.backends.kafka import sdk
 from broker.backends.kafka.client.codecs import resolve_codec
 from broker.backends.kafka.client.logs import LoggerLike, resolve_logger, with_sdk_logger
 from broker.backends.kafka.errors import translate
-from broker.backends.kafka.producer import AsyncProducer
+from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.threads import resolve
 from broker.codecs import Codec
 from broker.errors import BrokerError, EncodeError, PublishError, Timeout

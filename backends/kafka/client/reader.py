@@ -23,8 +23,8 @@ from broker.backends.kafka.client.logs import (
     resolve_logger,
     with_sdk_logger,
 )
-from broker.backends.kafka.consumer import ReaderCore
 from broker.backends.kafka.errors import translate
+from broker.backends.kafka.sdk_consumer import ReaderCore
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from broker.resources import AsyncResource

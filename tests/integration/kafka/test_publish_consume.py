@@ -311,7 +311,7 @@ async def test_acks_one_at_a_time_are_merged_and_reach_the_broker_without_commit
     """The textbook loop (handle, ``await record.ack()``, with an await in the handler) sends at
     most one commit request per COMMIT_INTERVAL, and the broker gets the last ack without any
     ``commit()`` while the consumer keeps running."""
-    from broker.backends.kafka.consumer import COMMIT_INTERVAL
+    from broker.backends.kafka.sdk_consumer import COMMIT_INTERVAL
 
     topic, group, tp = await numbered_topic(backend, "paced", 60)
     async with backend.records(topic, group) as records:
