@@ -70,16 +70,17 @@ def is_closed(failure: Any) -> bool:
 
 
 def translate(
-    failure: Any, doing: str, default: type[errors.BrokerError] = errors.BrokerError
+    exc: Any, doing: str, default: type[errors.BrokerError] = errors.BrokerError
 ) -> errors.BrokerError:
-    """A broker error for ``failure`` while ``doing`` something; the client's exception is its cause.
+    """A broker error for ``exc`` while ``doing`` something; the client's exception is its cause.
 
+    ``exc`` is the client's exception, or the ``Result`` code or ``Error`` its callbacks report.
     ``default`` is the class used when no more specific one fits (``PublishError`` for sends, ...).
     """
-    cause = as_exception(failure)
+    cause = as_exception(exc)
     if isinstance(cause, errors.BrokerError):
         return cause
-    cls = _BY_NAME.get(_name(failure), default)
+    cls = _BY_NAME.get(_name(exc), default)
     error = cls(f"{doing} failed: {cause}")
     error.__cause__ = cause
     return error

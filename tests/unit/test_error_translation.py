@@ -30,7 +30,7 @@ def test_translate_has_one_signature(backend: str) -> None:
     module = importlib.import_module(TRANSLATORS[backend])
     translate = module.translate
     parameters = list(inspect.signature(translate).parameters.values())
-    assert [p.name for p in parameters] == [parameters[0].name, "doing", "default"]
+    assert [p.name for p in parameters] == ["exc", "doing", "default"]
     assert parameters[2].default is BrokerError
     assert "translate" in module.__all__
     assert not hasattr(module, "wrap"), "one name per concept: translate"
