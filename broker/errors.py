@@ -9,6 +9,8 @@ closest class here, with the SDK's exception chained as ``__cause__``.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 __all__ = [
     "KINDS",
     "AckError",
@@ -48,20 +50,22 @@ class BrokerError(Exception):
 
     #: Whether trying the same call again later may succeed.
     retryable: bool = False
-    #: The portable kind of failure, one per class (:data:`KINDS` lists them).
-    kind: str = "unknown"
+    #: The portable kind of failure, one per class (:data:`KINDS` lists them); a subclass
+    #: names its own with ``class X(BrokerError, kind="..."):`` or keeps its parent's.
+    kind: ClassVar[str] = "unknown"
+
+    def __init_subclass__(cls, kind: str | None = None, **rest: Any) -> None:
+        super().__init_subclass__(**rest)
+        if kind is not None:
+            cls.kind = kind
 
 
-class ConfigError(BrokerError, ValueError):
+class ConfigError(BrokerError, ValueError, kind="invalid_config"):
     """A URL, mapping or setting is invalid."""
 
-    kind = "invalid_config"
 
-
-class UnknownBackend(ConfigError):
+class UnknownBackend(ConfigError, kind="unknown_backend"):
     """No backend is registered for the URL scheme or ``backend`` key."""
-
-    kind = "unknown_backend"
 
     def __init__(self, scheme: str, available: list[str]) -> None:
         self.scheme = scheme
@@ -73,10 +77,8 @@ class UnknownBackend(ConfigError):
         )
 
 
-class UnknownSetting(ConfigError):
+class UnknownSetting(ConfigError, kind="unknown_setting"):
     """A URL query parameter or mapping key names no field of the backend's settings."""
-
-    kind = "unknown_setting"
 
     def __init__(self, backend: str, keys: list[str], valid: list[str]) -> None:
         self.backend = backend
@@ -88,10 +90,8 @@ class UnknownSetting(ConfigError):
         )
 
 
-class MissingDependency(BrokerError, ImportError):
+class MissingDependency(BrokerError, ImportError, kind="missing_dependency"):
     """A backend's SDK is not installed; the message names the extra to install."""
-
-    kind = "missing_dependency"
 
     def __init__(self, extra: str, module: str) -> None:
         self.extra = extra
@@ -102,118 +102,84 @@ class MissingDependency(BrokerError, ImportError):
         )
 
 
-class ClosedError(BrokerError, RuntimeError):
+class ClosedError(BrokerError, RuntimeError, kind="closed"):
     """The resource (publisher, topic, consumer, backend) was closed before this call."""
 
-    kind = "closed"
 
-
-class ConnectionFailed(BrokerError, ConnectionError):
+class ConnectionFailed(BrokerError, ConnectionError, kind="unavailable"):
     """The broker could not be reached or dropped the connection."""
-
-    kind = "unavailable"
 
     retryable = True
 
 
-class AuthenticationFailed(ConnectionFailed, PermissionError):
+class AuthenticationFailed(ConnectionFailed, PermissionError, kind="unauthenticated"):
     """The broker refused the credentials (wrong, expired or missing)."""
-
-    kind = "unauthenticated"
 
     retryable = False
 
 
-class PermissionDenied(BrokerError, PermissionError):
+class PermissionDenied(BrokerError, PermissionError, kind="permission_denied"):
     """The identity is known but may not do this (publish, consume, create, ...)."""
 
-    kind = "permission_denied"
 
-
-class Throttled(BrokerError):
+class Throttled(BrokerError, kind="throttled"):
     """The broker refused the call for now: a quota, rate limit or server busy; retry after a pause."""
 
-    kind = "throttled"
-
     retryable = True
 
 
-class Timeout(BrokerError, TimeoutError):
+class Timeout(BrokerError, TimeoutError, kind="timeout"):
     """An operation did not finish within its ``timeout=``."""
 
-    kind = "timeout"
-
     retryable = True
 
 
-class NotSupported(BrokerError, NotImplementedError):
+class NotSupported(BrokerError, NotImplementedError, kind="not_supported"):
     """The backend has no such feature (see ``Backend.capabilities``)."""
 
-    kind = "not_supported"
 
-
-class PublishError(BrokerError):
+class PublishError(BrokerError, kind="publish_failed"):
     """The broker did not accept a message."""
 
-    kind = "publish_failed"
 
-
-class MessageTooLarge(PublishError, ValueError):
+class MessageTooLarge(PublishError, ValueError, kind="message_too_large"):
     """A single message is larger than the broker accepts."""
 
-    kind = "message_too_large"
 
-
-class InvalidMessage(BrokerError, TypeError):
+class InvalidMessage(BrokerError, TypeError, kind="invalid_message"):
     """What was published is not a well-formed :class:`~broker.OutboundMessage`.
 
     Raised for anything but an ``OutboundMessage``, data that is not bytes, and a key that is
     neither ``str`` nor None.
     """
 
-    kind = "invalid_message"
 
-
-class InvalidAttributes(InvalidMessage):
+class InvalidAttributes(InvalidMessage, kind="invalid_attributes"):
     """Attributes are not a ``str -> str`` mapping (and the backend documents nothing richer)."""
 
-    kind = "invalid_attributes"
 
-
-class ReceiveError(BrokerError):
+class ReceiveError(BrokerError, kind="receive_failed"):
     """Receiving from the broker failed."""
 
-    kind = "receive_failed"
 
-
-class AckError(BrokerError):
+class AckError(BrokerError, kind="ack_failed"):
     """An acknowledgement was refused: settled twice in conflicting ways, or the broker failed."""
 
-    kind = "ack_failed"
 
-
-class TransactionError(BrokerError):
+class TransactionError(BrokerError, kind="transaction_failed"):
     """A transaction was misused (commit without begin, begin twice) or the broker failed it."""
 
-    kind = "transaction_failed"
 
-
-class UnknownTopic(BrokerError, LookupError):
+class UnknownTopic(BrokerError, LookupError, kind="not_found"):
     """The topic, subscription or partition does not exist."""
 
-    kind = "not_found"
 
-
-class EncodeError(BrokerError, ValueError):
+class EncodeError(BrokerError, ValueError, kind="encode_failed"):
     """A codec could not encode a value."""
 
-    kind = "encode_failed"
 
-
-class DecodeError(BrokerError, ValueError):
+class DecodeError(BrokerError, ValueError, kind="decode_failed"):
     """A codec could not decode bytes."""
-
-    kind = "decode_failed"
 
 
 #: Every portable error ``kind`` and the class of :mod:`broker.errors` that carries it.
