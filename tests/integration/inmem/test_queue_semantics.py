@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 import broker
+from broker.adapt import receiver as receiver_of
 from broker.backends.inmem import InmemBackend
 from broker.errors import AckError, ClosedError, ConfigError, TransactionError
 from broker.log import TopicPartition
-from broker.message import OutboundMessage
+from broker.message import Message, OutboundMessage
 
 
 @pytest.fixture
@@ -134,3 +135,45 @@ async def test_batched_records_and_async_for(backend: InmemBackend) -> None:
         if len(got) == 5:
             await records.close()
     assert got == [0, 1, 2, 3, 4]
+
+
+async def test_immediate_nacks_do_not_starve_new_messages(backend: InmemBackend) -> None:
+    """A message nacked at once, again and again, still lets the ones behind it out (one at a time)."""
+    consumer = backend.messages("churn", "w")
+    topic = backend.publisher().topic("churn")
+    for i in range(10):
+        await topic.publish(OutboundMessage(str(i).encode()))
+    seen: set[bytes] = set()
+    for _ in range(500):
+        message = await consumer.next_message(timeout=1)
+        seen.add(message.data)
+        await message.nack()
+        if len(seen) == 10:
+            break
+    assert seen == {str(i).encode() for i in range(10)}
+
+
+async def test_a_receiver_without_backoff_does_not_starve_new_messages(backend: InmemBackend) -> None:
+    """``nack_delay=None``: handlers that always fail get every message within a few seconds."""
+    topic = backend.publisher().topic("always-fails")
+    for i in range(10):
+        await topic.publish(OutboundMessage(str(i).encode()))
+    calls: dict[bytes, int] = {}
+    all_seen = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        calls[message.data] = calls.get(message.data, 0) + 1
+        if len(calls) == 10:
+            all_seen.set()
+        raise RuntimeError("always fails")
+
+    receiver = receiver_of(backend.messages("always-fails", "w"), concurrency=2, nack_delay=None)
+    task = asyncio.create_task(receiver.receive(handler))
+    try:
+        await asyncio.wait_for(all_seen.wait(), 3)
+    except TimeoutError:
+        pass  # the assertion below names what never arrived
+    finally:
+        receiver.stop(drain_timeout=1)
+        await asyncio.wait_for(task, 5)
+    assert len(calls) == 10, f"messages never handed to the handler: {sorted(calls)}"
