@@ -19,6 +19,7 @@ from broker.errors import (
     ConnectionFailed,
     PermissionDenied,
     ReceiveError,
+    UnknownTopic,
 )
 from broker.testing import wait_until
 
@@ -235,3 +236,45 @@ async def test_concurrent_read_backs_share_one_sweep(log: InmemLog) -> None:
         assert not gone and found[i // 2].value == str(i).encode()
     assert reader.sweeps <= 3, f"{reader.sweeps} sweeps for 100 concurrent reads"
     await reader.close()
+
+
+class _KafkaLikeTopics:
+    """The in-memory log, except that a topic nobody created is ``UnknownTopic``, as on Kafka.
+
+    (The in-memory log creates a topic on first use, which would hide what the tracker does.)
+    """
+
+    def __init__(self, inner: InmemLog) -> None:
+        self.inner = inner
+        self.created: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def create_topic(self, name: str, partitions: int = 1, *, config: Any = None) -> None:
+        self.created.append((name, partitions))
+        await self.inner.create_topic(name, partitions, config=config)
+
+    async def partitions(self, topic: str) -> int:
+        if topic not in {name for name, _ in self.created}:
+            raise UnknownTopic(f"{topic} does not exist")
+        return await self.inner.partitions(topic)
+
+
+async def test_a_tracker_started_before_its_message_topic_creates_it(log: InmemLog) -> None:
+    """Portable-contract finding 1: nacks were lost when the consumer came before its topic.
+
+    The tracker must not track markers of a message topic that does not exist yet: it creates
+    the topic (one partition) before the markers topic, so reading redeliveries back works.
+    """
+    kafka_like = _KafkaLikeTopics(log)
+    tracker = RedeliveryTracker(kafka_like, config())  # type: ignore[arg-type]
+    task = tracker.start()
+    try:
+        await wait_until(lambda: bool(tracker.partitions), 5)
+        assert kafka_like.created[:2] == [("q", 1), ("q-markers", 1)]
+        assert await kafka_like.partitions("q") == 1
+        assert tracker.failure_streak == 0
+    finally:
+        await tracker.close()
+    assert task.done()
