@@ -25,6 +25,7 @@ not handed out, or handed out and unsettled). Settling such a message afterwards
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,11 @@ class RabbitmqAcker:
         #: sent): "returning" (the deadline fired: back to the queue) or "settling" (ack, nack,
         #: dead-letter). The other kind must then not go out too: the broker would get both.
         self._busy: dict[int, str] = {}
+        #: Set once the consumer closes: settling then raises (the broker takes the messages back).
+        self._closed = False
+        #: Settlements on their way to the socket, and the event their last one sets while closing.
+        self._sending = 0
+        self._sent: asyncio.Event | None = None
 
     def _tag(self, message: Message) -> int:
         return id(message.raw)  # not the delivery tag: a reopened channel counts from 1 again
@@ -103,12 +109,17 @@ class RabbitmqAcker:
         return self._busy.get(self._tag(message)) == "returning"
 
     async def _settle(self, message: Message, doing: str) -> None:
+        if self._closed:
+            raise AckError(
+                f"{doing} {message.id!r}: its consumer is closed; the message went back to the queue"
+            )
         if self._returning(message):
             raise AckError(f"{doing} {message.id!r}: its ack deadline passed; it goes back to the queue")
         self._disarm(message)
         tag = self._tag(message)
         self._busy[tag] = "settling"  # a deadline that fired already must not return it now
         raw: AbstractIncomingMessage = message.raw
+        self._sending += 1
         try:
             if doing == "acking":
                 await raw.ack()
@@ -120,6 +131,9 @@ class RabbitmqAcker:
             raise translate(exc, f"{doing} message {message.id!r}", AckError) from exc
         finally:
             self._busy.pop(tag, None)
+            self._sending -= 1
+            if not self._sending and self._sent is not None:
+                self._sent.set()
 
     async def ack(self, message: Message) -> None:
         """``basic.ack``."""
@@ -131,13 +145,15 @@ class RabbitmqAcker:
             await self._settle(message, "nacking")
             return
         raw: AbstractIncomingMessage = message.raw
-        if raw.processed or self._returning(message):
+        if raw.processed or self._returning(message) or self._closed:
             await self._settle(message, "nacking")  # raises the AckError
         self._arm(message, delay)
 
     async def in_progress(self, message: Message) -> None:
         """Restart the message's ack-deadline timer."""
         raw: AbstractIncomingMessage = message.raw
+        if self._closed:
+            raise AckError(f"message {message.id!r}: the consumer is closed; the broker took it back")
         if raw.processed or self._returning(message):
             raise AckError(f"message {message.id!r} passed its ack deadline and went back to the queue")
         if self.ack_deadline is not None:
@@ -147,13 +163,23 @@ class RabbitmqAcker:
         """``basic.reject(requeue=False)``: to the queue's dead-letter exchange, or dropped without one."""
         await self._settle(message, "dead-lettering")
 
-    def cancel(self) -> None:
-        """Stop every timer (the channel is closing: the broker returns the messages itself)."""
+    async def close(self, timeout: float) -> None:
+        """Refuse settling from now on, stop every timer, and wait for settlements already sent.
+
+        Called before the channel closes: an ack that returned must reach the broker ahead of
+        the channel's Close (which makes the broker discard what follows and take back every
+        unsettled message), so no acked message is delivered again.
+        """
+        self._closed = True
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         for task in self._tasks:
             task.cancel()
+        if self._sending:
+            self._sent = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sent.wait(), timeout)
 
 
 class RabbitmqSubscription:
@@ -204,9 +230,10 @@ class RabbitmqSubscription:
 
     async def stop(self) -> None:
         """Close the channel: the broker returns every unsettled message of this consumer."""
-        self.acker.cancel()
+        timeout = self._connection.settings.close_timeout
+        await self.acker.close(timeout)
         channel, self._channel = self._channel, None
-        await close_quietly(channel, self._connection.settings.close_timeout)
+        await close_quietly(channel, timeout)
 
 
 class RabbitmqMessageIterator(PushedMessageIterator):
