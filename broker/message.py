@@ -86,16 +86,16 @@ class BulkAcker(Acker, Protocol):
         """Ack the pending messages among ``messages`` that are this acker's; return the others, in order."""
 
 
-_KINDS: dict[tuple[type, type], bool] = {}
+_CONFORMS: dict[tuple[type, type], bool] = {}
 
 
 def _is(acker: object, protocol: type) -> bool:
     # isinstance() of a runtime protocol walks every member (microseconds); ackers are few
     # classes whose methods are class attributes, so the answer is kept per class.
     kind = (type(acker), protocol)
-    known = _KINDS.get(kind)
+    known = _CONFORMS.get(kind)
     if known is None:
-        known = _KINDS[kind] = isinstance(acker, protocol)
+        known = _CONFORMS[kind] = isinstance(acker, protocol)
     return known
 
 

@@ -182,7 +182,8 @@ class TracedAcker:
         await self._consumer.settle("dead_letter", message, wrapped.dead_letter, reason)
 
     def __getattr__(self, name: str) -> Any:
-        if name in TracedAcker.__slots__:
+        # ack_many is TracedBulkAcker's alone: whether a class acks in bulk is a fact of the class
+        if name in TracedAcker.__slots__ or name == "ack_many":
             raise AttributeError(name)
         return getattr(self.wrapped, name)
 
