@@ -174,6 +174,15 @@ class ProcessServer(StartedInWith):
         except OSError:
             return ""
 
+    def kill(self) -> None:
+        """SIGKILL the server's whole process group at once (no shutdown); the workdir stays, so
+        :meth:`start` can start it again on the same port and storage. Idempotent."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Terminate the process (kill after ``timeout``); remove a temporary workdir. Idempotent."""
         process, self.process = self.process, None

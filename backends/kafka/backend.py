@@ -212,7 +212,7 @@ class KafkaBackend(BackendBase):
         embedded = options.pop("embedded_tracker", True)
         if not isinstance(embedded, bool):
             embedded = str(embedded).lower() in ("1", "true", "yes", "on")
-        config = queue_settings_for_topic(topic, options)
+        config = queue_settings_for_topic(topic, self._queue_timeouts(options))
         self._queue_groups[(topic, subscription)] = f"{config.group_prefix}{subscription}"
         return open_messages(
             self.log(),
@@ -246,10 +246,18 @@ class KafkaBackend(BackendBase):
                 group = queue_group
         return await group_backlog(admin, topic, group)
 
+    def _queue_timeouts(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` with the queue's operation and close timeouts defaulting to this backend's."""
+        return {
+            "operation_timeout": self.settings.operation_timeout,
+            "close_timeout": self.settings.close_timeout,
+            **options,
+        }
+
     def queue_tracker(self, topic: str, **options: Any) -> RedeliveryTracker:
         """A redelivery tracker for the marker queue on ``topic`` (options as for :meth:`messages`)."""
         self._check_open()
-        tracker = RedeliveryTracker(self.log(), queue_settings_for_topic(topic, options))
+        tracker = RedeliveryTracker(self.log(), queue_settings_for_topic(topic, self._queue_timeouts(options)))
         return self._track(tracker)  # type: ignore[no-any-return]
 
     def log(self) -> KafkaLog:

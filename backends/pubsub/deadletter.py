@@ -7,6 +7,7 @@ acks it. Without a dead-letter policy the message is acked and dropped, with a w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from google.pubsub_v1.types import PubsubMessage
@@ -24,7 +25,7 @@ log = logging.getLogger("broker.backends.pubsub")
 
 
 async def forward_dead_letter(
-    clients: Clients, info: SubscriptionInfo, message: Message, reason: str | None
+    clients: Clients, info: SubscriptionInfo, message: Message, reason: str | None, timeout: float = 30.0
 ) -> bool:
     """Publish ``message`` to ``info``'s dead-letter topic; False (after a warning) when it has none.
 
@@ -53,7 +54,10 @@ async def forward_dead_letter(
         attributes[KEY_ATTRIBUTE] = message.key
     copy = PubsubMessage(data=message.data, attributes=attributes, ordering_key=ordering_key)
     try:
-        await clients.admin_publisher().publish(topic=info.dead_letter_topic, messages=[copy], timeout=30.0)
+        async with asyncio.timeout(timeout):  # the client's retries outlast its per-attempt timeout
+            await clients.admin_publisher().publish(
+                topic=info.dead_letter_topic, messages=[copy], timeout=timeout
+            )
     except Exception as exc:
         raise translate(
             exc, f"dead-lettering message {message.id} to {info.dead_letter_topic}", AckError

@@ -125,9 +125,14 @@ class PullSettler:
     """
 
     def __init__(
-        self, clients: Clients, info: Callable[[], SubscriptionInfo], lease: Callable[[], int]
+        self,
+        clients: Clients,
+        info: Callable[[], SubscriptionInfo],
+        lease: Callable[[], int],
+        rpc_timeout: float = _RPC_TIMEOUT,
     ) -> None:
         self._clients = clients
+        self._rpc_timeout = rpc_timeout
         self._info = info
         self._lease = lease
         self._acks: list[tuple[str, asyncio.Future[None]]] = []
@@ -172,21 +177,26 @@ class PullSettler:
             return
         jobs: list[tuple[int | None, list[tuple[str, asyncio.Future[None]]]]] = [(None, acks)] if acks else []
         jobs.extend(modacks.items())
+        # One bound for the whole send (its requests go one after the other): an ack, nack or
+        # deadline change returns or fails within rpc_timeout, also when the server is gone.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._rpc_timeout
         for seconds, items in jobs:
             for start in range(0, len(items), _ACK_IDS_PER_REQUEST):
                 chunk = items[start : start + _ACK_IDS_PER_REQUEST]
                 ack_ids = [ack_id for ack_id, _ in chunk]
                 error: BaseException | None = None
                 try:
-                    if seconds is None:
-                        await client.acknowledge(subscription=path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
-                    else:
-                        await client.modify_ack_deadline(
-                            subscription=path,
-                            ack_ids=ack_ids,
-                            ack_deadline_seconds=seconds,
-                            timeout=_RPC_TIMEOUT,
-                        )
+                    # The client's timeout bounds each attempt; its retries of an unreachable
+                    # server do not stop there, so the whole call is bounded here too.
+                    async with asyncio.timeout_at(deadline):
+                        left = max(0.001, deadline - loop.time())
+                        if seconds is None:
+                            await client.acknowledge(subscription=path, ack_ids=ack_ids, timeout=left)
+                        else:
+                            await client.modify_ack_deadline(
+                                subscription=path, ack_ids=ack_ids, ack_deadline_seconds=seconds, timeout=left
+                            )
                 except Exception as exc:
                     what = (
                         "acknowledging" if seconds is None else f"setting the ack deadline to {seconds}s of"
@@ -241,7 +251,7 @@ class PullSettler:
 
     async def dead_letter(self, message: Message, reason: str | None) -> None:
         """Forward the message to the dead-letter topic (if the subscription has one) and ack it."""
-        await forward_dead_letter(self._clients, self._info(), message, reason)
+        await forward_dead_letter(self._clients, self._info(), message, reason, self._rpc_timeout)
         await self._queue(None, message.raw.ack_id)
 
 
@@ -266,7 +276,9 @@ class _PullConsumer(SubscriptionConsumer):
         self._ordered = False  # the subscription delivers in order of ordering keys
         self._renewal: asyncio.TimerHandle | None = None
         #: The Acker of every message this consumer hands out.
-        self.settler = PullSettler(self._clients, self._subscription_info, lambda: self._lease)
+        self.settler = PullSettler(
+            self._clients, self._subscription_info, lambda: self._lease, self._settings.rpc_timeout
+        )
         self.settler.on_nack = self._nacked
 
     def __repr__(self) -> str:

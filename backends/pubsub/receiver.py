@@ -122,9 +122,10 @@ class StreamSettler:
     settled after ``receive()`` returned is not silently dropped.
     """
 
-    def __init__(self, clients: Clients, info: SubscriptionInfo) -> None:
+    def __init__(self, clients: Clients, info: SubscriptionInfo, rpc_timeout: float) -> None:
         self._clients = clients
         self._info = info
+        self._rpc_timeout = rpc_timeout
         self._lease = min(MAX_ACK_DEADLINE, max(MIN_ACK_DEADLINE, info.ack_deadline))
         self._direct: PullSettler | None = None
 
@@ -132,7 +133,7 @@ class StreamSettler:
         """Settle through unary RPCs from now on (the stream's dispatcher stopped); that settler."""
         if self._direct is None:
             info = self._info
-            self._direct = PullSettler(self._clients, lambda: info, lambda: self._lease)
+            self._direct = PullSettler(self._clients, lambda: info, lambda: self._lease, self._rpc_timeout)
         return self._direct
 
     async def ack(self, message: Message) -> None:
@@ -163,7 +164,7 @@ class StreamSettler:
 
     async def dead_letter(self, message: Message, reason: str | None) -> None:
         """Forward to the dead-letter topic (if the subscription has one) and ack."""
-        await forward_dead_letter(self._clients, self._info, message, reason)
+        await forward_dead_letter(self._clients, self._info, message, reason, self._rpc_timeout)
         await self.ack(message)
 
 
@@ -386,7 +387,7 @@ class PubsubReceiver(SubscriptionConsumer):
         info = await self.open()
         run = _Run(
             handler,
-            StreamSettler(self._clients, info),
+            StreamSettler(self._clients, info, self._settings.rpc_timeout),
             self.concurrency,
             batch_size,
             self.batch_timeout,

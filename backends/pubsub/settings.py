@@ -202,6 +202,10 @@ class PubsubSettings:
 
     #: Seconds ``close()`` waits for in-flight publishes and for the streaming pull to stop.
     close_timeout: float = 10.0
+    #: Seconds one acknowledgement, deadline change or dead-letter forward may take, the client's
+    #: retries included: past it, ``ack()``, ``nack()``, ``in_progress()`` and ``dead_letter()``
+    #: raise a typed error (the broker redelivers the message after its deadline).
+    rpc_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.project:
@@ -237,6 +241,7 @@ class PubsubSettings:
             receive_max_outstanding_bytes=self.receive_max_outstanding_bytes,
             receive_concurrency=self.receive_concurrency,
             close_timeout=self.close_timeout,
+            rpc_timeout=self.rpc_timeout,
             pull_max_messages=self.pull_max_messages,
         )
 

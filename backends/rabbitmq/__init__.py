@@ -214,6 +214,11 @@ class RabbitmqDevServer(StartedInWith):
             raise
         return self
 
+    def kill(self) -> None:
+        """SIGKILL the node's process tree (no shutdown); ``epmd`` keeps running until :meth:`stop`."""
+        if self._server is not None:
+            self._server.kill()
+
     def stop(self) -> None:
         """Stop the node, then ``epmd``; remove the temporary directory. Idempotent."""
         server, epmd, self._server, self._epmd = self._server, self._epmd, None, None

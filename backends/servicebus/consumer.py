@@ -93,6 +93,11 @@ class ReceiveTarget:
     admin: EntityAdmin | None = None
 
 
+#: What a settlement or lock renewal can raise: the SDK's errors, and the ``ValueError`` its
+#: receiver raises once the connection it used has died ("the handler has already been shutdown").
+_SETTLE_ERRORS = (ServiceBusError, ValueError)
+
+
 class _Settler:
     """The :class:`~broker.message.Acker` of the messages one SDK receiver delivered."""
 
@@ -110,7 +115,7 @@ class _Settler:
         try:
             async with consumer.settle_lock:
                 await operation
-        except ServiceBusError as exc:
+        except _SETTLE_ERRORS as exc:
             raise translate(exc, f"cannot {what} message {message.id}", AckError) from exc
         finally:
             consumer.settling_ended()
@@ -182,7 +187,7 @@ class _Settler:
                     await self.receiver.session.renew_lock()
                 else:
                     await self.receiver.renew_message_lock(message.raw)
-        except ServiceBusError as exc:
+        except _SETTLE_ERRORS as exc:
             raise translate(exc, f"cannot renew the lock of message {message.id}", AckError) from exc
         finally:
             consumer.settling_ended()

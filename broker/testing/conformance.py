@@ -28,6 +28,7 @@ from broker.testing.backlog import BacklogSuite
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
 from broker.testing.retry import RetrySuite
+from broker.testing.server_gone import ServerGoneSuite
 from broker.testing.telemetry import TelemetrySuite
 
 __all__ = ["ConformanceSuite"]
@@ -45,7 +46,7 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite):
+class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite, ServerGoneSuite):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------

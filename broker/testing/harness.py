@@ -6,14 +6,47 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from broker.backend import Backend
 from broker.capabilities import Capabilities
 from broker.interfaces import MessageIterator, RecordIterator
 from broker.message import Message, Record
 
-__all__ = ["Harness", "collect", "drain", "need", "wait_until"]
+__all__ = ["Harness", "KillableServer", "collect", "drain", "killable", "need", "wait_until"]
+
+
+class KillableServer(Protocol):
+    """A server started for one test only, which the test may kill (``Harness.own_server``)."""
+
+    @property
+    def url(self) -> str | Mapping[str, Any]:
+        """What ``broker.connect`` takes to reach this server (with the harness's test settings)."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL the server's whole process tree: no goodbye to any client."""
+        ...
+
+
+class _Killable:
+    """A started server (anything with ``kill()``) reached at a URL of the test's choosing."""
+
+    def __init__(self, server: Any, url: str | Mapping[str, Any]) -> None:
+        self.server = server
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"<killable {self.server!r}>"
+
+    def kill(self) -> None:
+        self.server.kill()
+
+
+def killable(server: Any, url: str | Mapping[str, Any]) -> KillableServer:
+    """``server`` (a dev server with ``kill()``) as a :class:`KillableServer` reached at ``url``."""
+    return _Killable(server, url)
 
 
 class Harness:
@@ -34,6 +67,13 @@ class Harness:
     #: The URL (or mapping) the backend was connected with: tests that open a second connection or
     #: run a consumer in another process connect with it. None skips those tests.
     url: str | Mapping[str, Any] | None = None
+    #: Starts a server of this backend for the running test alone (a context manager that stops
+    #: it on exit), so a test can kill it. None skips the tests that need one (a backend whose
+    #: test server cannot be killed, or that has no server).
+    own_server: Callable[[], AbstractContextManager[KillableServer]] | None = None
+    #: Once its server died, the longest one operation may take before it returns or raises (seconds):
+    #: the backend's documented timeouts as ``own_server``'s URL sets them, plus scheduling slack.
+    dead_server_bound: float = 20.0
 
     def __init__(self, backend: Backend, **overrides: Any) -> None:
         self.backend = backend

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
 
 import broker
 from broker.devserver import ProcessServer
 from broker.testing import ConformanceSuite, Harness
+from broker.testing.harness import KillableServer, killable
 from tests.integration.jetstream.server import running_nats_server
 
 
@@ -16,6 +18,13 @@ from tests.integration.jetstream.server import running_nats_server
 def nats_server() -> Iterator[ProcessServer]:
     with running_nats_server() as server:
         yield server
+
+
+@contextmanager
+def own_nats_server() -> Iterator[KillableServer]:
+    """A nats-server for one test, which it may kill."""
+    with running_nats_server() as server:
+        yield killable(server, f"{server.url}?publish_timeout=4&close_timeout=4&request_timeout=4")
 
 
 class TestJetStreamConformance(ConformanceSuite):
@@ -28,4 +37,6 @@ class TestJetStreamConformance(ConformanceSuite):
                 short_ack_deadline=0.5,
                 patience=10.0,
                 bad_urls=[f"{nats_server.url}?ack_wait=soon", f"{nats_server.url}?batch_size=0"],
+                own_server=own_nats_server,
+                dead_server_bound=10.0,
             )

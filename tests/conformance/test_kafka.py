@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import broker
 from broker.devserver import ProcessServer
 from broker.testing import ConformanceSuite, Harness
+from broker.testing.harness import KillableServer, killable
 from tests.integration.kafka.support import TANSU_ABORTED_VISIBLE_BUG, TEST_QUERY, tansu
 
 
@@ -18,6 +20,13 @@ from tests.integration.kafka.support import TANSU_ABORTED_VISIBLE_BUG, TEST_QUER
 def kafka_server() -> Iterator[ProcessServer]:
     with tansu() as server:
         yield server
+
+
+@contextmanager
+def own_tansu() -> Iterator[KillableServer]:
+    """A Tansu for one test, which it may kill."""
+    with tansu() as server:
+        yield killable(server, f"{server.url}?{TEST_QUERY}&close_timeout=5&operation_timeout=5")
 
 
 class KafkaHarness(Harness):
@@ -43,6 +52,8 @@ class TestKafkaConformance(ConformanceSuite):
                 patience=15.0,
                 short_ack_deadline=2.0,
                 bad_urls=["kafka://127.0.0.1:9092?linger=soon", "kafka://127.0.0.1:9092?acks=some"],
+                own_server=own_tansu,
+                dead_server_bound=12.0,
             )
         finally:
             async with asyncio.timeout(90):  # closing never hangs: a failure here, not a stuck run

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
 
 import broker
 from broker.backends.pulsar.backend import PulsarBackend
+from broker.backends.pulsar.registration import factory
 from broker.backends.pulsar.settings import MIN_ACK_TIMEOUT
 from broker.testing import ConformanceSuite, Harness
+from broker.testing.harness import KillableServer, killable
 from tests.integration.pulsar.server import (
     KEY_SHARED_CHURN,
     KEY_SHARED_CHURN_DUPLICATES,
@@ -33,7 +36,13 @@ class PulsarHarness(Harness):
 _KEY_SHARED_ROUNDS = 60
 
 #: Tests whose Pulsar path is the same for every subscription type (and that wait for ack timeouts).
-_SAME_AS_SHARED = frozenset({"test_acked_message_is_not_redelivered", "test_ack_deadline_redelivers"})
+_SAME_AS_SHARED = frozenset(
+    {
+        "test_acked_message_is_not_redelivered",
+        "test_ack_deadline_redelivers",
+        "test_every_operation_after_the_server_died",
+    }
+)
 
 
 #: Lifecycle and dead-letter tests run on shared subscriptions only (see the fixture).
@@ -52,6 +61,13 @@ _LIFECYCLE_ON_SHARED = frozenset(
         "test_retry_poison_message_reaches_the_dead_letter_topic",
     }
 )
+
+
+@contextmanager
+def own_pulsar() -> Iterator[KillableServer]:
+    """A pulsar-lite for one test, which it may kill."""
+    with factory.dev_server() as server:
+        yield killable(server, f"{server.url}?operation_timeout=4&send_timeout=4&connection_timeout=2")
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +105,8 @@ class TestPulsarConformance(ConformanceSuite):
                     "pulsar://127.0.0.1:6650?subscription_type=round_robin",
                     "pulsar://127.0.0.1:6650?max_attempts=1",
                 ],
+                own_server=own_pulsar if pulsar.lite else None,
+                dead_server_bound=12.0,
             )
 
     async def test_competing_consumers_split_the_work(

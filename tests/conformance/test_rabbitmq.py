@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
 
 import broker
 from broker.backends.rabbitmq import RabbitmqDevServer
 from broker.testing import ConformanceSuite, Harness
+from broker.testing.harness import KillableServer, killable
 from tests.integration.rabbitmq.server import running_rabbitmq_server
 
 
@@ -16,6 +18,13 @@ from tests.integration.rabbitmq.server import running_rabbitmq_server
 def rabbitmq_server() -> Iterator[RabbitmqDevServer]:
     with running_rabbitmq_server() as server:
         yield server
+
+
+@contextmanager
+def own_rabbitmq_server() -> Iterator[KillableServer]:
+    """A rabbitmq-server for one test, which it may kill."""
+    with running_rabbitmq_server() as server:
+        yield killable(server, f"{server.url}?publish_timeout=4&close_timeout=4&connect_timeout=4")
 
 
 class TestRabbitmqConformance(ConformanceSuite):
@@ -29,4 +38,6 @@ class TestRabbitmqConformance(ConformanceSuite):
                 short_ack_deadline=0.5,  # a client-side timer: any deadline works
                 patience=10.0,
                 bad_urls=[f"{url}?ack_deadline=soon", f"{url}?prefetch=0", "rabbitmq://h:port/"],
+                own_server=own_rabbitmq_server,
+                dead_server_bound=10.0,
             )

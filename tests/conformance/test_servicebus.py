@@ -7,12 +7,17 @@ topics and subscriptions it needs (``create_missing``), and takes the portable o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 import broker
+from broker.devserver import ProcessServer, free_port
 from broker.testing import ConformanceSuite, Harness
+from broker.testing.harness import KillableServer, killable
 from tests.servicebus_fake import FakeServiceBus
 
 
@@ -20,6 +25,26 @@ from tests.servicebus_fake import FakeServiceBus
 def fake() -> Iterator[FakeServiceBus]:
     with FakeServiceBus(auto_create=False) as server:
         yield server
+
+
+@contextmanager
+def own_fake() -> Iterator[KillableServer]:
+    """The FAKE server in a process of its own (entities made on first use), which a test may kill."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.servicebus_fake", "--port", str(port)]
+    root = str(Path(__file__).resolve().parents[2])
+    with ProcessServer(
+        command,
+        url=f"fake-servicebus://127.0.0.1:{port}",
+        host="127.0.0.1",
+        port=port,
+        env={"PYTHONPATH": root},
+    ) as server:
+        connection_string = (
+            f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=fake;"
+            "SharedAccessKey=ZmFrZS1rZXk=;UseDevelopmentEmulator=true"
+        )
+        yield killable(server, {"url": connection_string, "create_missing": "false", "retry_total": "0"})
 
 
 class TestServiceBusConformance(ConformanceSuite):
@@ -36,4 +61,6 @@ class TestServiceBusConformance(ConformanceSuite):
                     "servicebus://ns?shared_access_key_name=k&shared_access_key=v&prefetch=-1",
                     "servicebus://ns",
                 ],
+                own_server=own_fake,
+                dead_server_bound=15.0,
             )

@@ -53,6 +53,12 @@ __all__ = ["QueueConsumer"]
 log = logging.getLogger("broker.backends.kafka.queue")
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Done callback of a write nobody awaits any more: its failure was reported as a Timeout."""
+    if not future.cancelled():
+        future.exception()
+
+
 async def _stop(task: asyncio.Task[Any] | None) -> None:
     if task is not None:
         task.cancel()
@@ -469,6 +475,8 @@ class QueueConsumer(AsyncResource):
         if self._closed:
             return
         self._closed = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.close_timeout  # one bound for the waits below
         self._space.set()  # a finisher waiting for room puts its batch and ends
         await _stop(self._keepalive_task)
         await _stop(self._loop_task)
@@ -476,7 +484,7 @@ class QueueConsumer(AsyncResource):
         # and read again); a commit that hangs does not hang close().
         pipeline = self._pipeline
         if pipeline is not None:
-            done, _ = await asyncio.wait([pipeline.task], timeout=self.config.redelivery_timeout)
+            done, _ = await asyncio.wait([pipeline.task], timeout=max(0.0, deadline - loop.time()))
             if not done:
                 pipeline.task.cancel()
         unreceived = list(self._buffer)
@@ -492,7 +500,19 @@ class QueueConsumer(AsyncResource):
                 self._track([self.client.handout_ranges(ranges, returned=True, redeliver_after=0)])
             else:
                 self._track(self.client.keepalive_ranges(ranges, redeliver_after=0))
-        await self.flush()
+        self._flush_ends()
+        writes = list(self._writes)
+        left: set[Any] = set()
+        if writes:
+            _, left = await asyncio.wait(writes, timeout=max(0.0, deadline - loop.time()))
+        if left:
+            log.warning(
+                "queue %s: %d marker write(s) had not reached the log %gs into close (broker "
+                "unreachable?); their messages are redelivered after the redelivery timeout",
+                self.client.queue_id,
+                len(left),
+                self.config.close_timeout,
+            )
         await self.client.close()
 
     # -- receiving ------------------------------------------------------------------------
@@ -600,7 +620,23 @@ class QueueConsumer(AsyncResource):
         """Write KEEPALIVE: the message gets another full redelivery timeout."""
         if self._closed or id(message) in self._interrupted:
             raise AckError(f"message {message.id} is not held by this consumer (closed, or interrupted)")
-        await asyncio.gather(*self.client.keepalive_ranges(self._source().ranges([message.raw])))
+        writes = self.client.keepalive_ranges(self._source().ranges([message.raw]))
+        await self._await_writes(writes, f"the keep-alive of message {message.id}")
+
+    async def _await_writes(self, writes: Sequence[Any], what: str) -> None:
+        """Wait for ``writes`` to reach the log; ``Timeout`` after the operation timeout."""
+        if not writes:
+            return
+        futures = [asyncio.ensure_future(write) for write in writes]
+        # wait(), not a timeout around gather(): a write given up on here stays tracked and is
+        # neither cancelled nor lost (close() still counts it).
+        _, pending = await asyncio.wait(futures, timeout=self.config.operation_timeout)
+        if pending:
+            for future in pending:
+                future.add_done_callback(_retrieve)
+            raise Timeout(f"{what} did not reach the log within {self.config.operation_timeout:g}s")
+        for future in futures:
+            future.result()
 
     async def dead_letter(self, message: Message, reason: str | None) -> None:
         """Publish to the dead-letter topic (if configured), then write END."""
@@ -609,7 +645,8 @@ class QueueConsumer(AsyncResource):
             headers = dict(message.attributes)
             headers["dead_letter_reason"] = reason or "dead-lettered by the consumer"
             headers["delivery_attempts"] = str(message.delivery_attempt or 1)
-            await self._sender.send(target, message.data, key=message.key, headers=headers)
+            send = self._sender.send(target, message.data, key=message.key, headers=headers)
+            await self._await_writes([send], f"dead-lettering message {message.id} to {target!r}")
         else:
             log.warning("dropping dead-lettered message %s: no dead_letter_topic is configured", message.id)
         self._settled(1)

@@ -96,6 +96,13 @@ class QueueSettings:
     #: messages and at most this many; a consumer that would need more (it takes messages faster)
     #: has its batches counted at START instead. 0: no marks, every STARTed message counts.
     handout_window: int = 1000
+    #: Seconds a call that waits for a marker or dead-letter write (``in_progress``,
+    #: ``dead_letter``) may take before it raises ``Timeout`` (the Kafka backend passes its own).
+    operation_timeout: float = 30.0
+    #: Seconds ``close()`` waits for marker writes still on their way; what has not reached the log
+    #: then is counted in one WARNING and its messages are redelivered after the redelivery timeout
+    #: (the Kafka backend passes its own).
+    close_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.message_topic or not self.marker_topic:
@@ -144,6 +151,9 @@ class QueueSettings:
                 "dead_letter_topic must differ from message_topic and marker_topic, "
                 f"got {self.dead_letter_topic!r}"
             )
+        for name in ("operation_timeout", "close_timeout"):
+            if not getattr(self, name) > 0:  # also refuses NaN
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.next_message_timeout <= 0:
             raise ConfigError(f"next_message_timeout must be > 0, got {self.next_message_timeout}")
         if self.use_now_if_no_marker_seen < 0:

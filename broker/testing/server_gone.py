@@ -1,0 +1,135 @@
+"""Conformance tests for what an application sees once its broker is gone.
+
+A server started for the test alone (``Harness.own_server``) is SIGKILLed while the application
+holds a publisher, consumers and unsettled messages. Every public operation must then return or
+raise a :mod:`broker.errors` class within the backend's documented timeouts: never hang, never
+leak an SDK exception. Backends whose test server cannot be killed skip these tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from broker.backend import Backend
+from broker.connect import connect
+from broker.errors import BrokerError
+from broker.message import Message, OutboundMessage, Record
+from broker.testing.harness import Harness, collect, collect_records, need
+
+__all__ = ["ServerGoneSuite"]
+
+
+async def _outcome(call: Callable[[], Awaitable[Any]], bound: float) -> str | None:
+    """None when ``call`` returned or raised a broker error within ``bound`` seconds; else what it did."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(bound):
+            await call()
+    except BrokerError:
+        return None
+    except TimeoutError:
+        if time.monotonic() - started >= bound:
+            return f"still running after {bound:g}s"
+        return "raised a TimeoutError that is not a broker.errors class"
+    except Exception as exc:
+        return f"raised {type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+    return None
+
+
+async def _until_it_fails(call: Callable[[], Awaitable[Any]]) -> None:
+    """Call until it raises: what was buffered before the server died comes first, then an error."""
+    for _ in range(100):
+        await call()
+    raise AssertionError("100 calls returned after the server died")
+
+
+async def _until_empty(call: Callable[[], Awaitable[list[Message]]]) -> None:
+    """Call until it raises or returns no message (a batch pull's timeout is an empty batch)."""
+    for _ in range(100):
+        if not await call():
+            return
+    raise AssertionError("100 batch pulls returned messages after the server died")
+
+
+def _numbered(count: int) -> list[OutboundMessage]:
+    return [OutboundMessage(str(i).encode(), key=f"k{i % 3}") for i in range(count)]
+
+
+class ServerGoneSuite:
+    """Every public operation after the server was SIGKILLed: a typed error or a return, in time."""
+
+    async def test_every_operation_after_the_server_died(self, harness: Harness) -> None:
+        """Publish, pull, settle, commit and close after a SIGKILL: each returns or raises a typed
+        error within ``Harness.dead_server_bound`` (pulls first hand out what was buffered)."""
+        need(harness, "messages")
+        if harness.own_server is None:
+            pytest.skip("the harness cannot start a server of its own to kill")
+        bound = harness.dead_server_bound
+        topic, sub, batch_sub = harness.name("gone"), harness.name("sub"), harness.name("sub")
+        failures: dict[str, str] = {}
+        with harness.own_server() as server:
+            backend: Backend = connect(server.url)
+            try:
+                async with AsyncExitStack() as stack:
+                    consumer = await stack.enter_async_context(backend.messages(topic, sub))
+                    batched = await stack.enter_async_context(
+                        backend.batched_messages(topic, batch_sub, batch_size=5, batch_timeout=0.2)
+                    )
+                    records = None
+                    if harness.capabilities.records:
+                        records = await stack.enter_async_context(backend.records(topic, harness.name("g")))
+                    publisher = backend.publisher().topic(topic)
+                    await publisher.batch_publish(*_numbered(10))
+                    held = await collect(consumer, 4, harness.patience, ack=False)
+                    async with asyncio.timeout(harness.patience):
+                        taken: list[Message] = []
+                        while not taken:
+                            taken = await batched.next_batch(timeout=1.0)
+                    record: Record | None = None
+                    if records is not None:
+                        (record,) = await collect_records(records, 1, harness.patience)
+
+                    server.kill()
+
+                    operations: dict[str, Callable[[], Awaitable[Any]]] = {
+                        "publish": lambda: publisher.publish(OutboundMessage(b"after"), timeout=bound / 2),
+                        "batch_publish": lambda: publisher.batch_publish(*_numbered(3), timeout=bound / 2),
+                        "next_message": lambda: _until_it_fails(lambda: consumer.next_message(timeout=1.0)),
+                        "next_batch": lambda: _until_empty(lambda: batched.next_batch(timeout=1.0)),
+                        "ack": held[0].ack,
+                        "nack": held[1].nack,
+                        "in_progress": held[2].in_progress,
+                        "dead_letter": held[3].dead_letter,
+                        "ack of a batch's message": taken[0].ack,
+                    }
+                    if records is not None and record is not None:
+                        operations["commit"] = record.ack
+                        operations["next_record"] = lambda: _until_it_fails(
+                            lambda: records.next_record(timeout=1.0)
+                        )
+                    names = list(operations)
+                    results = await asyncio.gather(*(_outcome(operations[n], bound) for n in names))
+                    failures.update((n, r) for n, r in zip(names, results, strict=True) if r is not None)
+                    closes = [
+                        ("close the message consumer", consumer.close),
+                        ("close batched", batched.close),
+                    ]
+                    if records is not None:
+                        closes.append(("close the record consumer", records.close))
+                    for name, close in closes:
+                        outcome = await _outcome(close, bound)
+                        if outcome is not None:
+                            failures[name] = outcome
+            finally:
+                outcome = await _outcome(backend.close, bound)
+                if outcome is not None:
+                    failures["close the backend"] = outcome
+        assert not failures, "after the server died:\n" + "\n".join(
+            f"  {n}: {r}" for n, r in failures.items()
+        )
