@@ -8,6 +8,7 @@ from typing import Any
 import _pulsar  # type: ignore[import-not-found]
 import pulsar  # type: ignore[import-untyped]
 
+from broker.backends.pulsar.sdk_log import BRIDGE
 from broker.backends.pulsar.settings import PulsarSettings
 from broker.errors import ConfigError
 
@@ -42,9 +43,13 @@ def create_client(settings: PulsarSettings) -> Any:
     conf.io_threads(settings.io_threads)
     conf.message_listener_threads(1)
     conf.stats_interval_in_seconds(0)
-    # The client's own lines go to stderr, filtered in C++: a Python logger would be called (and
-    # take the GIL) for every debug line, several per message.
-    conf.set_console_logger(_LOG_LEVELS[settings.sdk_log_level])
+    level = _LOG_LEVELS[settings.sdk_log_level]
+    if settings.sdk_logger == "logging" and BRIDGE.start():
+        # Through a pipe to the broker.backends.pulsar.libpulsar logger (see sdk_log): levels are
+        # filtered in C++ and no client thread ever calls Python, as a Python logger would.
+        conf.set_file_logger(level, BRIDGE.path)
+    else:
+        conf.set_console_logger(level)
     if settings.listener_name:
         conf.listener_name(settings.listener_name)
     trust = settings.tls_trust_certs_file_path

@@ -147,8 +147,13 @@ class PulsarSettings(ConsumerOptions):
     io_threads: int = 1
     #: The listener name for brokers with several advertised listeners.
     listener_name: str | None = None
-    #: Level of the client's own log lines, written to stderr: debug, info, warn or error.
+    #: Lowest level of the client's own log lines: debug, info, warn or error (debug slows the client).
     sdk_log_level: Literal["debug", "info", "warn", "error"] = "warn"
+    #: Where the client's own log lines go: ``logging`` (the ``broker.backends.pulsar.libpulsar``
+    #: logger, a repeated line at most once per 10 s with the count of those held back) or
+    #: ``console`` (the client prints them to stdout). The client keeps the logger and level of the
+    #: first client made in the process.
+    sdk_logger: Literal["logging", "console"] = "logging"
 
     # -- producers ----------------------------------------------------------------------------
     #: Seconds before an unacknowledged send fails.
