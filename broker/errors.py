@@ -179,7 +179,21 @@ class EncodeError(BrokerError, ValueError, kind="encode_failed"):
 
 
 class DecodeError(BrokerError, ValueError, kind="decode_failed"):
-    """A codec could not decode bytes."""
+    """A codec could not decode bytes (never retryable: the same bytes fail the same way).
+
+    Raised by the typed API (:mod:`broker.typed`) when a received message's ``decoded`` is read:
+    ``received`` is then the :class:`~broker.Message` or :class:`~broker.Record` whose payload
+    did not decode (its bytes, key, attributes and settlement unchanged) and ``content_type`` the
+    content type it was decoded as (None: the binding's default). Both are None when a codec is
+    called directly.
+    """
+
+    def __init__(self, *args: Any, received: Any = None, content_type: str | None = None) -> None:
+        super().__init__(*args)
+        #: The received Message or Record whose payload failed to decode (None outside the typed API).
+        self.received = received
+        #: The content type the payload was decoded as (None: none was given).
+        self.content_type = content_type
 
 
 #: Every portable error ``kind`` and the class of :mod:`broker.errors` that carries it.

@@ -15,8 +15,9 @@ Two modes:
   until it succeeds or is dead-lettered, so order is kept. Receivers in ordered mode hand the
   messages of one key to one worker at a time; other keys keep flowing on the other workers.
 
-After ``max_attempts`` failed attempts, or at once for an exception of a ``non_retryable`` type,
-the message is dead-lettered: ``dead_letter="native"`` calls ``Message.dead_letter(reason)``
+After ``max_attempts`` failed attempts, or at once for an exception of a ``non_retryable`` type
+or a :class:`~broker.errors.DecodeError` (a payload that does not decode never will), the message
+is dead-lettered: ``dead_letter="native"`` calls ``Message.dead_letter(reason)``
 (the broker's own dead-letter queue); ``DeadLetterTopic(name)`` publishes a copy to that topic
 with ``x-dead-letter-*`` attributes saying why, and acks the original only once the broker has
 the copy. Attempts are the broker's ``Message.delivery_attempt`` where it counts (in-memory,
@@ -37,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
-from broker.errors import ConfigError, NotSupported
+from broker.errors import ConfigError, DecodeError, NotSupported
 from broker.interfaces import Publisher, Topic
 from broker.message import Message, OutboundMessage, Record
 
@@ -142,7 +143,8 @@ class RetryPolicy:
     - ``backoff``: the delay before attempt ``n + 1`` after ``n`` failures (jitter included).
     - ``dead_letter``: ``"native"`` (``Message.dead_letter``), a :class:`DeadLetterTopic`, or None
       (then ``max_attempts`` and ``non_retryable`` must not be set).
-    - ``non_retryable``: exception types that dead-letter at once.
+    - ``non_retryable``: exception types that dead-letter at once (``broker.errors.DecodeError``
+      always does when there is a dead-letter destination).
     - ``mode``: ``"unordered"`` (nack with delay) or ``"ordered"`` (retry in place; see the module).
     - ``error_threshold`` and ``on_threshold``: the circuit breaker and its callback (sync or async).
     """
@@ -338,9 +340,18 @@ class Retrier:
         if isinstance(item, Message):
             self._failures.forget(item)
 
+    async def dead_letter(self, item: Message | Record, error: BaseException) -> bool:
+        """Dead-letter ``item`` at once because of ``error``, as the policy dead-letters (the
+        :class:`DeadLetterTopic` with the ``x-dead-letter-*`` attributes, or natively); False when
+        it could not be (the item is then left unsettled, never lost)."""
+        attempt = (item.delivery_attempt or 1) if isinstance(item, Message) else 1
+        return await self._dead_letter(item, error, attempt, self._now())
+
     def _gives_up(self, error: BaseException, attempt: int) -> bool:
         policy = self.policy
         if policy.non_retryable and isinstance(error, policy.non_retryable):
+            return True
+        if isinstance(error, DecodeError) and policy.dead_letter is not None:
             return True
         return policy.max_attempts is not None and attempt >= policy.max_attempts
 
@@ -403,7 +414,9 @@ class Retrier:
             return "handled"
 
     def _reason(self, error: BaseException, attempt: int) -> str:
-        if self.policy.non_retryable and isinstance(error, self.policy.non_retryable):
+        if isinstance(error, DecodeError) or (
+            self.policy.non_retryable and isinstance(error, self.policy.non_retryable)
+        ):
             return f"non-retryable {type(error).__name__}"
         return f"failed {attempt} attempts (max_attempts={self.policy.max_attempts})"
 

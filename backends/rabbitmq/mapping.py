@@ -10,6 +10,8 @@ Messages (aio-pika <-> ``OutboundMessage`` / :class:`~broker.message.Message`):
   JSON-encoded in the ``Polybroker-Encoded`` header, so every ``str -> str`` mapping round-trips;
 * ``Message.id`` is the AMQP ``message-id`` (a UUID set on publish, the same on every
   redelivery); a message from another client without one gets ``delivery-<tag>``;
+* the attribute ``content-type`` is the AMQP ``content-type`` property (and comes back as that
+  attribute from a message of any client that sets the property);
 * ``publish_time`` is the AMQP ``timestamp`` property (whole seconds);
 * ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one.
 
@@ -46,6 +48,7 @@ from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 from broker.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = [
+    "CONTENT_TYPE_ATTRIBUTE",
     "ENCODED_HEADER",
     "KEY_HEADER",
     "close_quietly",
@@ -56,6 +59,8 @@ __all__ = [
     "translate",
 ]
 
+#: The attribute carried in the AMQP ``content-type`` property rather than a header.
+CONTENT_TYPE_ATTRIBUTE: Final = "content-type"
 #: Header carrying the message key.
 KEY_HEADER: Final = "Polybroker-Key"
 #: Header carrying, JSON-encoded, the attributes plain headers cannot.
@@ -88,8 +93,11 @@ def to_sdk(message: OutboundMessage, persistent: bool) -> aio_pika.Message:
     """The aio-pika message that carries ``message`` (a new message id, now as timestamp)."""
     headers: dict[str, Any] = {}
     encoded: dict[str, str] = {}
+    content_type = None
     for name, value in message.attributes.items():
-        if _plain(name):
+        if name == CONTENT_TYPE_ATTRIBUTE:
+            content_type = value
+        elif _plain(name):
             headers[name] = value
         else:
             encoded[name] = value
@@ -100,6 +108,7 @@ def to_sdk(message: OutboundMessage, persistent: bool) -> aio_pika.Message:
     return aio_pika.Message(
         message.data,
         headers=headers or None,
+        content_type=content_type,
         delivery_mode=DeliveryMode.PERSISTENT if persistent else DeliveryMode.NOT_PERSISTENT,
         message_id=uuid.uuid4().hex,
         timestamp=time.time(),
@@ -138,6 +147,9 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
     """The :class:`Message` for a delivery (``raw`` is the aio-pika ``IncomingMessage``)."""
     headers = incoming.headers
     key, attributes = _attributes(headers)
+    content_type = incoming.content_type
+    if content_type:
+        attributes = {**attributes, CONTENT_TYPE_ATTRIBUTE: content_type}
     count = headers.get("x-delivery-count") if headers else None
     stamp = incoming.timestamp
     return Message(

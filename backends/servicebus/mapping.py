@@ -1,7 +1,9 @@
 """OutboundMessage -> ServiceBusMessage and ServiceBusReceivedMessage -> Message, in one place.
 
 Outbound: ``data`` is the body (one data section); ``key`` becomes the partition key or the
-session id (``key_to``); ``attributes`` become application properties (portable ``str -> str``).
+session id (``key_to``); ``attributes`` become application properties (portable ``str -> str``),
+except ``content-type``, which is the AMQP ``content-type`` property (``ServiceBusMessage.content_type``)
+and comes back as that attribute.
 
 Inbound: ``id`` is the message id (the sequence number when there is none), ``key`` the partition
 key or session id, ``attributes`` the application properties with keys and values as ``str``
@@ -25,10 +27,19 @@ from broker.attributes import validate_attributes
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
 
-__all__ = ["ATTEMPT_PROPERTY", "dead_letter_copy", "redelivery_copy", "to_message", "to_sdk"]
+__all__ = [
+    "ATTEMPT_PROPERTY",
+    "CONTENT_TYPE_ATTRIBUTE",
+    "dead_letter_copy",
+    "redelivery_copy",
+    "to_message",
+    "to_sdk",
+]
 
 #: Application property carrying the delivery attempts of the message a delayed-nack copy replaces.
 ATTEMPT_PROPERTY: Final = "polybroker-delivery-attempt"
+#: The attribute carried in the message's AMQP ``content-type`` property, not an application property.
+CONTENT_TYPE_ATTRIBUTE: Final = "content-type"
 
 
 def check(message: OutboundMessage) -> None:
@@ -54,16 +65,19 @@ def to_sdk(message: OutboundMessage, key_to: str, id_attribute: str = "MessageId
     key = message.key or None
     properties: dict[str | bytes, Any] | None = None
     message_id = None
+    content_type = None
     if message.attributes:
         properties = {}
         properties.update(message.attributes)
         message_id = properties.pop(id_attribute, None)
+        content_type = properties.pop(CONTENT_TYPE_ATTRIBUTE, None)
     return ServiceBusMessage(
         data if type(data) is bytes else bytes(data),
         application_properties=properties or None,
         partition_key=key if key_to == "partition_key" else None,
         session_id=key if key_to == "session_id" else None,
         message_id=message_id,
+        content_type=content_type,
     )
 
 
@@ -96,6 +110,9 @@ def to_message(raw: ServiceBusReceivedMessage, acker: Acker, key_to: str) -> Mes
             carried_text = converted.pop(ATTEMPT_PROPERTY)
             carried = int(carried_text) if carried_text.isdigit() else 0
         attributes = converted
+    content_type = raw.content_type
+    if content_type:
+        attributes = {**attributes, CONTENT_TYPE_ATTRIBUTE: content_type}
     key = raw.partition_key if key_to == "partition_key" else raw.session_id
     message_id = raw.message_id
     enqueued = raw.enqueued_time_utc

@@ -15,5 +15,6 @@ is skipped, naming the flag. Needs pytest and pytest-asyncio (the ``test`` extra
 
 from broker.testing.conformance import ConformanceSuite
 from broker.testing.harness import Harness, collect, drain, wait_until
+from broker.testing.typed import TypedSuite
 
-__all__ = ["ConformanceSuite", "Harness", "collect", "drain", "wait_until"]
+__all__ = ["ConformanceSuite", "Harness", "TypedSuite", "collect", "drain", "wait_until"]

@@ -30,6 +30,7 @@ from broker.testing.lifecycle import LifecycleSuite
 from broker.testing.retry import RetrySuite
 from broker.testing.server_gone import ServerGoneSuite
 from broker.testing.telemetry import TelemetrySuite
+from broker.testing.typed import TypedSuite
 
 __all__ = ["ConformanceSuite"]
 
@@ -46,7 +47,7 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite, ServerGoneSuite):
+class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite, ServerGoneSuite, TypedSuite):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------

@@ -1,0 +1,328 @@
+"""Typed consumers: every consumption style, written once over the untyped ones.
+
+Each wrapper takes what a backend (or :mod:`broker.adapt`) hands out and a :class:`Binding` (or
+a class), and yields :class:`TypedMessage` / :class:`TypedRecord` objects around the very
+messages and records the source delivered: settlement, closing, timeouts and errors are the
+source's. Nothing is decoded until ``decoded`` is read.
+
+Undecodable payloads in receivers. When a handler lets the :class:`~broker.errors.DecodeError`
+of one of its messages escape (it read ``decoded``), the message is settled as undecodable and
+never retried: ``on_decode_error(message, error)`` is called when given (it settles the message);
+else, when the receiver has a :class:`~broker.RetryPolicy` with a dead-letter destination, the
+policy dead-letters it (a :class:`~broker.DeadLetterTopic` copy with ``x-dead-letter-reason``, or
+natively); else it is dead-lettered natively (``Message.dead_letter(reason)``: the broker's
+dead-letter queue where one is configured). In a batch handler the rest of the batch is then
+nacked and redelivered, so one bad payload costs nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Generic, Self, TypeVar
+
+from broker.errors import ClosedError, DecodeError
+from broker.interfaces import (
+    BatchedIterator,
+    BatchedMessageIterator,
+    BatchedReceiver,
+    MessageIterator,
+    Receiver,
+    RecordIterator,
+)
+from broker.message import Message, Record
+from broker.resources import AsyncResource
+from broker.retry import Retrier
+from broker.typed.binding import Binding, ensure_binding
+from broker.typed.received import TypedMessage, TypedRecord
+
+__all__ = [
+    "DecodeErrorHook",
+    "TypedBatchedMessages",
+    "TypedBatchedReceiver",
+    "TypedBatchedRecords",
+    "TypedMessages",
+    "TypedReceiver",
+    "TypedRecords",
+    "batch_stream",
+    "record_stream",
+    "settle_undecodable",
+    "stream",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger("broker.typed")
+
+#: ``await on_decode_error(message, error)``: settle a message whose payload did not decode.
+DecodeErrorHook = Callable[[TypedMessage[Any], DecodeError], Awaitable[None]]
+
+
+class TypedMessages(AsyncResource, Generic[T]):
+    """A :class:`~broker.interfaces.MessageIterator` handing out :class:`TypedMessage` objects."""
+
+    __slots__ = ("binding", "source")
+
+    def __init__(self, source: MessageIterator, binding: Binding[T]) -> None:
+        #: The untyped iterator underneath.
+        self.source = source
+        #: The binding messages decode with.
+        self.binding = binding
+
+    async def next_message(self, timeout: float | None = None) -> TypedMessage[T]:
+        """The next message (see :meth:`broker.interfaces.MessageIterator.next_message`)."""
+        return TypedMessage(await self.source.next_message(timeout), self.binding)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> TypedMessage[T]:
+        try:
+            message = await self.source.next_message()
+        except ClosedError:
+            raise StopAsyncIteration from None
+        return TypedMessage(message, self.binding)
+
+    async def close(self) -> None:
+        """Close the source iterator."""
+        await self.source.close()
+
+
+class TypedBatchedMessages(AsyncResource, Generic[T]):
+    """A batched message iterator handing out lists of :class:`TypedMessage` objects."""
+
+    __slots__ = ("binding", "source")
+
+    def __init__(self, source: BatchedMessageIterator, binding: Binding[T]) -> None:
+        #: The untyped batched iterator underneath.
+        self.source = source
+        #: The binding messages decode with.
+        self.binding = binding
+
+    async def next_batch(self, timeout: float | None = None) -> list[TypedMessage[T]]:
+        """The next batch, possibly empty (see :class:`broker.interfaces.BatchedMessageIterator`)."""
+        binding = self.binding
+        return [TypedMessage(m, binding) for m in await self.source.next_batch(timeout)]
+
+    async def __aiter__(self) -> AsyncIterator[list[TypedMessage[T]]]:
+        binding = self.binding
+        async for batch in self.source:
+            yield [TypedMessage(m, binding) for m in batch]
+
+    async def close(self) -> None:
+        """Close the source iterator."""
+        await self.source.close()
+
+
+class TypedRecords(AsyncResource, Generic[T]):
+    """A :class:`~broker.interfaces.RecordIterator` handing out :class:`TypedRecord` objects."""
+
+    __slots__ = ("binding", "source")
+
+    def __init__(self, source: RecordIterator, binding: Binding[T]) -> None:
+        #: The untyped iterator underneath.
+        self.source = source
+        #: The binding values decode with.
+        self.binding = binding
+
+    async def next_record(self, timeout: float | None = None) -> TypedRecord[T]:
+        """The next record (see :meth:`broker.interfaces.RecordIterator.next_record`)."""
+        return TypedRecord(await self.source.next_record(timeout), self.binding)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> TypedRecord[T]:
+        try:
+            record = await self.source.next_record()
+        except ClosedError:
+            raise StopAsyncIteration from None
+        return TypedRecord(record, self.binding)
+
+    async def close(self) -> None:
+        """Close the source iterator."""
+        await self.source.close()
+
+
+class TypedBatchedRecords(AsyncResource, Generic[T]):
+    """A batched record iterator handing out lists of :class:`TypedRecord` objects."""
+
+    __slots__ = ("binding", "source")
+
+    def __init__(self, source: BatchedIterator, binding: Binding[T]) -> None:
+        #: The untyped batched iterator underneath.
+        self.source = source
+        #: The binding values decode with.
+        self.binding = binding
+
+    async def next_batch(self, timeout: float | None = None) -> list[TypedRecord[T]]:
+        """The next batch, possibly empty (see :class:`broker.interfaces.BatchedIterator`)."""
+        binding = self.binding
+        return [TypedRecord(r, binding) for r in await self.source.next_batch(timeout)]
+
+    async def __aiter__(self) -> AsyncIterator[list[TypedRecord[T]]]:
+        binding = self.binding
+        async for batch in self.source:
+            yield [TypedRecord(r, binding) for r in batch]
+
+    async def close(self) -> None:
+        """Close the source iterator."""
+        await self.source.close()
+
+
+async def stream(
+    source: AsyncIterator[Message], type: Binding[T] | type[T]
+) -> AsyncIterator[TypedMessage[T]]:
+    """A message stream (``broker.adapt.message_stream(...)``, a backend's ``stream()``) as typed messages."""
+    binding = ensure_binding(type)
+    async for message in source:
+        yield TypedMessage(message, binding)
+
+
+async def batch_stream(
+    source: AsyncIterator[list[Message]], type: Binding[T] | type[T]
+) -> AsyncIterator[list[TypedMessage[T]]]:
+    """A batched message stream (``broker.adapt.batch_stream(...)``) as lists of typed messages."""
+    binding = ensure_binding(type)
+    async for batch in source:
+        yield [TypedMessage(m, binding) for m in batch]
+
+
+async def record_stream(
+    source: AsyncIterator[Record], type: Binding[T] | type[T]
+) -> AsyncIterator[TypedRecord[T]]:
+    """A record stream (``broker.adapt.record_stream(...)``) as typed records."""
+    binding = ensure_binding(type)
+    async for record in source:
+        yield TypedRecord(record, binding)
+
+
+def _retrier_of(source: Any) -> Retrier | None:
+    """The retry policy of a ``broker.adapt`` receiver, when it has a dead-letter destination."""
+    retrier = getattr(source, "retrier", None)
+    if isinstance(retrier, Retrier) and retrier.policy.dead_letter is not None:
+        return retrier
+    return None
+
+
+async def settle_undecodable(
+    message: TypedMessage[Any],
+    error: DecodeError,
+    *,
+    hook: DecodeErrorHook | None = None,
+    retrier: Retrier | None = None,
+) -> None:
+    """Settle a message whose payload did not decode: ``hook``, else ``retrier``'s dead-letter
+    destination, else the broker's own dead-letter (``Message.dead_letter(reason)``).
+
+    A message its handler already settled is left alone. Raises ``error`` when the message could
+    not be settled (the receiver then nacks it: redelivered, never lost).
+    """
+    raw = message.message
+    if raw.settled:
+        return
+    if hook is not None:
+        await hook(message, error)
+        return
+    if retrier is not None:
+        if await retrier.dead_letter(raw, error):
+            return
+        raise error
+    reason = f"non-retryable DecodeError: {error}"[:1024]
+    log.error("dead-lettering message %s: %s", raw.id, reason)
+    await raw.dead_letter(reason)
+
+
+class TypedReceiver(Generic[T]):
+    """A :class:`~broker.interfaces.Receiver` whose handler gets :class:`TypedMessage` objects.
+
+    Wraps any receiver (``backend.receiver(...)``, ``broker.adapt.receiver(...)``, ``fan_in``);
+    the source's concurrency, retry policy and draining apply. See the module docstring for what
+    happens to a payload that does not decode.
+    """
+
+    def __init__(
+        self, source: Receiver, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
+    ) -> None:
+        #: The untyped receiver underneath.
+        self.source = source
+        #: The binding messages decode with.
+        self.binding = binding
+        #: Called for a message whose payload did not decode (None: dead-letter it).
+        self.on_decode_error = on_decode_error
+
+    async def receive(self, handler: Callable[[TypedMessage[T]], Awaitable[None]]) -> None:
+        """Call ``handler`` for every message until cancelled or stopped (as the source does)."""
+        binding, hook, retrier = self.binding, self.on_decode_error, _retrier_of(self.source)
+
+        async def call(message: Message) -> None:
+            typed = TypedMessage(message, binding)
+            try:
+                await handler(typed)
+            except DecodeError as exc:
+                if exc.received is not message:
+                    raise
+                await settle_undecodable(typed, exc, hook=hook, retrier=retrier)
+
+        await self.source.receive(call)
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop the source receiver gracefully (where it can be: ``broker.adapt`` receivers)."""
+        self.source.stop(drain_timeout)  # type: ignore[attr-defined]
+
+
+class TypedBatchedReceiver(Generic[T]):
+    """A :class:`~broker.interfaces.BatchedReceiver` whose handler gets lists of :class:`TypedMessage`.
+
+    When the handler lets a message's ``DecodeError`` escape, that message is settled as
+    undecodable and the batch's other unsettled messages fail as usual (nacked, redelivered).
+    """
+
+    def __init__(
+        self,
+        source: BatchedReceiver,
+        binding: Binding[T],
+        *,
+        on_decode_error: DecodeErrorHook | None = None,
+    ) -> None:
+        #: The untyped batched receiver underneath.
+        self.source = source
+        #: The binding messages decode with.
+        self.binding = binding
+        #: Called for a message whose payload did not decode (None: dead-letter it).
+        self.on_decode_error = on_decode_error
+
+    async def receive_batch(self, handler: Callable[[list[TypedMessage[T]]], Awaitable[None]]) -> None:
+        """Call ``handler`` for every non-empty batch until cancelled or stopped."""
+        binding, hook, retrier = self.binding, self.on_decode_error, _retrier_of(self.source)
+
+        async def call(batch: list[Message]) -> None:
+            typed = [TypedMessage(m, binding) for m in batch]
+            try:
+                await handler(typed)
+            except DecodeError as exc:
+                bad = _position(batch, exc.received)
+                if bad is None:
+                    raise
+                await settle_undecodable(typed[bad], exc, hook=hook, retrier=retrier)
+                if any(not m.settled for m in batch):
+                    raise _BatchStopped(f"the batch handler stopped at an undecodable message: {exc}") from (
+                        exc
+                    )
+
+        await self.source.receive_batch(call)
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop the source receiver gracefully (where it can be: ``broker.adapt`` receivers)."""
+        self.source.stop(drain_timeout)  # type: ignore[attr-defined]
+
+
+class _BatchStopped(RuntimeError):
+    """The rest of a batch after an undecodable message: retried as any failed batch."""
+
+
+def _position(batch: Sequence[Message], received: Any) -> int | None:
+    for index, message in enumerate(batch):
+        if message is received:
+            return index
+    return None
