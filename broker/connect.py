@@ -9,7 +9,7 @@ from typing import Any
 
 from broker.backend import Backend, BackendFactory
 from broker.errors import ConfigError, MissingDependency, UnknownBackend
-from broker.settings import build_settings, parse_url, redact_url
+from broker.settings import build_settings, looks_like_connection_string, parse_url, redact_url
 
 __all__ = ["available_backends", "connect", "register_backend"]
 
@@ -55,8 +55,8 @@ def _factory(scheme: str) -> BackendFactory:
 
 def _split(target: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     if isinstance(target, str):
-        if target.lower().startswith("endpoint="):
-            # An Azure Service Bus connection string is accepted where a URL is.
+        if looks_like_connection_string(target):
+            # An Azure Service Bus connection string (its keys in any order) is accepted where a URL is.
             return "servicebus", {"connection_string": target}
         parsed = parse_url(target)
         factory = _factory(parsed.scheme)

@@ -134,9 +134,16 @@ def redact_url(url: str) -> str:
         f"{k}=***" if _looks_secret(k) else (f"{k}={v}" if v else k)
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
     )
-    if url.lower().startswith("endpoint="):
+    if looks_like_connection_string(url):
         return "Endpoint=***"
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def looks_like_connection_string(text: str) -> bool:
+    """True for an Azure-style connection string (``Key=value;Key=value``, keys in any order),
+    which is taken where a URL is and must never be shown (it may carry a key)."""
+    key, sep, _ = text.split(";", 1)[0].partition("=")
+    return bool(sep) and key.strip().isalpha()
 
 
 def _looks_secret(name: str) -> bool:

@@ -7,6 +7,7 @@ Credentials (``connection_string``, ``shared_access_key``, ``sas_token``, ``cred
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -31,15 +32,22 @@ def check_batch_size(batch_size: int) -> None:
         raise ConfigError(f"batch size must be >= 1, got {batch_size}")
 
 
-#: The properties of a Service Bus connection string (matched without regard to case).
+#: The properties of a Service Bus connection string (matched without regard to case), by their
+#: lower-case name: those azure-servicebus reads (``_parse_conn_str``), less ``HostName``, an alias
+#: of ``Endpoint`` it accepts for other services' strings (IoT Hub), which Service Bus never issues.
 _CONNECTION_STRING_KEYS: Final = {
-    "endpoint",
-    "sharedaccesskeyname",
-    "sharedaccesskey",
-    "sharedaccesssignature",
-    "entitypath",
-    "usedevelopmentemulator",
+    "endpoint": "Endpoint",
+    "sharedaccesskeyname": "SharedAccessKeyName",
+    "sharedaccesskey": "SharedAccessKey",
+    "sharedaccesssignature": "SharedAccessSignature",
+    "entitypath": "EntityPath",
+    "usedevelopmentemulator": "UseDevelopmentEmulator",
 }
+#: The properties whose values are credentials.
+_SECRET_KEYS: Final = ("sharedaccesskey", "sharedaccesssignature")
+#: What an unknown property's name must look like to be shown in an error: a pasted key or
+#: signature that became a "name" (``...;<key>==``) is not shown.
+_SHOWABLE_NAME: Final = re.compile(r"[A-Za-z][A-Za-z_]{0,39}")
 _MALFORMED: Final = (
     "a Service Bus connection string looks like "
     "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY'"
@@ -50,24 +58,38 @@ def check_connection_string(connection_string: str) -> dict[str, str]:
     """The properties of ``connection_string`` (lower-case keys); ``ConfigError`` when it is malformed.
 
     Checks what the SDK would only find at the first publish or receive (as a plain ``ValueError``),
-    and more: ``Key=Value`` parts, no property twice, an ``Endpoint=sb://host[:port]`` whose port is
+    and more: ``Key=Value`` parts, no property twice, only the properties Service Bus defines
+    (``Endpoint``, ``SharedAccessKeyName``, ``SharedAccessKey``, ``SharedAccessSignature``,
+    ``EntityPath``, ``UseDevelopmentEmulator``; the SDK ignores any other, so a misspelt one would
+    surface as a timeout at the first publish), an ``Endpoint=sb://host[:port]`` whose port is
     1-65535, both or neither of ``SharedAccessKeyName`` and ``SharedAccessKey``, exactly one of a key
     and a ``SharedAccessSignature``, and ``UseDevelopmentEmulator`` true or false. The values are
-    never put into the error messages (they hold the key).
+    never put into the error messages (they hold the key), nor is an unknown property's name that
+    could be part of one.
     """
     if not isinstance(connection_string, str) or not connection_string.strip():
         raise ConfigError(f"the connection string is empty; {_MALFORMED}")
     properties: dict[str, str] = {}
+    names: dict[str, str] = {}  # lower-case name -> the name as written
     for part in connection_string.strip().rstrip(";").split(";"):
         key, equals, value = part.partition("=")
         name = key.strip().lower()
         if not equals or not name:
             raise ConfigError(f"a connection string part is not Key=Value; {_MALFORMED}")
         if name in properties:
-            raise ConfigError(f"the connection string gives {key.strip()!r} twice")
+            shown = (
+                key.strip()
+                if name in _CONNECTION_STRING_KEYS or _SHOWABLE_NAME.fullmatch(key.strip())
+                else None
+            )
+            raise ConfigError(
+                f"the connection string gives {shown!r} twice" if shown else "a property is given twice"
+            )
         if name in _CONNECTION_STRING_KEYS and not value.strip():
             raise ConfigError(f"the connection string gives {key.strip()!r} no value")
         properties[name] = value.strip()
+        names[name] = key.strip()
+    _check_known(properties, names)
     endpoint = properties.get("endpoint")
     if endpoint is None:
         raise ConfigError(f"the connection string has no Endpoint; {_MALFORMED}")
@@ -92,6 +114,30 @@ def check_connection_string(connection_string: str) -> dict[str, str]:
     if emulator is not None and emulator.lower() not in ("true", "false"):
         raise ConfigError("UseDevelopmentEmulator in the connection string must be true or false")
     return properties
+
+
+def _check_known(properties: dict[str, str], names: dict[str, str]) -> None:
+    """``ConfigError`` naming the properties of a connection string that Service Bus does not define.
+
+    A name is shown only when it looks like a property name and is no part of a credential's value:
+    a key pasted without its ``SharedAccessKey=`` would otherwise be echoed in the error.
+    """
+    unknown = [name for name in properties if name not in _CONNECTION_STRING_KEYS]
+    if not unknown:
+        return
+    secrets = [properties[key].lower() for key in _SECRET_KEYS if properties.get(key)]
+    shown = [
+        repr(names[name])
+        for name in unknown
+        if _SHOWABLE_NAME.fullmatch(names[name]) and not any(name in value for value in secrets)
+    ]
+    hidden = len(unknown) - len(shown)
+    if hidden:
+        shown.append(f"{hidden} whose name is not shown (it may be part of a key)")
+    raise ConfigError(
+        f"unknown connection string propert{'y' if len(unknown) == 1 else 'ies'}: {', '.join(shown)}; "
+        f"a Service Bus connection string may hold {', '.join(_CONNECTION_STRING_KEYS.values())}"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
