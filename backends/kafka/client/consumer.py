@@ -2,8 +2,18 @@
 
 ``commit`` is an async callable that commits the handed message's offset (and every lower one of
 its partition), never moving a partition's commit backwards; a handler that never calls it
-commits nothing (unless the config turns on librdkafka's auto commit). A handler that raises is
-logged and reported to ``error_callback``; consumption goes on.
+commits nothing, unless the config turns on librdkafka's auto commit (``enable.auto.commit``).
+Then, as kefka documents, ``commit`` can be ignored: each message whose handler returned has its
+offset stored (``store_offsets``, as if the handler had called ``commit``), librdkafka commits the
+stored offsets every ``auto.commit.interval.ms`` and when partitions are revoked, and ``close()``
+commits them before leaving the group, so a clean restart reads nothing handled again. A crash
+loses at most the stores of the last interval: their messages are read again (at-least-once).
+
+A handler that raises is logged and reported to ``error_callback``; consumption goes on, and its
+message's offset is neither committed nor stored. As with explicit commits, a later message of
+the same partition whose handler returns does move the partition past it (a Kafka offset covers
+every lower one), so the failed message is read again after a restart or rebalance only when no
+later message of its partition was handled.
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ import asyncio
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from broker.backends.kafka import sdk
 from broker.backends.kafka.client.logs import (
@@ -22,8 +32,9 @@ from broker.backends.kafka.client.logs import (
     with_sdk_logger,
 )
 from broker.backends.kafka.client.metadata import lag_from
+from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.sdk_consumer import GroupCore
-from broker.errors import ClosedError, ConfigError
+from broker.errors import AckError, ClosedError, ConfigError
 from broker.log import TopicPartition
 
 __all__ = ["Commit", "Consumer", "ErrorCallback", "MessageHandler"]
@@ -38,17 +49,30 @@ ErrorCallback = Callable[[BaseException], None]
 _names = itertools.count(1)
 
 
-class _LoggingListener:
-    """Logs rebalances at INFO."""
+#: librdkafka's spellings of a true boolean property (``rd_kafka_conf_set``; case-insensitive).
+_TRUE: Final = frozenset({"true", "t", "1"})
 
-    def __init__(self, log: LoggerLike) -> None:
+
+def _is_true(value: Any) -> bool:
+    """True when librdkafka reads ``value`` (a bool, or a string such as ``"true"``) as true."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+class _LoggingListener:
+    """Logs rebalances at INFO; before partitions go, stores the offsets handled on them."""
+
+    def __init__(self, log: LoggerLike, before_revoke: Callable[[], Awaitable[None]]) -> None:
         self.log = log
+        self.before_revoke = before_revoke
 
     async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
         self.log.info("assigned %s", [f"{p.topic}[{p.partition}]" for p in partitions])
 
     async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
         self.log.info("revoked %s", [f"{p.topic}[{p.partition}]" for p in partitions])
+        await self.before_revoke()  # librdkafka's auto commit of revoked partitions comes after
 
 
 class Consumer:
@@ -56,7 +80,13 @@ class Consumer:
 
     ``config`` is librdkafka's configuration; the helper's own defaults sit under it
     (``enable.auto.commit=false``, ``enable.auto.offset.store=false``) so the explicit commit is
-    the only one, unless the config says otherwise.
+    the only one, unless the config says otherwise. With ``enable.auto.commit`` true the helper
+    stores the offset of each message whose handler returned (not of one whose handler raised),
+    librdkafka's auto commit commits what is stored, and :meth:`close` commits it too: the handler
+    need not call ``commit``. A config that also sets ``enable.auto.offset.store`` true leaves
+    storing to librdkafka, which stores each offset when it hands the message over, before the
+    handler ran and also for messages fetched ahead and never handled: a restart may then skip
+    messages (at-most-once), which is why the helper stores them itself by default.
     """
 
     def __init__(
@@ -84,13 +114,20 @@ class Consumer:
         self.error_callback = error_callback
         settings = {"enable.auto.commit": False, "enable.auto.offset.store": False}
         settings.update(with_sdk_logger(config, self.log))
+        #: True when librdkafka commits by itself (``enable.auto.commit``): ``commit`` is optional.
+        self.auto_commit = _is_true(settings["enable.auto.commit"])
+        #: True when this helper stores each handled offset for that auto commit.
+        self._stores = self.auto_commit and not _is_true(settings["enable.auto.offset.store"])
+        #: Next offsets handled and not stored yet, per partition; sent by the next loop pass.
+        self._to_store: dict[tuple[str, int], int] = {}
+        self._store_scheduled = False
         self._core = GroupCore(
             settings,
             names,
             name=f"client-consumer-{next(_names)}",
             prefetch=batch_size,
             close_timeout=close_timeout,
-            listener=_LoggingListener(self.log),
+            listener=_LoggingListener(self.log, self._flush_stores),
             cooperative="cooperative" in str(settings.get("partition.assignment.strategy", "")),
         )
         self._task: asyncio.Task[None] | None = None
@@ -109,6 +146,72 @@ class Consumer:
         committer = self._core.committers.get((message.topic(), message.partition()))
         if committer is not None:
             await committer.commit_next(message.offset() + 1)
+
+    # -- offsets stored for librdkafka's auto commit -------------------------------------------------
+    def _handled(self, message: Any) -> None:
+        """``message``'s handler returned: store its offset (on the next loop pass, merged with others)."""
+        tp = (message.topic(), message.partition())
+        if tp not in self._core.assigned:
+            return  # revoked meanwhile: its next owner reads it again
+        offset = message.offset() + 1
+        if offset > self._to_store.get(tp, -1):
+            self._to_store[tp] = offset
+        if not self._store_scheduled:
+            self._store_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_stores)
+
+    def _take_stores(self) -> list[Any]:
+        """The SDK offsets to store now (of partitions still assigned), and forget them."""
+        self._store_scheduled = False
+        pending, self._to_store = self._to_store, {}
+        core = self._core
+        if core.closed:
+            return []
+        tp_type = sdk.confluent().TopicPartition
+        return [tp_type(tp[0], tp[1], offset) for tp, offset in pending.items() if tp in core.assigned]
+
+    def _send_stores(self) -> None:
+        offsets = self._take_stores()
+        if offsets:
+            self._core.thread.post(self._store_now, offsets)
+
+    async def _flush_stores(self) -> None:
+        """Store what was handled and wait until the SDK has it (before a revoke and at close)."""
+        offsets = self._take_stores() if self._stores else []
+        if offsets:
+            await self._core.thread.submit(self._store_now, offsets)
+
+    def _store_now(self, offsets: list[Any]) -> None:
+        """On the SDK thread: store ``offsets`` for the auto commit (a refusal is logged)."""
+        try:
+            self._core.consumer.store_offsets(offsets=offsets)
+        except Exception as exc:  # e.g. _STATE: the partition was revoked meanwhile (read again)
+            self.log.warning(
+                "storing offsets of %s failed: %s",
+                sorted(f"{p.topic}[{p.partition}]@{p.offset}" for p in offsets),
+                exc,
+            )
+
+    def _commit_stored(self) -> None:
+        """On the SDK thread: commit the stored offsets now, and wait for the broker."""
+        try:
+            self._core.consumer.commit(asynchronous=False)
+        except sdk.confluent().KafkaException as exc:
+            error = error_of(exc)
+            if error is None or error.name() != "_NO_OFFSET":  # _NO_OFFSET: nothing new to commit
+                raise translate(exc, "committing the stored offsets failed", AckError) from exc
+
+    async def _commit_on_close(self) -> None:
+        """The last auto commit: what was handled is committed before the group is left."""
+        core = self._core
+        if not self._stores or core.closing or not core.assigned:
+            return
+        try:
+            async with asyncio.timeout(core.close_timeout):
+                await self._flush_stores()
+                await core.thread.submit(self._commit_stored)
+        except Exception as exc:  # closing goes on; librdkafka's own commit on leaving may still land
+            self.log.warning("committing the stored offsets on close failed: %s", exc)
 
     async def run(self) -> None:
         """Consume until :meth:`close` or cancellation, calling the handler for every message.
@@ -138,11 +241,14 @@ class Consumer:
                     result = handler(message, commit)
                     if inspect.isawaitable(result):
                         await result
-                except Exception as exc:
+                except Exception as exc:  # not stored, not committed
                     self._report(
                         exc,
                         f"the handler failed on {message.topic()}[{message.partition()}]@{message.offset()}",
                     )
+                else:
+                    if self._stores:
+                        self._handled(message)
 
     def start(self) -> asyncio.Task[None]:
         """Run in a background task; cancelling the task stops consuming (then :meth:`close`)."""
@@ -190,6 +296,7 @@ class Consumer:
     async def close(self) -> None:
         """Let the handler finish its message, stop, commit what is pending, leave the group.
 
+        With auto commit on, the offsets stored for the messages handled are committed first.
         A handler still busy after ``close_timeout`` seconds is cancelled. Idempotent.
         """
         self._stopping = True
@@ -199,6 +306,7 @@ class Consumer:
             if not done:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        await self._commit_on_close()
         await self._core.close()
 
 
