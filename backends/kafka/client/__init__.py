@@ -5,7 +5,9 @@
   ``sync_produce_message`` (wait for the delivery report; a timeout stops the wait, not the
   delivery), ``flush`` and ``flush_all`` (returns once the queue is empty).
 * :class:`Consumer`: a consumer-group member running ``handler(message, commit)``, where
-  ``await commit()`` commits that message's offset; ``lag()``.
+  ``await commit()`` commits that message's offset; ``lag()``. With ``enable.auto.commit`` on,
+  a message's offset is stored once its handler returns and librdkafka commits it (kefka's "commit
+  can be ignored").
 * :class:`Reader`: reads partitions outside any group from ``FIRST_OFFSET``, ``LAST_OFFSET`` or an
   explicit offset, with a partition-EOF callback and ``watermarks()``.
 * :func:`lag` and :func:`message_count` (and :class:`MetadataClient`).
