@@ -257,7 +257,9 @@ class KafkaBackend(BackendBase):
     def queue_tracker(self, topic: str, **options: Any) -> RedeliveryTracker:
         """A redelivery tracker for the marker queue on ``topic`` (options as for :meth:`messages`)."""
         self._check_open()
-        tracker = RedeliveryTracker(self.log(), queue_settings_for_topic(topic, self._queue_timeouts(options)))
+        tracker = RedeliveryTracker(
+            self.log(), queue_settings_for_topic(topic, self._queue_timeouts(options))
+        )
         return self._track(tracker)  # type: ignore[no-any-return]
 
     def log(self) -> KafkaLog:
