@@ -45,6 +45,16 @@ class Lease:
         self.pending = len(messages)
         self.expired = False
 
+    def settle(self, count: int) -> None:
+        """``count`` of its messages were settled; once none is pending, let go of the messages.
+
+        Each message refers to its lease (``raw``): dropping the lease's list breaks that cycle, so
+        settled messages are freed at once instead of by the cyclic garbage collector.
+        """
+        pending = self.pending = self.pending - count
+        if pending <= 0:
+            self.messages = []
+
 
 class Subscription:
     """Delivery state of one subscription; also the :class:`~broker.message.Acker` of its messages."""
@@ -235,7 +245,7 @@ class Subscription:
         lease: Lease = message.raw
         if lease.expired:
             return False
-        lease.pending -= 1
+        lease.settle(1)
         return True
 
     async def ack(self, message: Message) -> None:
@@ -250,11 +260,11 @@ class Subscription:
         for message in claimed:  # a batch shares one lease: settle it once per run of messages
             if message.raw is not lease:
                 if lease is not None and not lease.expired:
-                    lease.pending -= count
+                    lease.settle(count)
                 lease, count = message.raw, 0
             count += 1
         if lease is not None and not lease.expired:
-            lease.pending -= count
+            lease.settle(count)
         return others
 
     async def nack(self, message: Message, delay: float | None) -> None:
@@ -270,7 +280,7 @@ class Subscription:
         lease: Lease = message.raw
         if lease.expired:
             raise AckError(f"message {message.id} is no longer in flight: its ack deadline passed")
-        lease.pending -= 1
+        lease.settle(1)
         renewed = Lease(time.monotonic() + self.ack_deadline, [message])
         message.raw = renewed
         self.leases.append(renewed)
