@@ -17,6 +17,7 @@ from broker.errors import AckError, NotSupported
 
 __all__ = [
     "EMPTY_ATTRIBUTES",
+    "UNDECODED",
     "Acker",
     "BulkAcker",
     "Committer",
@@ -42,6 +43,16 @@ _ACKED: Final = 1
 _NACKED: Final = 2
 _DEAD: Final = 3
 _STATE_NAMES: Final = ("pending", "acked", "nacked", "dead-lettered")
+
+#: ``decoded`` of a typed message or record not read yet (a typed consumer sets it with the binding).
+UNDECODED: Final[Any] = object()
+
+
+def _untyped(what: str) -> NotSupported:
+    return NotSupported(
+        f"{what} was handed out by an untyped consumer: it has no 'decoded' (receive it through "
+        "broker.typed, e.g. typed.messages(backend.messages(...), Order))"
+    )
 
 
 @dataclass(slots=True)
@@ -155,11 +166,31 @@ class Message:
     raw: Any = field(default=None, repr=False, compare=False)
     acker: Acker = field(default=_DETACHED, repr=False, compare=False)
     _state: int = field(default=_PENDING, repr=False, compare=False)
+    # Set by a typed consumer (broker.typed) only, never by __init__: untyped messages pay nothing.
+    _binding: Any = field(init=False, repr=False, compare=False)
+    _decoded: Any = field(init=False, repr=False, compare=False)
 
     @property
     def state(self) -> str:
         """``"pending"``, ``"acked"``, ``"nacked"`` or ``"dead-lettered"``."""
         return _STATE_NAMES[self._state]
+
+    @property
+    def decoded(self) -> Any:
+        """The payload as the application's type, decoded on first read and kept.
+
+        Only for a message a typed consumer (:mod:`broker.typed`) handed out; its binding picks
+        the decoder by the message's content type. Raises :class:`~broker.errors.DecodeError` when
+        the payload does not decode, and :class:`~broker.errors.NotSupported` for a message of an
+        untyped consumer.
+        """
+        try:
+            value = self._decoded
+        except AttributeError:
+            raise _untyped(f"message {self.id!r}") from None
+        if value is UNDECODED:
+            value = self._decoded = self._binding.decode_received(self, self.data)
+        return value
 
     @property
     def settled(self) -> bool:
@@ -346,6 +377,25 @@ class Record:
     ingestion_time: float | None = None
     raw: Any = field(default=None, repr=False, compare=False)
     committer: Committer = field(default=_DETACHED_COMMITTER, repr=False, compare=False)
+    # Set by a typed consumer (broker.typed) only, never by __init__: untyped records pay nothing.
+    _binding: Any = field(init=False, repr=False, compare=False)
+    _decoded: Any = field(init=False, repr=False, compare=False)
+
+    @property
+    def decoded(self) -> Any:
+        """The value as the application's type (None for a tombstone), decoded on first read and kept.
+
+        Only for a record a typed consumer (:mod:`broker.typed`) handed out; raises
+        :class:`~broker.errors.DecodeError` when the value does not decode, and
+        :class:`~broker.errors.NotSupported` for a record of an untyped consumer.
+        """
+        try:
+            value = self._decoded
+        except AttributeError:
+            raise _untyped(f"record {self.topic}/{self.partition}@{self.offset}") from None
+        if value is UNDECODED:
+            value = self._decoded = self._binding.decode_received(self, self.value)
+        return value
 
     async def ack(self) -> None:
         """Commit this record's offset (and so every lower offset of its partition)."""

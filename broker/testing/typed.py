@@ -129,7 +129,7 @@ class TypedSuite:
             message = by_case[name]
             assert message.key == f"key-{index}", name
             assert _own(message) == {"case": name, "content-type": bound.content_type}, name
-            assert typed.TypedMessage(message, bound).decoded == value, name
+            assert typed.tag_message(message, bound).decoded == value, name
 
     async def test_typed_undecodable_message_is_dead_lettered_with_its_reason(self, harness: Harness) -> None:
         """A typed receiver with a retry policy dead-letters payloads that do not decode, loses nothing."""
@@ -193,7 +193,7 @@ class TypedSuite:
         handled: list[Any] = []
 
         async def handle_record(record: Any) -> None:
-            handled.append(typed.TypedRecord(record, handle.binding).decoded)
+            handled.append(typed.tag_record(record, handle.binding).decoded)
             await record.ack()
 
         outcomes = []

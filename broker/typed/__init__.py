@@ -49,7 +49,15 @@ from broker.typed.consuming import (
 )
 from broker.typed.formats import CONTENT_TYPE, CONTENT_TYPES, Format
 from broker.typed.publishing import TypedTopic
-from broker.typed.received import TypedMessage, TypedRecord
+from broker.typed.received import (
+    TypedMessage,
+    TypedRecord,
+    content_type,
+    tag_message,
+    tag_messages,
+    tag_record,
+    tag_records,
+)
 
 __all__ = [
     "CONTENT_TYPE",
@@ -72,12 +80,17 @@ __all__ = [
     "batched_receiver",
     "batched_records",
     "binding",
+    "content_type",
     "messages",
     "receiver",
     "record_stream",
     "records",
     "settle_undecodable",
     "stream",
+    "tag_message",
+    "tag_messages",
+    "tag_record",
+    "tag_records",
     "topic",
     "union",
 ]

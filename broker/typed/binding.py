@@ -33,7 +33,7 @@ from typing import Annotated, Any, Final, Generic, Literal, TypeVar, Union, get_
 
 from broker.codecs import BytesCodec, Codec, JsonCodec, MsgpackCodec, StrCodec
 from broker.errors import ConfigError, DecodeError, EncodeError, MissingDependency
-from broker.typed.formats import ALIASES, CONTENT_TYPES, JSON, Format, media_type
+from broker.typed.formats import ALIASES, CONTENT_TYPE, CONTENT_TYPES, JSON, Format, media_type
 
 __all__ = ["Binding", "Engine", "binding", "ensure_binding", "union"]
 
@@ -312,6 +312,25 @@ class Binding(Generic[T]):
             return decode(data)
         except Exception as exc:
             raise self.failure(exc, None, content_type) from exc
+
+    def decode_received(self, received: Any, data: bytes | None) -> T | None:
+        """``data`` of ``received`` (a Message or Record) as ``T``: the decoder its ``content-type``
+        attribute names (none: this binding's format); None for None (a tombstone). Raises
+        :class:`~broker.errors.DecodeError` carrying ``received``."""
+        if data is None:
+            return None
+        content_type = received.attributes.get(CONTENT_TYPE)
+        if content_type is None or content_type == self.content_type:
+            decode = self.decoder
+        else:
+            try:
+                decode = self.decoder_for(content_type)
+            except Exception as exc:
+                raise self.failure(exc, received, content_type) from exc
+        try:
+            return decode(data)
+        except Exception as exc:
+            raise self.failure(exc, received, content_type) from exc
 
     def failure(self, exc: BaseException, received: Any, content_type: str | None) -> DecodeError:
         """The :class:`~broker.errors.DecodeError` for a decoder's ``exc`` (raise it ``from exc``)."""

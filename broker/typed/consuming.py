@@ -34,7 +34,14 @@ from broker.message import Message, Record
 from broker.resources import AsyncResource
 from broker.retry import Retrier
 from broker.typed.binding import Binding, ensure_binding
-from broker.typed.received import TypedMessage, TypedRecord
+from broker.typed.received import (
+    TypedMessage,
+    TypedRecord,
+    tag_message,
+    tag_messages,
+    tag_record,
+    tag_records,
+)
 
 __all__ = [
     "DecodeErrorHook",
@@ -71,7 +78,7 @@ class TypedMessages(AsyncResource, Generic[T]):
 
     async def next_message(self, timeout: float | None = None) -> TypedMessage[T]:
         """The next message (see :meth:`broker.interfaces.MessageIterator.next_message`)."""
-        return TypedMessage(await self.source.next_message(timeout), self.binding)
+        return tag_message(await self.source.next_message(timeout), self.binding)
 
     def __aiter__(self) -> Self:
         return self
@@ -81,7 +88,7 @@ class TypedMessages(AsyncResource, Generic[T]):
             message = await self.source.next_message()
         except ClosedError:
             raise StopAsyncIteration from None
-        return TypedMessage(message, self.binding)
+        return tag_message(message, self.binding)
 
     async def close(self) -> None:
         """Close the source iterator."""
@@ -101,13 +108,12 @@ class TypedBatchedMessages(AsyncResource, Generic[T]):
 
     async def next_batch(self, timeout: float | None = None) -> list[TypedMessage[T]]:
         """The next batch, possibly empty (see :class:`broker.interfaces.BatchedMessageIterator`)."""
-        binding = self.binding
-        return [TypedMessage(m, binding) for m in await self.source.next_batch(timeout)]
+        return tag_messages(await self.source.next_batch(timeout), self.binding)
 
     async def __aiter__(self) -> AsyncIterator[list[TypedMessage[T]]]:
         binding = self.binding
         async for batch in self.source:
-            yield [TypedMessage(m, binding) for m in batch]
+            yield tag_messages(batch, binding)
 
     async def close(self) -> None:
         """Close the source iterator."""
@@ -127,7 +133,7 @@ class TypedRecords(AsyncResource, Generic[T]):
 
     async def next_record(self, timeout: float | None = None) -> TypedRecord[T]:
         """The next record (see :meth:`broker.interfaces.RecordIterator.next_record`)."""
-        return TypedRecord(await self.source.next_record(timeout), self.binding)
+        return tag_record(await self.source.next_record(timeout), self.binding)
 
     def __aiter__(self) -> Self:
         return self
@@ -137,7 +143,7 @@ class TypedRecords(AsyncResource, Generic[T]):
             record = await self.source.next_record()
         except ClosedError:
             raise StopAsyncIteration from None
-        return TypedRecord(record, self.binding)
+        return tag_record(record, self.binding)
 
     async def close(self) -> None:
         """Close the source iterator."""
@@ -157,13 +163,12 @@ class TypedBatchedRecords(AsyncResource, Generic[T]):
 
     async def next_batch(self, timeout: float | None = None) -> list[TypedRecord[T]]:
         """The next batch, possibly empty (see :class:`broker.interfaces.BatchedIterator`)."""
-        binding = self.binding
-        return [TypedRecord(r, binding) for r in await self.source.next_batch(timeout)]
+        return tag_records(await self.source.next_batch(timeout), self.binding)
 
     async def __aiter__(self) -> AsyncIterator[list[TypedRecord[T]]]:
         binding = self.binding
         async for batch in self.source:
-            yield [TypedRecord(r, binding) for r in batch]
+            yield tag_records(batch, binding)
 
     async def close(self) -> None:
         """Close the source iterator."""
@@ -176,7 +181,7 @@ async def stream(
     """A message stream (``broker.adapt.message_stream(...)``, a backend's ``stream()``) as typed messages."""
     binding = ensure_binding(type)
     async for message in source:
-        yield TypedMessage(message, binding)
+        yield tag_message(message, binding)
 
 
 async def batch_stream(
@@ -185,7 +190,7 @@ async def batch_stream(
     """A batched message stream (``broker.adapt.batch_stream(...)``) as lists of typed messages."""
     binding = ensure_binding(type)
     async for batch in source:
-        yield [TypedMessage(m, binding) for m in batch]
+        yield tag_messages(batch, binding)
 
 
 async def record_stream(
@@ -194,7 +199,7 @@ async def record_stream(
     """A record stream (``broker.adapt.record_stream(...)``) as typed records."""
     binding = ensure_binding(type)
     async for record in source:
-        yield TypedRecord(record, binding)
+        yield tag_record(record, binding)
 
 
 def _retrier_of(source: Any) -> Retrier | None:
@@ -218,19 +223,18 @@ async def settle_undecodable(
     A message its handler already settled is left alone. Raises ``error`` when the message could
     not be settled (the receiver then nacks it: redelivered, never lost).
     """
-    raw = message.message
-    if raw.settled:
+    if message.settled:
         return
     if hook is not None:
         await hook(message, error)
         return
     if retrier is not None:
-        if await retrier.dead_letter(raw, error):
+        if await retrier.dead_letter(message, error):
             return
         raise error
     reason = f"non-retryable DecodeError: {error}"[:1024]
-    log.error("dead-lettering message %s: %s", raw.id, reason)
-    await raw.dead_letter(reason)
+    log.error("dead-lettering message %s: %s", message.id, reason)
+    await message.dead_letter(reason)
 
 
 class TypedReceiver(Generic[T]):
@@ -256,7 +260,7 @@ class TypedReceiver(Generic[T]):
         binding, hook, retrier = self.binding, self.on_decode_error, _retrier_of(self.source)
 
         async def call(message: Message) -> None:
-            typed = TypedMessage(message, binding)
+            typed = tag_message(message, binding)
             try:
                 await handler(typed)
             except DecodeError as exc:
@@ -297,7 +301,7 @@ class TypedBatchedReceiver(Generic[T]):
         binding, hook, retrier = self.binding, self.on_decode_error, _retrier_of(self.source)
 
         async def call(batch: list[Message]) -> None:
-            typed = [TypedMessage(m, binding) for m in batch]
+            typed = tag_messages(batch, binding)
             try:
                 await handler(typed)
             except DecodeError as exc:

@@ -84,6 +84,17 @@ class TypedTopic(Generic[T]):
         """
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"batch_publish got {len(values)} values but {len(keys)} keys")
+        if keys is None and not attributes:
+            # The common case as an application would write it by hand: one encoder call and one
+            # OutboundMessage per value, sharing the content-type mapping.
+            encode, shared = self.binding.encoder, self._attributes
+            try:
+                fast = [OutboundMessage(encode(v), None, shared) for v in values]
+            except Exception:
+                pass
+            else:
+                await self.topic.batch_publish(*fast, timeout=timeout)
+                return
         message = self.message
         if keys is None:
             messages = [message(v, attributes=attributes) for v in values]

@@ -14,7 +14,6 @@ from broker.backoff import Backoff
 from broker.errors import ConfigError, DecodeError
 from broker.message import Record
 from broker.retry import ATTR_REASON, DeadLetterTopic, RetryPolicy
-from broker.typed import TypedMessage
 from tests.unit.typed_models import Order, Payment, Point
 
 FAST = Backoff(0.01, 1.0, 0.01)
@@ -36,9 +35,9 @@ async def test_publish_and_messages_keep_key_attributes_and_settlement(backend: 
         assert message.data == b'{"id":1,"item":"book","tags":[]}'
         assert message.decoded == Order(1)
         assert message.decoded is message.decoded  # decoded once, kept
-        assert message.content_type == "application/json" and message.delivery_attempt == 1
+        assert typed.content_type(message) == "application/json" and message.delivery_attempt == 1
         await message.ack()
-        assert message.message.state == "acked" and message.settled
+        assert message.state == "acked" and message.settled
 
 
 async def test_a_bad_payload_fails_on_read_not_on_fetch(backend: broker.Backend) -> None:
@@ -51,7 +50,7 @@ async def test_a_bad_payload_fails_on_read_not_on_fetch(backend: broker.Backend)
         assert good.decoded == Order(2)
         with pytest.raises(DecodeError) as caught:
             bad.decoded  # noqa: B018 - the read raises
-        assert caught.value.received is bad.message
+        assert caught.value.received is bad
         assert bad.data == b'{"id":"x"}' and bad.state == "pending"
 
 
@@ -61,7 +60,7 @@ async def test_a_user_content_type_attribute_is_kept(backend: broker.Backend) ->
         await orders.publish(Order(1), attributes={"content-type": "application/json; charset=utf-8"})
         message = await consumer.next_message(timeout=1)
     assert message.attributes["content-type"] == "application/json; charset=utf-8"
-    assert TypedMessage(message, typed.binding(Order)).decoded == Order(1)
+    assert typed.tag_message(message, typed.binding(Order)).decoded == Order(1)
 
 
 async def test_batch_publish_and_batched_messages(backend: broker.Backend) -> None:
@@ -73,7 +72,7 @@ async def test_batch_publish_and_batched_messages(backend: broker.Backend) -> No
         batch = await batches.next_batch(timeout=1)
         assert [m.decoded for m in batch] == [Point(1, 1), Point(2, 2)]  # msgpack picked by content type
         assert [m.key for m in batch] == ["a", "b"]
-        await broker.ack_all([m.message for m in batch])
+        await broker.ack_all(batch)
     with pytest.raises(ConfigError):
         await points.batch_publish(Point(1, 1), keys=[])
 
@@ -93,7 +92,7 @@ async def test_records_and_batched_records(backend: broker.Backend) -> None:
 
 
 def test_a_tombstone_decodes_to_none() -> None:
-    tombstone = typed.TypedRecord(Record("t", 0, 5, None, key="k"), typed.binding(Order))
+    tombstone = typed.tag_record(Record("t", 0, 5, None, key="k"), typed.binding(Order))
     assert tombstone.decoded is None and tombstone.value is None
 
 
@@ -237,7 +236,7 @@ async def test_records_dead_lettered_then_committed_past(backend: broker.Backend
         for _ in range(3):
             record = await records.next_record(timeout=1)
             outcome = await retrier.handle(
-                record.record, lambda r: handle(typed.TypedRecord(r, records.binding))
+                record, lambda r: handle(typed.tag_record(r, records.binding))
             )
             assert outcome in ("handled", "dead-lettered")
     assert handled == [1, 3]
