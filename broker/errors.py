@@ -91,13 +91,14 @@ class UnknownSetting(ConfigError, kind="unknown_setting"):
 
 
 class MissingDependency(BrokerError, ImportError, kind="missing_dependency"):
-    """A backend's SDK is not installed; the message names the extra to install."""
+    """A backend's SDK (or a library a feature needs) is not installed; the message names the extra."""
 
-    def __init__(self, extra: str, module: str) -> None:
+    def __init__(self, extra: str, module: str, *, needed_by: str | None = None) -> None:
         self.extra = extra
         self.module = module
+        who = needed_by if needed_by is not None else f"the {extra!r} backend"
         super().__init__(
-            f"the {extra!r} backend needs the Python package that provides {module!r}; "
+            f"{who} needs the Python package that provides {module!r}; "
             f"install it with: pip install 'polybroker[{extra}]'"
         )
 

@@ -24,6 +24,7 @@ __all__ = [
     "DeadLetterAcker",
     "LazyMessage",
     "Message",
+    "NativePropertiesAcker",
     "OutboundMessage",
     "Record",
     "RecordBatch",
@@ -31,6 +32,7 @@ __all__ = [
     "can_dead_letter",
     "claim_ack",
     "claim_acks",
+    "has_native_properties",
     "own_acker",
     "release_claim",
 ]
@@ -97,6 +99,17 @@ class BulkAcker(Acker, Protocol):
         """Ack the pending messages among ``messages`` that are this acker's; return the others, in order."""
 
 
+@runtime_checkable
+class NativePropertiesAcker(Acker, Protocol):
+    """An :class:`Acker` of a broker whose message properties are typed (Service Bus application
+    properties, RabbitMQ headers): it gives a received message's properties with their types."""
+
+    def native_properties(self, message: Message) -> Mapping[str, Any]:
+        """``message``'s application properties as the broker typed them (beside the portable
+        ``str -> str`` attributes); properties the backend uses for itself are left out."""
+        ...
+
+
 _CONFORMS: dict[tuple[type, type], bool] = {}
 
 
@@ -113,6 +126,11 @@ def _is(acker: object, protocol: type) -> bool:
 def can_dead_letter(acker: object) -> TypeGuard[DeadLetterAcker]:
     """True when ``acker`` implements :class:`DeadLetterAcker`."""
     return _is(acker, DeadLetterAcker)
+
+
+def has_native_properties(acker: object) -> TypeGuard[NativePropertiesAcker]:
+    """True when ``acker`` implements :class:`NativePropertiesAcker`."""
+    return _is(acker, NativePropertiesAcker)
 
 
 def acks_in_bulk(acker: object) -> TypeGuard[BulkAcker]:

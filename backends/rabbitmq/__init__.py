@@ -231,5 +231,4 @@ class RabbitmqDevServer(StartedInWith):
             shutil.rmtree(base, ignore_errors=True)
 
 
-
 factory = RabbitmqFactory()

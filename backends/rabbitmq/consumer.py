@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from broker.backends.rabbitmq.mapping import close_quietly, declare_exchange, to_message, translate
+from broker.backends.rabbitmq.mapping import (
+    close_quietly,
+    declare_exchange,
+    native_properties,
+    to_message,
+    translate,
+)
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
 from broker.errors import AckError
 from broker.message import Message
@@ -64,6 +70,10 @@ class RabbitmqAcker:
         #: Settlements on their way to the socket, and the event their last one sets while closing.
         self._sending = 0
         self._sent: asyncio.Event | None = None
+
+    def native_properties(self, message: Message) -> dict[str, Any]:
+        """The message's headers with their AMQP types (``broker.typed.native_properties``)."""
+        return native_properties(message.raw)
 
     def _tag(self, message: Message) -> int:
         return id(message.raw)  # not the delivery tag: a reopened channel counts from 1 again

@@ -143,6 +143,22 @@ def _attributes(headers: Mapping[str, Any]) -> tuple[str | None, Mapping[str, st
     return key, attributes or EMPTY_ATTRIBUTES
 
 
+def native_properties(incoming: AbstractIncomingMessage) -> dict[str, Any]:
+    """The headers of ``incoming`` with the types AMQP gave them (int, bool, Decimal, datetime, bytes,
+    lists and tables, ...), less the broker's and this backend's own; attributes this backend had
+    to JSON-encode come back as the ``str`` they were."""
+    headers = incoming.headers or {}
+    out = {
+        name: value
+        for name, value in headers.items()
+        if name not in _RESERVED and not name.startswith("x-last-death-")
+    }
+    encoded = _text(headers.get(ENCODED_HEADER))
+    if encoded:
+        out.update(json.loads(encoded))
+    return out
+
+
 def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float) -> Message:
     """The :class:`Message` for a delivery (``raw`` is the aio-pika ``IncomingMessage``)."""
     headers = incoming.headers

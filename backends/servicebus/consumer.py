@@ -51,7 +51,12 @@ from azure.servicebus.exceptions import (
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.connection import Shutdowns, close_quietly, make_client
 from broker.backends.servicebus.errors import translate
-from broker.backends.servicebus.mapping import dead_letter_copy, redelivery_copy, to_message
+from broker.backends.servicebus.mapping import (
+    dead_letter_copy,
+    native_properties,
+    redelivery_copy,
+    to_message,
+)
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
 from broker.message import Message, own_acker
@@ -122,6 +127,10 @@ class _Settler:
             consumer.stop_renewing(message)
             if self.outstanding > 0:
                 self.outstanding -= 1
+
+    def native_properties(self, message: Message) -> dict[str, Any]:
+        """The message's application properties with their AMQP types (``broker.typed.native_properties``)."""
+        return native_properties(message.raw)
 
     async def ack(self, message: Message) -> None:
         """Complete the message."""

@@ -98,6 +98,27 @@ def _payload(raw: ServiceBusReceivedMessage) -> bytes:
     return _text(body).encode()
 
 
+def native_properties(raw: ServiceBusReceivedMessage) -> dict[str, Any]:
+    """The application properties of ``raw`` with the types AMQP gave them (int, float, bool, UUID,
+    str, ...). As the SDK decodes them: a timestamp is milliseconds since the epoch, and strings and
+    binaries both come as bytes, so bytes that are UTF-8 are given as ``str``. Names as text; the
+    backend's own delivery counter left out."""
+    properties = raw.raw_amqp_message.application_properties or {}
+    out = {_text(name): _string(value) for name, value in properties.items()}
+    out.pop(ATTEMPT_PROPERTY, None)
+    return out
+
+
+def _string(value: Any) -> Any:
+    # The SDK's AMQP decoder gives strings, symbols and binaries alike as bytes: UTF-8 is text.
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
 def to_message(raw: ServiceBusReceivedMessage, acker: Acker, key_to: str) -> Message:
     """The ``Message`` for a received SDK message, settled through ``acker``."""
     amqp = raw.raw_amqp_message

@@ -61,7 +61,7 @@ def _require(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependency(extra, module) from exc
+        raise MissingDependency(extra, module, needed_by=f"this typed binding ({module})") from exc
 
 
 def _members(target: Any) -> list[Any]:

@@ -17,9 +17,10 @@ them as they are.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from broker.message import UNDECODED, Message, Record
+from broker.errors import NotSupported
+from broker.message import UNDECODED, Message, Record, has_native_properties, own_acker
 from broker.typed.binding import Binding
 from broker.typed.formats import CONTENT_TYPE
 
@@ -27,6 +28,7 @@ __all__ = [
     "TypedMessage",
     "TypedRecord",
     "content_type",
+    "native_properties",
     "tag_message",
     "tag_messages",
     "tag_record",
@@ -101,3 +103,18 @@ def content_type(received: Message | Record) -> str | None:
     """The content type ``received`` carries (its ``content-type`` attribute; None: none)."""
     attributes: Mapping[str, str] = received.attributes
     return attributes.get(CONTENT_TYPE)
+
+
+def native_properties(message: Message) -> Mapping[str, Any]:
+    """``message``'s application properties with the types the broker gave them, beside its
+    portable ``str -> str`` attributes: Service Bus application properties and RabbitMQ headers
+    (int, float, bool, datetime, UUID, bytes, ...). Properties the backend uses for itself are left
+    out. Raises :class:`~broker.errors.NotSupported` on brokers whose properties are strings only.
+    """
+    acker = own_acker(message)
+    if not has_native_properties(acker):
+        raise NotSupported(
+            f"{type(acker).__name__} has no typed message properties (Service Bus and RabbitMQ have): "
+            "read message.attributes"
+        )
+    return acker.native_properties(message)

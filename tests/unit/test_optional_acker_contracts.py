@@ -8,7 +8,14 @@ from collections.abc import Sequence
 import pytest
 
 from broker.errors import NotSupported
-from broker.message import BulkAcker, DeadLetterAcker, Message, acks_in_bulk, can_dead_letter
+from broker.message import (
+    BulkAcker,
+    DeadLetterAcker,
+    Message,
+    NativePropertiesAcker,
+    acks_in_bulk,
+    can_dead_letter,
+)
 from broker.telemetry.core import TracedAcker, TracedBulkAcker
 
 #: (module, acker class, has a bulk ack path): every backend's acker dead-letters.
@@ -29,6 +36,8 @@ def test_backend_ackers_implement_the_contracts(module: str, name: str, bulk: bo
     cls = getattr(importlib.import_module(module), name)
     assert issubclass(cls, DeadLetterAcker)
     assert issubclass(cls, BulkAcker) is bulk
+    # Typed message properties: the brokers whose properties carry types of their own.
+    assert issubclass(cls, NativePropertiesAcker) is (name in ("RabbitmqAcker", "_Settler"))
 
 
 class _Plain:
