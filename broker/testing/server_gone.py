@@ -73,6 +73,7 @@ class ServerGoneSuite:
         bound = harness.dead_server_bound
         topic, sub, batch_sub = harness.name("gone"), harness.name("sub"), harness.name("sub")
         failures: dict[str, str] = {}
+        pending: asyncio.Future[None] | None = None
         with harness.own_server() as server:
             backend: Backend = connect(server.url)
             try:
@@ -96,6 +97,9 @@ class ServerGoneSuite:
                         (record,) = await collect_records(records, 1, harness.patience)
 
                     server.kill()
+                    # A publish with no timeout of its own: the backend's close must end it with a
+                    # typed error (flushed, or failed), never leave it waiting.
+                    pending = asyncio.ensure_future(publisher.publish(OutboundMessage(b"pending")))
 
                     operations: dict[str, Callable[[], Awaitable[Any]]] = {
                         "publish": lambda: publisher.publish(OutboundMessage(b"after"), timeout=bound / 2),
@@ -130,6 +134,10 @@ class ServerGoneSuite:
                 outcome = await _outcome(backend.close, bound)
                 if outcome is not None:
                     failures["close the backend"] = outcome
+                if pending is not None:
+                    outcome = await _outcome(lambda: pending, bound)
+                    if outcome is not None:
+                        failures["a publish pending when the backend closed"] = outcome
         assert not failures, "after the server died:\n" + "\n".join(
             f"  {n}: {r}" for n, r in failures.items()
         )
