@@ -14,7 +14,16 @@ from broker.capabilities import Capabilities
 from broker.interfaces import MessageIterator, RecordIterator
 from broker.message import Message, Record
 
-__all__ = ["Harness", "KillableServer", "collect", "drain", "killable", "need", "wait_until"]
+__all__ = [
+    "Harness",
+    "KillableServer",
+    "collect",
+    "drain",
+    "killable",
+    "need",
+    "subscribed_topic",
+    "wait_until",
+]
 
 
 class KillableServer(Protocol):
@@ -183,3 +192,13 @@ async def wait_until(condition: Callable[[], bool], timeout: float, interval: fl
     async with asyncio.timeout(timeout):
         while not condition():  # noqa: ASYNC110 - there is no event to wait on
             await asyncio.sleep(interval)
+
+
+async def subscribed_topic(harness: Harness, prefix: str) -> tuple[str, str]:
+    """A new topic and a subscription of it that exists already (what is published from now on
+    reaches it, also on brokers where a subscription starts empty)."""
+    topic, sub = harness.name(prefix), harness.name("sub")
+    await harness.prepare(topic, [sub])
+    async with harness.backend.messages(topic, sub):
+        pass  # the subscription exists from here on
+    return topic, sub

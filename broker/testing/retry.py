@@ -28,20 +28,12 @@ from broker.retry import (
     DeadLetterTopic,
     RetryPolicy,
 )
-from broker.testing.harness import Harness, collect, need
+from broker.testing.harness import Harness, collect, need, subscribed_topic
 
 __all__ = ["RetrySuite"]
 
 #: Short, fixed retry delays: the tests count handler calls, not time.
 _FAST = Backoff(0.05, 1.0, 0.05)
-
-
-async def _topic_with_subscription(harness: Harness, prefix: str) -> tuple[str, str]:
-    topic, sub = harness.name(prefix), harness.name("sub")
-    await harness.prepare(topic, [sub])
-    async with harness.backend.messages(topic, sub):
-        pass  # the subscription exists from here on
-    return topic, sub
 
 
 async def _stop(task: asyncio.Future[None]) -> None:
@@ -56,7 +48,7 @@ class RetrySuite:
     async def test_retry_policy_retries_then_acks_once(self, harness: Harness) -> None:
         """A handler failing twice then succeeding: called three times, the message acked once."""
         need(harness, "messages", "nack_redelivers")
-        topic, sub = await _topic_with_subscription(harness, "retry")
+        topic, sub = await subscribed_topic(harness, "retry")
         calls = 0
         acked = asyncio.Event()
 
@@ -85,7 +77,7 @@ class RetrySuite:
     async def test_retry_poison_message_reaches_the_dead_letter_topic(self, harness: Harness) -> None:
         """After max_attempts a poison message is published to the DeadLetterTopic with why."""
         need(harness, "messages", "nack_redelivers")
-        topic, sub = await _topic_with_subscription(harness, "poison")
+        topic, sub = await subscribed_topic(harness, "poison")
         dlq, inspect = harness.name("dlq"), harness.name("inspect")
         await harness.prepare(dlq, [inspect])
         handled: set[bytes] = set()

@@ -25,7 +25,7 @@ from broker import typed
 from broker.backoff import Backoff
 from broker.message import Message, OutboundMessage
 from broker.retry import ATTR_ERROR_TYPE, ATTR_REASON, DeadLetterTopic, RetryPolicy
-from broker.testing.harness import Harness, collect, collect_records, need
+from broker.testing.harness import Harness, collect, collect_records, need, subscribed_topic
 
 __all__ = ["TypedSuite"]
 
@@ -88,14 +88,6 @@ def _cases() -> list[tuple[str, typed.Binding[Any], Any]]:
     return cases
 
 
-async def _topic_with_subscription(harness: Harness, prefix: str) -> tuple[str, str]:
-    topic, sub = harness.name(prefix), harness.name("sub")
-    await harness.prepare(topic, [sub])
-    async with harness.backend.messages(topic, sub):
-        pass  # the subscription exists from here on
-    return topic, sub
-
-
 #: W3C trace context attributes a tracing layer adds on publish (the instrumented conformance runs).
 _TRACE_CONTEXT = frozenset({"traceparent", "tracestate", "baggage"})
 
@@ -134,7 +126,7 @@ class TypedSuite:
     async def test_typed_undecodable_message_is_dead_lettered_with_its_reason(self, harness: Harness) -> None:
         """A typed receiver with a retry policy dead-letters payloads that do not decode, loses nothing."""
         need(harness, "messages")
-        topic, sub = await _topic_with_subscription(harness, "typed-poison")
+        topic, sub = await subscribed_topic(harness, "typed-poison")
         dlq, inspect = harness.name("dlq"), harness.name("inspect")
         await harness.prepare(dlq, [inspect])
         handled: list[int] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,12 @@ from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, TEST_QUERY, ta
 def tansu_server() -> Iterator[ProcessServer]:
     with tansu() as server:
         yield server
+
+
+@pytest.fixture
+def config(tansu_server: ProcessServer) -> dict[str, Any]:
+    """librdkafka config for the helpers (they take raw configs, like kefka)."""
+    return {"bootstrap.servers": tansu_server.url.removeprefix("kafka://")}
 
 
 @pytest.fixture

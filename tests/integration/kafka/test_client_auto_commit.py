@@ -18,17 +18,11 @@ import pytest
 from broker.backends.kafka.backend import KafkaBackend
 from broker.backends.kafka.client import Consumer, Producer, lag
 from broker.codecs import JsonCodec
-from broker.devserver import ProcessServer
 from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, unique
 
 PATIENCE = 20.0
 #: How long a restarted consumer keeps listening after the expected messages, for re-reads to show.
 SETTLE = 1.5
-
-
-@pytest.fixture
-def config(tansu_server: ProcessServer) -> dict[str, Any]:
-    return {"bootstrap.servers": tansu_server.url.removeprefix("kafka://")}
 
 
 @pytest.fixture

@@ -23,18 +23,12 @@ from broker.backends.kafka.client import (
     read_topic_partitions,
 )
 from broker.codecs import JsonCodec, MsgpackCodec
-from broker.devserver import ProcessServer, free_port
+from broker.devserver import free_port
 from broker.errors import ConfigError, EncodeError, PublishError, Timeout
 from broker.log import TopicPartition
 from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, unique
 
 PATIENCE = 15.0
-
-
-@pytest.fixture
-def config(tansu_server: ProcessServer) -> dict[str, Any]:
-    """librdkafka config for the helpers (they take raw configs, like kefka)."""
-    return {"bootstrap.servers": tansu_server.url.removeprefix("kafka://")}
 
 
 @pytest.fixture
