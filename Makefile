@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck java browser rabbitmq bench docs clean test-minimums
+.PHONY: demo test faults lint typecheck java browser rabbitmq bench docs clean test-minimums
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ rabbitmq:
 # Two workers: most of the suite waits on servers and deadlines (tests/conftest.py groups what shares one).
 test: lint typecheck java browser rabbitmq
 	$(PY) -m pytest -n 2 --dist loadgroup
+
+# The whole fault matrix (tests/faults, docs/reliability.md): every backend's real server paused and
+# restarted under a workload; prints the backend x fault table. `make test` runs only its short subset.
+faults: $(STAMP) rabbitmq
+	$(PY) -m pytest tests/faults -m faults --durations=15
 
 bench: $(STAMP) java
 	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md

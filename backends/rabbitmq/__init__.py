@@ -167,6 +167,15 @@ class RabbitmqDevServer(StartedInWith):
         """The last lines the server printed."""
         return self._server.log_tail(lines) if self._server is not None else ""
 
+    @property
+    def node(self) -> ProcessServer | None:
+        """The node's process (a :class:`~broker.devserver.ProcessServer`), None before ``start()``.
+
+        Fault tests pause, kill and restart it: ``node.restart()`` starts the node again with the
+        same name, port and data directory, while ``epmd`` keeps running.
+        """
+        return self._server
+
     def start(self) -> Self:
         """Start ``epmd``, then the node; return once it accepts AMQP connections."""
         if self.running:

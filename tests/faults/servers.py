@@ -1,0 +1,167 @@
+"""Server control for the fault suite (and any test that needs to hurt a server).
+
+:func:`controlled_server` starts a backend's test server with a storage directory and yields a
+:class:`ControlledServer`: its URL (with client settings suited to fault runs), its process tree,
+``pause()`` / ``resume()`` (SIGSTOP / SIGCONT of the whole process group), ``kill()`` (SIGKILL) and
+``restart()`` (SIGKILL, then start again on the same port and the same storage). A backend whose
+test server keeps everything in memory has ``restart_unsupported`` set to the reason.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.devserver import ProcessServer, free_port
+
+__all__ = ["BACKENDS", "ControlledServer", "controlled_server"]
+
+#: Every backend the fault suite knows, in table order.
+BACKENDS = ("kafka", "jetstream", "pulsar", "rabbitmq", "pubsub", "servicebus")
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+#: Why a restart cannot be tested, per backend whose test server keeps its data in memory.
+IN_MEMORY = {
+    "kafka": (
+        "not testable here: the Tansu in the test extra stores in memory only (memory://); the s3:// "
+        "route over a local SeaweedFS is not built yet"
+    ),
+    "pubsub": "not applicable: Google's Pub/Sub emulator keeps everything in memory",
+    "servicebus": "not applicable: the project's Service Bus test server keeps everything in memory",
+}
+
+
+@dataclass
+class ControlledServer:
+    """A running test server the fault suite can pause, kill and restart."""
+
+    #: The backend's name (one of :data:`BACKENDS`).
+    backend: str
+    #: What ``broker.connect`` takes: a URL or a settings mapping, with fault-run client settings.
+    connect: str | dict[str, str]
+    #: The process the faults act on (its whole process group).
+    process: ProcessServer
+    #: Where the server keeps its data (kept across restarts).
+    storage: Path
+    #: Why ``restart()`` means nothing here (None: it can be restarted on the same storage).
+    restart_unsupported: str | None = None
+    #: Consumer options for the workload (ack deadlines shorter than the faults).
+    consumer_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        """The server's TCP port (the same after a restart)."""
+        return self.process.port
+
+    def pids(self) -> list[int]:
+        """The server's process tree: every process of its process group."""
+        return self.process.process_tree()
+
+    def pause(self) -> None:
+        """SIGSTOP the whole process group."""
+        self.process.pause()
+
+    def resume(self) -> None:
+        """SIGCONT the whole process group."""
+        self.process.resume()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the storage stays)."""
+        self.process.kill()
+
+    def restart(self) -> None:
+        """SIGKILL, then start again on the same port and storage; return once it serves."""
+        if self.restart_unsupported is not None:
+            raise RuntimeError(f"{self.backend}: restart is {self.restart_unsupported}")
+        self.process.restart()
+
+
+@contextmanager
+def controlled_server(backend: str, storage: Path) -> Iterator[ControlledServer]:
+    """Start ``backend``'s test server with its data under ``storage``; stop it on exit.
+
+    Skips the test when the server is not installed here.
+    """
+    storage.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        server = _start(backend, storage, stack)
+        yield server
+
+
+def _start(backend: str, storage: Path, stack: ExitStack) -> ControlledServer:
+    if backend == "jetstream":
+        from broker.backends.jetstream.registration import factory as nats
+
+        process = stack.enter_context(nats.dev_server(store_dir=str(storage)))
+        url = f"{process.url}?reconnect_wait=0.1&connect_timeout=2&publish_timeout=5&request_timeout=5"
+        return ControlledServer(backend, url, process, storage, consumer_options={"ack_deadline": 3})
+    if backend == "pulsar":
+        pytest.importorskip("pulsar", reason="the pulsar extra (pulsar-client) is not installed")
+        from broker.backends.pulsar.devserver import pulsar_lite
+
+        process = stack.enter_context(pulsar_lite(workdir=str(storage)))
+        url = (
+            f"{process.url}?subscription_type=shared&operation_timeout=5&send_timeout=5"
+            "&connection_timeout=2&nack_redelivery_delay=0.2"
+        )
+        return ControlledServer(backend, url, process, storage, consumer_options={"ack_deadline": 10})
+    if backend == "rabbitmq":
+        from broker.backends.rabbitmq import RabbitmqServerNotFound
+        from broker.backends.rabbitmq import factory as rabbitmq
+
+        try:
+            dev = rabbitmq.dev_server()
+        except RabbitmqServerNotFound as exc:
+            pytest.skip(str(exc))
+        stack.enter_context(dev)  # its data directory lives as long as it does
+        assert dev.node is not None
+        url = f"{dev.url}?heartbeat=2&connect_timeout=3&publish_timeout=5"
+        return ControlledServer(backend, url, dev.node, storage, consumer_options={"ack_deadline": 3})
+    if backend == "kafka":
+        from broker.backends.kafka.registration import factory as kafka
+
+        process = stack.enter_context(kafka.dev_server())
+        url = f"{process.url}?session_timeout=2&heartbeat_interval=0.3&fetch_max_wait=0.1"
+        return ControlledServer(
+            backend, url, process, storage, IN_MEMORY[backend], consumer_options={"ack_deadline": 3}
+        )
+    if backend == "pubsub":
+        from broker.backends.pubsub.emulator import EmulatorNotFound
+        from broker.backends.pubsub.registration import factory as pubsub
+
+        try:
+            process = pubsub.dev_server()
+        except EmulatorNotFound as exc:
+            pytest.skip(str(exc))
+        stack.enter_context(process)
+        url = f"{process.url}&publish_timeout=5&pull_timeout=5&rpc_timeout=5"
+        return ControlledServer(
+            backend, url, process, storage, IN_MEMORY[backend], consumer_options={"ack_deadline": 10}
+        )
+    if backend == "servicebus":
+        port = free_port()
+        command = [sys.executable, "-m", "tests.servicebus_fake", "--port", str(port)]
+        process = stack.enter_context(
+            ProcessServer(
+                command,
+                url=f"fake-servicebus://127.0.0.1:{port}",
+                host="127.0.0.1",
+                port=port,
+                env={"PYTHONPATH": str(_ROOT)},
+            )
+        )
+        settings = {
+            "url": (
+                f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=fake;"
+                "SharedAccessKey=ZmFrZS1rZXk=;UseDevelopmentEmulator=true"
+            ),
+        }
+        return ControlledServer(backend, settings, process, storage, IN_MEMORY[backend])
+    raise ValueError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")

@@ -1,0 +1,104 @@
+"""The fault matrix: every backend x (pause, restart) where it applies; lost must be 0 and it recovers.
+
+Also the server-control module's own tests (on a real nats-server). Everything that hurts a server is
+in this one file, so the root conftest gives it one xdist group: these tests never run in parallel.
+
+``make faults`` runs every cell (``-m faults``); ``make test`` runs the short subset
+(:data:`SUBSET`). Cells that cannot apply skip with the reason, which docs/reliability.md repeats.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import RESULTS
+from tests.faults.nemesis import FAULTS, run_fault
+from tests.faults.servers import BACKENDS, IN_MEMORY, controlled_server
+
+#: The cells ``make test`` runs too: one restart and one pause, on two backends.
+SUBSET = {("jetstream", "restart"), ("kafka", "pause")}
+
+
+def _cells() -> list[object]:
+    cells: list[object] = []
+    for backend in BACKENDS:
+        for fault in FAULTS:
+            marks = [pytest.mark.faults, pytest.mark.timeout(300)]
+            if (backend, fault) not in SUBSET:
+                marks.append(pytest.mark.faults_full)
+            cells.append(pytest.param(backend, fault, marks=marks, id=f"{backend}-{fault}"))
+    return cells
+
+
+@pytest.mark.parametrize(("backend", "fault"), _cells())
+async def test_fault_loses_no_confirmed_message(backend: str, fault: str, tmp_path: Path) -> None:
+    """600 messages at 150/s with the fault 1.5 s in: every confirmed id is delivered, and it recovers."""
+    if fault == "restart" and backend in IN_MEMORY:
+        pytest.skip(f"{backend} restart: {IN_MEMORY[backend]}")
+    with controlled_server(backend, tmp_path / "storage") as server:
+        assert server.pids(), "the server has no process tree"
+        result = await run_fault(server, fault, tmp_path)
+    RESULTS.append(result)
+    report = result.report
+    print(
+        f"\n{backend} {fault} ({result.fault_seconds:.1f}s fault, {result.wall_seconds:.1f}s run): "
+        f"{report.summary()}"
+    )
+    assert report.confirmed > 0, f"nothing was confirmed: {report.summary()}"
+    assert not report.lost, report.problems()
+    assert report.ok, report.problems()
+
+
+# The server-control module itself.
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def _states(pids: list[int], want: str, timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [_state(p) for p in pids]
+        if all(s == want for s in states) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.02)
+
+
+def test_pause_resume_and_restart_on_the_same_port_and_storage(tmp_path: Path) -> None:
+    storage = tmp_path / "nats"
+    with controlled_server("jetstream", storage) as server:
+        port, pids = server.port, server.pids()
+        assert pids and server.process.pid in pids
+        server.pause()
+        assert server.process.paused
+        assert _states(pids, "T") == ["T"] * len(pids)
+        server.resume()
+        assert not server.process.paused
+        assert "T" not in _states(pids, "S")
+        assert (storage / "jetstream").is_dir(), "JetStream did not store under the storage directory"
+
+        server.restart()
+        assert server.port == port
+        assert not set(server.pids()) & set(pids), "a process of the killed server survived"
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        assert (storage / "jetstream").is_dir()
+
+        server.kill()
+        assert server.pids() == []
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            pass
+
+
+def test_in_memory_servers_refuse_a_restart(tmp_path: Path) -> None:
+    assert set(IN_MEMORY) == {"kafka", "pubsub", "servicebus"}
+    with controlled_server("kafka", tmp_path / "kafka") as server:
+        assert server.restart_unsupported == IN_MEMORY["kafka"]
+        with pytest.raises(RuntimeError, match="not testable here"):
+            server.restart()
