@@ -9,7 +9,7 @@ import no SDK: :meth:`BackendFactory.open` imports it and raises
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
@@ -28,6 +28,7 @@ from broker.interfaces import (
     RecordIterator,
     TransactionalPublisher,
 )
+from broker.publishing import DriverPublisher
 from broker.resources import AsyncResource
 from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
@@ -201,10 +202,28 @@ class BackendBase(AsyncResource):
         if self._closed:
             raise ClosedError(f"the {self.name} backend is closed")
 
+    #: Called with every publisher handed out (see :meth:`on_publisher`); empty on most backends.
+    _publisher_hooks: tuple[Callable[[Publisher], None], ...] = ()
+
     def _track(self, resource: Any) -> Any:
         self._check_open()
         self._resources.append(resource)
+        if self._publisher_hooks and isinstance(resource, DriverPublisher):
+            for hook in self._publisher_hooks:
+                hook(resource)
         return resource
+
+    def on_publisher(self, hook: Callable[[Publisher], None]) -> None:
+        """Call ``hook`` with every publisher this backend handed out and will hand out.
+
+        A hook typically adds send middleware (``publisher.wrap_send``) or an interceptor to each
+        one, as the test kit's publish recorder does; publishers that do not go through
+        :class:`broker.publishing.DriverPublisher` are not passed.
+        """
+        self._publisher_hooks = (*self._publisher_hooks, hook)
+        for resource in self._resources:
+            if isinstance(resource, DriverPublisher):
+                hook(resource)
 
     def _not_supported(self, what: str) -> NotSupported:
         return NotSupported(

@@ -12,11 +12,11 @@ and hands out :class:`PushedMessageIterator` / :class:`PushedBatchedMessageItera
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol, Self
 
 from broker.batch_limits import check_batch_limits
+from broker.clock import clock
 from broker.errors import ClosedError, Timeout
 from broker.message import Message
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
@@ -92,7 +92,7 @@ class PushedMessages(AsyncResource):
         if delivery is _CLOSED:
             self._buffer.put_nowait(_CLOSED)  # wake the next waiter too
             raise self._closed_error()
-        return self.driver.message(delivery, time.time())
+        return self.driver.message(delivery, clock.time())
 
     async def _next(self, timeout: float | None) -> Message:
         if self._closed:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
+from broker.clock import monotonic, wall
 from broker.errors import ConfigError, DecodeError, NotSupported
 from broker.interfaces import Publisher, Topic
 from broker.message import Message, OutboundMessage, Record
@@ -186,8 +186,8 @@ class RetryPolicy:
         publisher: Publisher | None = None,
         topic: str | None = None,
         subscription: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = monotonic,
+        now: Callable[[], float] = wall,
     ) -> Retrier:
         """A :class:`Retrier` applying this policy to the messages of ``topic``/``subscription``.
 
@@ -240,8 +240,8 @@ class Retrier:
         publisher: Publisher | None = None,
         topic: str | None = None,
         subscription: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = monotonic,
+        now: Callable[[], float] = wall,
     ) -> None:
         self.policy = policy
         self.topic = topic

@@ -6,12 +6,13 @@ from typing import Any
 
 from broker.backend import BackendBase, Batching
 from broker.backends.inmem.backlog import backlog as _backlog
+from broker.backends.inmem.faults import Faults, faults_of
 from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
 from broker.backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
 from broker.backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
 from broker.backends.inmem.registration import InmemFactory
 from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
-from broker.backends.inmem.store import InmemBroker, get_broker, resolve_partitioner
+from broker.backends.inmem.store import InmemBroker, forget, get_broker, resolve_partitioner
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
 from broker.options import build_consumer_options
@@ -36,6 +37,15 @@ class InmemBackend(BackendBase):
 
     def __repr__(self) -> str:
         return f"<InmemBackend {self.settings.name!r}>"
+
+    @property
+    def faults(self) -> Faults:
+        """Fault injection on this broker (``faults.py``): failing publishes, a drop, a slow consumer."""
+        return faults_of(self.broker)
+
+    def forget(self) -> None:
+        """Drop the named broker and everything it holds (the test kit does it after each test)."""
+        forget(self.settings.name)
 
     def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
         return build_consumer_options(

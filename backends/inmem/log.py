@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Mapping, Sequence
 
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
+from broker.clock import clock
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
 from broker.log import (
     OFFSET_BEGINNING,
@@ -138,7 +138,7 @@ class _PartitionReader(AsyncResource):
         live = [tp for tp in self.positions if tp not in self.paused]
         if not live:
             return out
-        now = time.time()
+        now = clock.time()
         count = len(live)
         for step in range(count):
             tp = live[(self._rotation + step) % count]

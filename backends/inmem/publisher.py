@@ -38,6 +38,8 @@ class InmemPublishDriver:
 
     def append(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
         """Append ``messages`` to ``topic`` in one step."""
+        if self._broker.faults is not None:
+            self._broker.faults.before_publish(topic)
         state = self._states.get(topic) or self.state(topic)
         if len(messages) == 1:
             self._broker.append_one(state, messages[0], self._partitioner)

@@ -11,7 +11,6 @@ import asyncio
 import heapq
 import itertools
 import logging
-import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Self
@@ -19,6 +18,7 @@ from typing import Self
 from broker.backends.inmem.settings import ConsumerOptions
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
+from broker.clock import clock
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
 from broker.message import Message, OutboundMessage, claim_acks
 from broker.partitioning import Partitioner
@@ -119,10 +119,10 @@ class Subscription:
 
     def take(self, limit: int) -> list[Message]:
         """Up to ``limit`` messages ready now; redeliveries and new messages share the batch fairly."""
-        now = time.monotonic()
+        now = clock.monotonic()
         if self.leases or self.delayed:
             self._expire(now)
-        wall = time.time()
+        wall = clock.time()
         ready = self.ready
         if limit == 1 and not ready and len(self.cursors) == 1:
             # The one-at-a-time path, kept lean: no slices, no rotation.
@@ -213,7 +213,7 @@ class Subscription:
         if limit is not None and (message.delivery_attempt or 1) >= limit:
             self._dead_letter(message, f"{why} after {limit} deliveries")
         elif delay:
-            heapq.heappush(self.delayed, (time.monotonic() + delay, next(self._seq), message))
+            heapq.heappush(self.delayed, (clock.monotonic() + delay, next(self._seq), message))
         else:
             self.ready.append(message)
 
@@ -281,7 +281,7 @@ class Subscription:
         if lease.expired:
             raise AckError(f"message {message.id} is no longer in flight: its ack deadline passed")
         lease.settle(1)
-        renewed = Lease(time.monotonic() + self.ack_deadline, [message])
+        renewed = Lease(clock.monotonic() + self.ack_deadline, [message])
         message.raw = renewed
         self.leases.append(renewed)
 
@@ -296,6 +296,7 @@ class _Consumer(AsyncResource):
 
     def __init__(self, subscription: Subscription) -> None:
         self._subscription = subscription
+        self._broker = subscription.broker
         self._closed = False
 
     async def _take(self, limit: int, timeout: float | None) -> list[Message]:
@@ -305,8 +306,13 @@ class _Consumer(AsyncResource):
         while True:
             if self._closed:
                 raise ClosedError("the in-memory consumer is closed")
+            faults = self._broker.faults
+            if faults is not None:
+                faults.before_receive(subscription.topic.name, subscription.name)
             messages = subscription.take(limit)
             if messages:
+                if faults is not None and (delay := faults.receive_delay(subscription.name)):
+                    await asyncio.sleep(delay)
                 return messages
             wait = None if deadline is None else deadline - loop.time()
             if wait is not None and wait <= 0:
@@ -315,7 +321,9 @@ class _Consumer(AsyncResource):
                 )
             due = subscription.next_due()
             if due is not None:
-                until_due = max(0.0, due - time.monotonic()) + 0.001
+                # 1 ms late on a real clock, so the timer never fires just before ``due``; a
+                # virtual clock jumps to the timer exactly.
+                until_due = max(0.0, due - clock.monotonic()) + (0.0 if clock.virtual else 0.001)
                 wait = until_due if wait is None else min(wait, until_due)
             await wait_for_change([subscription.topic.waiters], wait)
 
@@ -331,7 +339,7 @@ class InmemMessageIterator(_Consumer):
 
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message (``Timeout`` if none within ``timeout`` seconds)."""
-        if not self._closed:  # fast path: a message is ready, no waiting to set up
+        if not self._closed and self._broker.faults is None:  # fast path: a message is ready
             ready = self._subscription.take(1)
             if ready:
                 return ready[0]
@@ -344,9 +352,10 @@ class InmemMessageIterator(_Consumer):
         """The next message; the iteration ends when the iterator is closed."""
         if self._closed:
             raise StopAsyncIteration
-        ready = self._subscription.take(1)
-        if ready:
-            return ready[0]
+        if self._broker.faults is None:
+            ready = self._subscription.take(1)
+            if ready:
+                return ready[0]
         try:
             return (await self._take(1, None))[0]
         except ClosedError:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from broker.clock import clock
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import TopicPartition
 from broker.message import EMPTY_ATTRIBUTES, OutboundMessage
 from broker.partitioning import Partitioner, partitioner_by_name
 
 if TYPE_CHECKING:
+    from broker.backends.inmem.faults import Faults
     from broker.backends.inmem.log import Group
     from broker.backends.inmem.queue import Subscription
 
@@ -127,6 +128,11 @@ class TopicState:
 class InmemBroker:
     """A process-local broker: topics (partitioned logs), subscriptions and consumer groups."""
 
+    #: The faults publishes and receives must consult, while any is set (``faults.py``), else None.
+    faults: Faults | None = None
+    #: This broker's fault-injection API, once asked for (``faults.faults_of``).
+    faults_api: Faults | None = None
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.topics: dict[str, TopicState] = {}
@@ -172,7 +178,7 @@ class InmemBroker:
         partition: int | None = None,
     ) -> None:
         """Append ``messages`` (already validated), keyed ones to their key's partition."""
-        now = time.time()
+        now = clock.time()
         parts = topic.partitions
         count = len(parts)
         if count == 1 or partition is not None:
@@ -203,7 +209,7 @@ class InmemBroker:
             message.data,
             key,
             dict(message.attributes) if message.attributes else EMPTY_ATTRIBUTES,
-            time.time(),
+            clock.time(),
         )
         if topic.waiters:
             wake(topic.waiters)
@@ -222,7 +228,7 @@ class InmemBroker:
         if partition is None:
             partition = partitioner(key.encode(), count) if key is not None else next(topic._spread) % count
         part = topic.partitions[topic.tp(partition).partition]
-        offset = part.append(value, key, dict(attributes) if attributes else EMPTY_ATTRIBUTES, time.time())
+        offset = part.append(value, key, dict(attributes) if attributes else EMPTY_ATTRIBUTES, clock.time())
         if topic.waiters:
             wake(topic.waiters)
         return partition, offset

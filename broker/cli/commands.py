@@ -9,11 +9,11 @@ import json
 import logging
 import signal
 import sys
-import time
 import uuid
 from typing import Any
 
 from broker.backend import Backend, QueueTracking
+from broker.clock import clock
 from broker.connect import _factory, available_backends, connect
 from broker.errors import BrokerError, ConfigError
 from broker.message import Message, OutboundMessage, Record
@@ -116,7 +116,7 @@ async def _demo_messages(backend: Backend, topic: str, orders: list[OutboundMess
         handled: set[bytes] = set()
         failed_once = False
         held: Message | None = None
-        started = time.monotonic()
+        started = clock.monotonic()
         while len(handled) < len(orders):
             message = await consumer.next_message(timeout=30)
             body = json.loads(message.data)
@@ -135,7 +135,7 @@ async def _demo_messages(backend: Backend, topic: str, orders: list[OutboundMess
             _say(f"     order {body['order']}: handled ({note}) -> ack()")
             await message.ack()
             handled.add(message.data)
-        _say(f"   all {len(orders)} orders handled in {time.monotonic() - started:.1f}s")
+        _say(f"   all {len(orders)} orders handled in {clock.monotonic() - started:.1f}s")
 
 
 async def _demo_records(
@@ -273,7 +273,7 @@ async def consume(args: argparse.Namespace) -> int:
 
 async def _consume_messages(backend: Backend, args: argparse.Namespace) -> int:
     seen = 0
-    last = time.monotonic()
+    last = clock.monotonic()
     stop = asyncio.Event()
     count: int = args.count
     drain_timeout: float = getattr(args, "drain_timeout", 30.0)
@@ -294,7 +294,7 @@ async def _consume_messages(backend: Backend, args: argparse.Namespace) -> int:
             await message.nack()
             return
         seen += 1
-        last = time.monotonic()
+        last = clock.monotonic()
         print(_render(message, args.json), flush=True)
         if args.no_ack:
             await message.nack()
@@ -305,7 +305,7 @@ async def _consume_messages(backend: Backend, args: argparse.Namespace) -> int:
 
     async def watch_idle(timeout: float) -> None:
         while not stop.is_set():
-            idle = time.monotonic() - last
+            idle = clock.monotonic() - last
             if idle >= timeout:
                 stop.set()
                 return

@@ -11,9 +11,10 @@ Nothing here talks to a broker.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from broker.clock import clock, wall
 
 __all__ = ["ConsumerHealth", "HealthReport", "HealthState"]
 
@@ -36,7 +37,7 @@ class ConsumerHealth:
     connected: bool | None = None
     consuming: bool = False
     closed: bool = False
-    idle_since: float = field(default_factory=time.time)
+    idle_since: float = field(default_factory=wall)
     received: int = 0
     last_error: str | None = None
     last_error_at: float | None = None
@@ -50,7 +51,7 @@ class ConsumerHealth:
         """``count`` messages arrived."""
         self.connected = True
         self.received += count
-        self.idle_since = time.time()
+        self.idle_since = clock.time()
 
     def success(self) -> None:
         """A call to the broker worked, with or without messages."""
@@ -60,12 +61,12 @@ class ConsumerHealth:
         """A call to the broker raised ``exc``."""
         self.connected = False
         self.last_error = f"{type(exc).__name__}: {exc}"
-        self.last_error_at = time.time()
+        self.last_error_at = clock.time()
 
     def observe_backlog(self, backlog: int | None, threshold: int | None) -> None:
         """The broker reported ``backlog`` (None: it does not say); lagging above ``threshold``."""
         self.backlog = backlog
-        self.backlog_at = time.time()
+        self.backlog_at = clock.time()
         self.lagging = threshold is not None and backlog is not None and backlog > threshold
 
     def backlog_failure(self, exc: BaseException) -> None:

@@ -7,9 +7,10 @@ only where the guarantee allows them.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Sequence
+
+from broker.clock import clock
 
 try:
     import pytest
@@ -243,10 +244,10 @@ class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite,
         async with harness.messages(topic, sub) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"later"))
             (first,) = await collect(consumer, 1, harness.patience, ack=False)
-            started = time.monotonic()
+            started = clock.monotonic()
             await first.nack(delay=delay)
             (second,) = await collect(consumer, 1, harness.patience + delay)
-            waited = time.monotonic() - started
+            waited = clock.monotonic() - started
         assert second.data == b"later"
         assert waited >= delay * 0.8, f"redelivered after {waited:.2f}s, delay was {delay}s"
 
@@ -257,9 +258,9 @@ class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite,
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"forgotten"))
             await collect(consumer, 1, harness.patience, ack=False)
-            started = time.monotonic()
+            started = clock.monotonic()
             (second,) = await collect(consumer, 1, harness.patience + deadline * 3)
-            waited = time.monotonic() - started
+            waited = clock.monotonic() - started
         assert second.data == b"forgotten"
         assert waited >= deadline * 0.5, f"redelivered after {waited:.2f}s, before the {deadline}s deadline"
         assert waited <= deadline * 2 + 2.0, f"redelivered after {waited:.2f}s with a {deadline}s deadline"
@@ -273,8 +274,8 @@ class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite,
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"slow"))
             (message,) = await collect(consumer, 1, harness.patience, ack=False)
-            held_until = time.monotonic() + deadline * 2.5
-            while time.monotonic() < held_until:
+            held_until = clock.monotonic() + deadline * 2.5
+            while clock.monotonic() < held_until:
                 await message.in_progress()
                 with pytest.raises(TimeoutError):
                     await consumer.next_message(timeout=deadline / 3)

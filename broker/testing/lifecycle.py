@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from broker.clock import clock
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, UnknownSetting
 from broker.message import Message, OutboundMessage, Record
 from broker.options import PORTABLE_OPTIONS
@@ -119,7 +119,7 @@ class LifecycleSuite:
             raise RuntimeError("always fails")
 
         receiver = harness.backend.receiver(topic, sub, concurrency=2)
-        started = time.monotonic()
+        started = clock.monotonic()
         task = asyncio.ensure_future(receiver.receive(handler))
         try:
             await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
@@ -132,7 +132,7 @@ class LifecycleSuite:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        elapsed = time.monotonic() - started
+        elapsed = clock.monotonic() - started
         total = sum(calls.values())
         # A receiver must not spin: failed messages come back with a backoff, not at once.
         assert total <= count * (elapsed / 0.1 + 5), f"{total} handler calls in {elapsed:.1f}s: no backoff"
@@ -159,17 +159,17 @@ class LifecycleSuite:
         task = asyncio.ensure_future(adapt.receiver(consumer, concurrency=4).receive(handler))
         await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
         held: Message | None = None
-        seen, progress_at = 0, time.monotonic()
+        seen, progress_at = 0, clock.monotonic()
         async with asyncio.timeout(harness.patience * 2):
             while len(handled) < 10:
                 if len(handled) != seen:
-                    seen, progress_at = len(handled), time.monotonic()
+                    seen, progress_at = len(handled), clock.monotonic()
                 if held is None:
                     try:
                         held = await holder.next_message(timeout=0.05)  # taken, never settled
                     except TimeoutError:
                         pass
-                elif time.monotonic() - progress_at > deadline * 2:
+                elif clock.monotonic() - progress_at > deadline * 2:
                     # On a partitioned log the holder may own every partition of the topic: the
                     # receiver then waits in its fetch, which is busy enough for this test.
                     break
@@ -311,7 +311,7 @@ class LifecycleSuite:
             await process.wait()
         for line in (await process.stdout.read()).splitlines():
             read(line)
-        killed = time.monotonic()
+        killed = clock.monotonic()
         rest: list[Message] = []
         async with harness.backend.messages(topic, sub, ack_deadline=deadline) as consumer:
             async with asyncio.timeout(harness.patience + deadline * 4):
@@ -319,7 +319,7 @@ class LifecycleSuite:
                     message = await consumer.next_message()
                     await message.ack()
                     rest.append(message)
-            recovered = time.monotonic() - killed
+            recovered = clock.monotonic() - killed
             rest += await drain(consumer, deadline * 1.5)
         values = _values(rest)
         lost = set(range(count)) - acked - set(values)
