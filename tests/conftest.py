@@ -8,6 +8,9 @@ SparkSession are session-scoped) is one group, any other test file is one group.
 
 from __future__ import annotations
 
+import faulthandler
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +33,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = Path(str(item.path)).resolve()
         if _TESTS in path.parents:
             item.add_marker(pytest.mark.xdist_group(_group(path)))
+
+
+#: Seconds past a test's own timeout after which the watchdog below ends the worker.
+_WATCHDOG_GRACE = 180.0
+
+
+def _timeout_of(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(item.config.getini("timeout") or 120)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A watchdog behind pytest-timeout: a test still running long after its timeout is stuck where
+    the timeout's SIGALRM cannot reach it (a blocking C call on the main thread, or the timeout's
+    exception swallowed by an event-loop callback). Dump every thread's stack and end the worker:
+    pytest-xdist reports the test as crashed and the run goes on, instead of hanging CI until it is
+    killed with no trace of where it stood."""
+    faulthandler.dump_traceback_later(_timeout_of(item) + _WATCHDOG_GRACE, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
