@@ -17,7 +17,7 @@ layer adds nothing but validation to a publish.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from broker.errors import ClosedError, ConfigError
 from broker.message import OutboundMessage
@@ -161,6 +161,9 @@ class DriverPublisher(AsyncResource):
         #: Wrapped around every send, the first added outermost (see :data:`SendMiddleware`); add
         #: with :meth:`wrap_send`.
         self.middleware: list[SendMiddleware] = []
+        #: Topic name -> the ``broker.typed`` binding a typed topic handle publishes it with (set by
+        #: ``broker.typed.topic``; read by tools such as the publish recorder, never on the send path).
+        self.bindings: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}{' closed' if self._closed else ''}>"

@@ -12,7 +12,12 @@ pytest plugin's ``polybroker_recorder`` fixture watches ``polybroker_backend``::
 
     await app.place_order(...)
     sent = polybroker_recorder.assert_published("orders", key="c-7")
-    assert sent.decoded(Order) == Order(id=1, total=9.5)
+    assert sent.value == Order(id=1, total=9.5)   # published through broker.typed.topic(...)
+    assert sent.decoded(Order) == Order(id=1, total=9.5)   # any payload, with a type given
+
+A message published through a typed topic handle (``broker.typed.topic``) carries its binding, so
+:attr:`Published.value` decodes it with no type passed; for other payloads pass one to
+:meth:`Published.decoded`.
 
 A transactional publisher's messages are recorded when they are sent into the transaction.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from broker.message import OutboundMessage
@@ -39,6 +45,8 @@ class Published:
     data: bytes
     key: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    #: The ``broker.typed`` binding the message was published with (a typed topic handle), else None.
+    binding: Any = field(default=None, compare=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -63,6 +71,27 @@ class Published:
         decoder = bound.decoder if content_type is None else bound.decoder_for(content_type)
         return decoder(self.data)
 
+    @property
+    def typed(self) -> bool:
+        """True when the message was published through a typed topic handle (:attr:`value` works)."""
+        return self.binding is not None
+
+    @property
+    def value(self) -> Any:
+        """The value the application published, decoded with the typed topic handle's own binding.
+
+        Raises ``broker.errors.NotSupported`` for a message published untyped (pass a type to
+        :meth:`decoded` instead) and ``broker.errors.DecodeError`` when the payload does not decode.
+        """
+        if self.binding is None:
+            from broker.errors import NotSupported
+
+            raise NotSupported(
+                f"the message to {self.topic!r} was not published through a typed topic handle "
+                "(broker.typed.topic): pass the type to decoded()"
+            )
+        return self.decoded(self.binding)
+
 
 class PublishRecorder:
     """Keeps every message sent through the publishers it is attached to, with assertion helpers."""
@@ -72,6 +101,7 @@ class PublishRecorder:
         self.published: list[Published] = []
         #: ``(message, error)`` for each message of a send that raised.
         self.failed: list[tuple[Published, BaseException]] = []
+        self._attached: set[int] = set()
 
     def __repr__(self) -> str:
         return f"<PublishRecorder {len(self.published)} published, {len(self.failed)} failed>"
@@ -91,8 +121,10 @@ class PublishRecorder:
                 f"{type(publisher).__name__} does not publish through broker.publishing.DriverPublisher; "
                 "the recorder cannot hook it"
             )
-        if self._record not in publisher.middleware:
-            publisher.wrap_send(self._record)
+        if id(publisher) in self._attached:
+            return
+        self._attached.add(id(publisher))
+        publisher.wrap_send(partial(self._record, publisher.bindings))
 
     def watch(self, backend: Any) -> None:
         """Record what every publisher of ``backend`` sends (those it handed out and will hand out)."""
@@ -101,13 +133,17 @@ class PublishRecorder:
             raise TypeError(f"{type(backend).__name__} has no on_publisher hook; attach() its publishers")
         on_publisher(self.attach)
 
-    async def _record(self, topic: str, messages: Sequence[OutboundMessage], send: Send) -> None:
+    async def _record(
+        self, bindings: Mapping[str, Any], topic: str, messages: Sequence[OutboundMessage], send: Send
+    ) -> None:
         try:
             await send(messages)
         except BaseException as exc:
-            self.failed.extend((_published(topic, m), exc) for m in messages)
+            bound = bindings.get(topic)
+            self.failed.extend((_published(topic, m, bound), exc) for m in messages)
             raise
-        self.published.extend(_published(topic, m) for m in messages)
+        bound = bindings.get(topic)
+        self.published.extend(_published(topic, m, bound) for m in messages)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -119,8 +155,12 @@ class PublishRecorder:
         """The topics published to, in order of their first message."""
         return list(dict.fromkeys(p.topic for p in self.published))
 
-    def values(self, topic: str, target: Any) -> list[Any]:
-        """The decoded values (see :meth:`Published.decoded`) of the messages published to ``topic``."""
+    def values(self, topic: str, target: Any = None) -> list[Any]:
+        """The decoded values of the messages published to ``topic``: as ``target`` (see
+        :meth:`Published.decoded`), or without one as the typed topic handle published them
+        (:attr:`Published.value`)."""
+        if target is None:
+            return [p.value for p in self.on(topic)]
         return [p.decoded(target) for p in self.on(topic)]
 
     def clear(self) -> None:
@@ -142,7 +182,8 @@ class PublishRecorder:
     ) -> list[Published]:
         """The messages to ``topic`` with this payload, key, these attributes (a subset) and decoded value.
 
-        ``value`` is compared with :meth:`Published.decoded` of ``target`` (default: ``type(value)``).
+        ``value`` is compared with :meth:`Published.decoded` of ``target`` (default: the typed topic
+        handle's binding for a message published through one, else ``type(value)``).
         """
         found = []
         for p in self.on(topic):
@@ -154,7 +195,11 @@ class PublishRecorder:
                 continue
             if value is not None:
                 try:
-                    if p.decoded(target if target is not None else type(value)) != value:
+                    if target is not None:
+                        got = p.decoded(target)
+                    else:
+                        got = p.value if p.binding is not None else p.decoded(type(value))
+                    if got != value:
                         continue
                 except Exception:
                     continue
@@ -204,5 +249,5 @@ class PublishRecorder:
         return "; ".join(shown) + more
 
 
-def _published(topic: str, message: OutboundMessage) -> Published:
-    return Published(topic, message.data, message.key, dict(message.attributes))
+def _published(topic: str, message: OutboundMessage, binding: Any = None) -> Published:
+    return Published(topic, message.data, message.key, dict(message.attributes), binding)

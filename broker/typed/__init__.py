@@ -17,7 +17,10 @@ type) or a :class:`Binding` (:func:`binding` for a format or a codec, :func:`uni
 Every style has its wrapper: :func:`messages`, :func:`batched_messages`, :func:`records`,
 :func:`batched_records`, :func:`receiver`, :func:`batched_receiver`, and :func:`stream`,
 :func:`batch_stream`, :func:`record_stream` for the :mod:`broker.adapt` streams (the adapters'
-iterators and receivers go to the functions of their kind). See ``docs/typed-messages.md``.
+iterators and receivers go to the functions of their kind). :func:`binding_codec` makes a binding
+a :class:`~broker.codecs.Codec` for everything that takes one (the processor, the Kafka helpers);
+:mod:`broker.typed.cloudevents` carries CloudEvents in binary and structured mode. See
+``docs/typed-messages.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from broker.interfaces import (
     Receiver,
     RecordIterator,
 )
+from broker.typed import cloudevents
 from broker.typed.binding import Binding, Engine, binding, ensure_binding, union
+from broker.typed.codec import BindingCodec, binding_codec
 from broker.typed.consuming import (
     DecodeErrorHook,
     TypedBatchedMessages,
@@ -64,6 +69,7 @@ __all__ = [
     "CONTENT_TYPE",
     "CONTENT_TYPES",
     "Binding",
+    "BindingCodec",
     "DecodeErrorHook",
     "Engine",
     "Format",
@@ -81,6 +87,8 @@ __all__ = [
     "batched_receiver",
     "batched_records",
     "binding",
+    "binding_codec",
+    "cloudevents",
     "content_type",
     "messages",
     "native_properties",
@@ -102,7 +110,12 @@ T = TypeVar("T")
 
 def topic(publisher: Publisher, name: str, type: Binding[T] | type[T]) -> TypedTopic[T]:
     """A handle publishing values of ``type`` to topic ``name`` through ``publisher``."""
-    return TypedTopic(publisher.topic(name), ensure_binding(type))
+    bound = ensure_binding(type)
+    handle = TypedTopic(publisher.topic(name), bound)
+    bindings = getattr(publisher, "bindings", None)
+    if isinstance(bindings, dict):
+        bindings[name] = bound  # what the publish recorder decodes this topic's payloads with
+    return handle
 
 
 def messages(source: MessageIterator, type: Binding[T] | type[T]) -> TypedMessages[T]:

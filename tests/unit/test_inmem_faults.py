@@ -152,3 +152,33 @@ async def test_the_recorder_decodes_typed_publishes(backend: broker.Backend) -> 
     recorder.assert_nothing_published()
     with pytest.raises(TypeError):
         recorder.attach(object())
+
+
+@dataclasses.dataclass
+class Shipped:
+    """A value the recorder tests publish through a typed topic handle."""
+
+    order: int
+    carrier: str
+
+
+async def test_the_recorder_decodes_typed_publishes_with_their_own_binding(backend: broker.Backend) -> None:
+    from broker import typed
+    from broker.errors import NotSupported
+
+    recorder = PublishRecorder()
+    recorder.watch(backend)
+    publisher = backend.publisher()
+    shipped = typed.topic(publisher, "shipped", Shipped)
+    await shipped.publish(Shipped(7, "ups"), key="o-7")
+    await shipped.batch_publish(Shipped(8, "dhl"), Shipped(9, "ups"))
+    await publisher.topic("raw").publish(OutboundMessage(b'{"order": 1, "carrier": "x"}'))
+
+    assert recorder.values("shipped") == [Shipped(7, "ups"), Shipped(8, "dhl"), Shipped(9, "ups")]
+    assert recorder.assert_published("shipped", value=Shipped(8, "dhl"), count=1).typed
+    assert recorder.matching("shipped", value=Shipped(9, "fedex")) == []
+    raw = recorder.assert_published("raw")
+    assert not raw.typed
+    with pytest.raises(NotSupported, match="decoded"):
+        _ = raw.value
+    assert raw.decoded(Shipped) == Shipped(1, "x")  # untyped payloads still decode with a type given
