@@ -5,7 +5,7 @@ broker by making it misbehave on purpose::
 
     faults = backend.faults                     # InmemBackend.faults; the fixture polybroker_faults
     faults.fail_publishes(2, Throttled)         # the next 2 publishes raise Throttled
-    faults.drop_connection()                    # publishes and receives raise ConnectionFailed ...
+    faults.drop_connection()                    # publishes and every receive raise ConnectionFailed ...
     faults.reconnect()                          # ... until this
     faults.slow_consumer("workers", delay=5.0)  # each delivery to "workers" takes 5 s more
 
@@ -95,6 +95,9 @@ class Faults:
 
     def slow_consumer(self, subscription: str | None = None, delay: float = 1.0) -> None:
         """Make each delivery to consumers of ``subscription`` (None: every one) take ``delay`` seconds more.
+
+        Record consumers are named by their group (``backend.records(topic, group=...)``); a reader
+        without a group is slowed by ``subscription=None`` only.
 
         The messages are taken (their ack deadline runs) and handed out ``delay`` seconds later,
         as a consumer stuck in a slow network or a slow handler would see them. ``delay=0`` removes it.

@@ -163,6 +163,10 @@ class _PartitionReader(AsyncResource):
     def _watched_topics(self) -> set[str]:
         return set()
 
+    def _fault_name(self) -> str:
+        """What ``backend.faults.slow_consumer(name)`` names this reader by: its group (none here)."""
+        return ""
+
     async def _before_read(self) -> None:
         """Hook: apply pending rebalances."""
 
@@ -176,8 +180,14 @@ class _PartitionReader(AsyncResource):
             if self._closed:
                 raise ClosedError("the in-memory log consumer is closed")
             await self._before_read()
+            faults = self.broker.faults
+            if faults is not None:
+                topics = ",".join(sorted({tp.topic for tp in self.positions}))
+                faults.before_receive(topics, self._fault_name())
             records = self._read_ready(max_records)
             if records:
+                if faults is not None and (delay := faults.receive_delay(self._fault_name())):
+                    await asyncio.sleep(delay)
                 return records
             wait = None if deadline is None else deadline - loop.time()
             if wait is not None and wait <= 0:
@@ -264,6 +274,9 @@ class GroupConsumer(_PartitionReader):
 
     def _watched_topics(self) -> set[str]:
         return set(self.topics)
+
+    def _fault_name(self) -> str:
+        return self.group.name
 
     async def _before_read(self) -> None:
         target = self._target

@@ -182,3 +182,26 @@ async def test_the_recorder_decodes_typed_publishes_with_their_own_binding(backe
     with pytest.raises(NotSupported, match="decoded"):
         _ = raw.value
     assert raw.decoded(Shipped) == Shipped(1, "x")  # untyped payloads still decode with a type given
+
+
+async def test_record_consumers_see_a_dropped_connection_and_a_slow_consumer(backend: broker.Backend) -> None:
+    faults = faults_of(backend)
+    topic = backend.publisher().topic("ledger")
+    with virtual_time() as vt:
+        async with backend.records("ledger", group="books", batch_size=1) as records:
+            await topic.publish(OutboundMessage(b"r1"))
+            assert (await records.next_record(timeout=5)).value == b"r1"
+            waiting = asyncio.create_task(records.next_record(timeout=60))
+            await asyncio.sleep(1)
+            faults.drop_connection()
+            with pytest.raises(ConnectionFailed, match="dropped"):
+                await waiting
+            faults.reconnect()
+            faults.slow_consumer("books", delay=7.0)
+            await topic.publish(OutboundMessage(b"r2"))
+            start = vt.elapsed()
+            assert (await records.next_record(timeout=60)).value == b"r2"  # nothing lost to the drop
+            assert vt.elapsed() - start == pytest.approx(7.0, abs=1e-3)
+            faults.clear()
+            await topic.publish(OutboundMessage(b"r3"))
+            assert (await records.next_record(timeout=5)).value == b"r3"
