@@ -103,6 +103,27 @@ async def test_ack_deadline_delayed_nack_and_publish_times_follow_virtual_time()
             assert first.publish_time is not None
 
 
+async def test_batch_windows_of_batched_iterators_and_adapters_follow_virtual_time() -> None:
+    from broker.adapt import batched_messages
+
+    with virtual_time() as vt:
+        async with broker.connect(_url()) as backend:
+            topic = backend.publisher().topic("w")
+            async with backend.batched_messages("w", "native", batch_size=10, batch_timeout=4) as native:
+                async with batched_messages(backend.messages("w", "adapted"), 10, timeout=6) as adapted:
+                    start = vt.elapsed()
+                    assert await native.next_batch() == []  # an empty window: the full 4 s
+                    assert vt.elapsed() - start == pytest.approx(4, abs=1e-3)
+                    await topic.publish(OutboundMessage(b"1"))
+                    start = vt.elapsed()
+                    batch = await adapted.next_batch()  # one message, then the window runs out
+                    assert [m.data for m in batch] == [b"1"]
+                    assert vt.elapsed() - start == pytest.approx(6, abs=1e-3)
+                    await batch[0].ack()
+                    for message in await native.next_batch():
+                        await message.ack()
+
+
 async def test_retry_backoff_runs_on_the_virtual_schedule() -> None:
     attempts: list[float] = []
     with virtual_time() as vt:
