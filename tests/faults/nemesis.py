@@ -21,6 +21,10 @@ __all__ = ["FAULTS", "PAUSE_SECONDS", "RunResult", "run_fault"]
 
 FAULTS = ("pause", "restart")
 
+#: Seconds after the fault ends before per-key order is checked: publishes started earlier may
+#: still be retried by the application (``retrying_publish``), which per-key order does not cover.
+ORDER_SETTLE = 2.0
+
 #: How long each backend's server is paused: longer than the client timeouts set in
 #: tests/faults/servers.py (heartbeats, Kafka's session, the ack deadline).
 PAUSE_SECONDS = {
@@ -109,5 +113,6 @@ async def run_fault(
     finally:
         async with asyncio.timeout(60):
             await backend.close()
-    report = check(read_confirmed(confirmed_file), outcome, fault_end=fault_end)
+    order_from = fault_end + ORDER_SETTLE if backend.capabilities.per_key_order else None
+    report = check(read_confirmed(confirmed_file), outcome, fault_end=fault_end, order_from=order_from)
     return RunResult(server.backend, fault, report, fault_end - fault_start, time.monotonic() - started)

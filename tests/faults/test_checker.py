@@ -12,6 +12,7 @@ from broker.errors import ConnectionFailed, Timeout
 from tests.faults.workload import (
     Delivery,
     Outcome,
+    Report,
     check,
     consume,
     message_id,
@@ -51,6 +52,30 @@ def test_a_clean_run_passes_and_no_delivery_after_the_fault_fails() -> None:
     late = check(["a", "b"], outcome, fault_end=3.0)
     assert not late.recovered and late.recovery is None
     assert late.problems() == ["no message was delivered after the fault ended"]
+
+
+def test_per_key_order_is_checked_on_what_was_published_after_the_fault() -> None:
+    ids = [message_id("r", i) for i in range(12)]  # keys k0..k3: 0,4,8 / 1,5,9 / 2,6,10 / 3,7,11
+    started = {mid: float(i) for i, mid in enumerate(ids)}
+    in_order = [Delivery(mid, 20.0 + i) for i, mid in enumerate(ids)]
+    swapped = list(in_order)
+    swapped[5], swapped[9] = Delivery(ids[9], 25.0), Delivery(ids[5], 29.0)  # k1: 9 before 5
+
+    def judge(deliveries: list[Delivery], order_from: float | None = 3.0) -> Report:
+        outcome = Outcome(published=ids, deliveries=deliveries, started=started)
+        return check(ids, outcome, fault_end=1.0, order_from=order_from)
+
+    kept = judge(in_order)
+    assert kept.order_violations == () and kept.ok and kept.order_summary() == "kept"
+    broken = judge(swapped)
+    assert broken.order_violations == (("k1", ids[5], ids[9]),)
+    assert not broken.ok and "key k1: r-000009 was delivered before r-000005" in broken.problems()[0]
+    # Published before order_from (still being retried after the fault): not judged.
+    assert judge(swapped, order_from=6.0).ok
+    # A redelivery of an earlier message after later ones is not an order break: first deliveries count.
+    assert judge([*in_order, Delivery(ids[4], 40.0)]).ok
+    # Not claimed: not checked.
+    assert judge(swapped, order_from=None).order_violations is None
 
 
 def test_confirmed_ids_come_from_the_file(tmp_path: Path) -> None:

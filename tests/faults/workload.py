@@ -7,7 +7,8 @@
 * :func:`consume` pulls with ``Backend.messages``, acks every message and records each delivery.
 * :func:`check` compares the confirmed file with the deliveries: lost (confirmed, never delivered),
   duplicates, phantoms (delivered, never published), every error the application saw (each must be
-  a :mod:`broker.errors` class) and the recovery time (fault end to the first delivery after it).
+  a :mod:`broker.errors` class), the recovery time (fault end to the first delivery after it) and,
+  on backends that claim ``per_key_order``, the order per key of what was published after the fault.
 """
 
 from __future__ import annotations
@@ -50,11 +51,22 @@ class Outcome:
     deliveries: list[Delivery] = field(default_factory=list)
     #: Every exception the application saw, in order.
     errors: list[BaseException] = field(default_factory=list)
+    #: Id -> when its publish started (``time.monotonic()``).
+    started: dict[str, float] = field(default_factory=dict)
+
+
+#: How many keys the workload spreads its messages over (message ``i`` has key ``k{i % KEYS}``).
+KEYS = 4
 
 
 def message_id(run: str, i: int) -> str:
     """The id of the ``i``-th message of run ``run``."""
     return f"{run}-{i:06d}"
+
+
+def sequence_of(mid: str) -> int:
+    """The ``i`` of :func:`message_id` (its key is ``k{i % KEYS}``)."""
+    return int(mid.rsplit("-", 1)[1])
 
 
 async def publish_at_rate(
@@ -82,8 +94,9 @@ async def publish_at_rate(
 
         async def one(i: int) -> None:
             mid = message_id(run, i)
+            message = OutboundMessage(mid.encode(), key=f"k{i % KEYS}")
             try:
-                await handle.publish(OutboundMessage(mid.encode(), key=f"k{i % 4}"), timeout=publish_timeout)
+                await handle.publish(message, timeout=publish_timeout)
             except Timeout as exc:
                 outcome.indeterminate.append(mid)
                 outcome.errors.append(exc)
@@ -102,6 +115,7 @@ async def publish_at_rate(
             await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
             await slots.acquire()
             outcome.published.append(message_id(run, i))
+            outcome.started[message_id(run, i)] = time.monotonic()
             tasks.append(asyncio.ensure_future(one(i)))
         await asyncio.gather(*tasks)
     await publisher.close()
@@ -172,6 +186,10 @@ class Report:
     #: Seconds from the end of the fault until every confirmed id had been delivered (None: no fault,
     #: or some never came).
     caught_up: float | None = None
+    #: ``(key, earlier id, later id)`` where, among the confirmed messages published after the fault
+    #: (plus a settling time), a later one of a key was first delivered before an earlier one.
+    #: Checked only on backends that claim ``per_key_order`` (None: not checked).
+    order_violations: tuple[tuple[str, str, str], ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -189,6 +207,12 @@ class Report:
             out.append(f"errors outside broker.errors: {list(self.foreign_errors[:10])}")
         if not self.recovered:
             out.append("no message was delivered after the fault ended")
+        if self.order_violations:
+            key, earlier, later = self.order_violations[0]
+            out.append(
+                f"per-key order broken after the fault ({len(self.order_violations)} times): "
+                f"key {key}: {later} was delivered before {earlier}"
+            )
         return out
 
     def summary(self) -> str:
@@ -199,8 +223,14 @@ class Report:
             f"confirmed={self.confirmed} delivered={self.delivered} lost={len(self.lost)} "
             f"duplicates={self.duplicates} indeterminate={self.indeterminate} failed={self.failed} "
             f"phantoms={len(self.phantoms)} recovery={recovery} caught_up={caught_up} "
-            f"errors={self.errors or {}}"
+            f"order={self.order_summary()} errors={self.errors or {}}"
         )
+
+    def order_summary(self) -> str:
+        """``kept``, ``N broken`` or ``-`` (not claimed, not checked)."""
+        if self.order_violations is None:
+            return "-"
+        return f"{len(self.order_violations)} broken" if self.order_violations else "kept"
 
 
 def check(
@@ -208,8 +238,13 @@ def check(
     outcome: Outcome,
     *,
     fault_end: float | None,
+    order_from: float | None = None,
 ) -> Report:
-    """Judge a run: ``confirmed`` ids (from the confirmed file) against what ``outcome`` recorded."""
+    """Judge a run: ``confirmed`` ids (from the confirmed file) against what ``outcome`` recorded.
+
+    ``order_from`` (a ``time.monotonic()``) checks per-key order: the confirmed messages whose
+    publish started then or later must be first delivered in publish order within each key.
+    """
     confirmed_ids = list(dict.fromkeys(confirmed))
     seen = Counter(d.id for d in outcome.deliveries)
     published = set(outcome.published)
@@ -231,6 +266,7 @@ def check(
             first.setdefault(d.id, d.at)
         if confirmed_ids and not lost:
             caught_up = max(0.0, max(first[i] for i in confirmed_ids) - fault_end)
+    violations = None if order_from is None else _order_violations(confirmed_ids, outcome, order_from)
     return Report(
         confirmed=len(confirmed_ids),
         delivered=len(seen),
@@ -244,4 +280,25 @@ def check(
         recovery=recovery,
         recovered=fault_end is None or recovery is not None,
         caught_up=caught_up,
+        order_violations=violations,
     )
+
+
+def _order_violations(
+    confirmed_ids: list[str], outcome: Outcome, order_from: float
+) -> tuple[tuple[str, str, str], ...]:
+    after = {i for i in confirmed_ids if outcome.started.get(i, -1.0) >= order_from}
+    first: dict[str, None] = {}
+    for d in outcome.deliveries:
+        if d.id in after:
+            first.setdefault(d.id)
+    last_of_key: dict[str, str] = {}
+    violations = []
+    for mid in first:  # first deliveries, in delivery order
+        key = f"k{sequence_of(mid) % KEYS}"
+        previous = last_of_key.get(key)
+        if previous is not None and sequence_of(previous) > sequence_of(mid):
+            violations.append((key, mid, previous))
+        else:
+            last_of_key[key] = mid
+    return tuple(violations)
