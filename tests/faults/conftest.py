@@ -34,9 +34,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("fault table")
     terminalreporter.write_line(
         "| backend | fault | fault s | confirmed | delivered | lost | duplicates | indeterminate | failed "
-        "| recovery s | caught up s | recovered | errors seen |"
+        "| recovery s | caught up s | recovered | key order | errors seen |"
     )
-    terminalreporter.write_line("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    terminalreporter.write_line("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in RESULTS:
         rep = r.report
         recovery = "-" if rep.recovery is None else f"{rep.recovery:.2f}"
@@ -46,5 +46,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"| {r.backend} | {r.fault} | {r.fault_seconds:.1f} | {rep.confirmed} | {rep.delivered} "
             f"| {len(rep.lost)} | {rep.duplicates} | {rep.indeterminate} | {rep.failed} "
             f"| {recovery} | {caught_up} "
-            f"| {'yes' if rep.recovered else 'NO'} | {errors} |"
+            f"| {'yes' if rep.recovered else 'NO'} | {rep.order_summary()} | {errors} |"
         )

@@ -2,12 +2,19 @@
 
 * ``pause``: SIGSTOP the server's whole process group for longer than the client's heartbeat,
   session and ack-deadline timeouts, then SIGCONT;
-* ``restart``: SIGKILL the process group, then start the server again on the same port and storage.
+* ``restart``: SIGKILL the process group, then start the server again on the same port and storage;
+* ``client-crash``: the publisher runs in a process of its own (batches of 20 messages) and is
+  SIGKILLed mid-stream; every id it had recorded as confirmed must be delivered, and a second
+  publisher carries on (so recovery is measured as for the other faults).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,11 +22,16 @@ from pathlib import Path
 
 import broker
 from tests.faults.servers import ControlledServer
-from tests.faults.workload import Outcome, Report, check, consume, publish_at_rate, read_confirmed
+from tests.faults.workload import Outcome, Report, check, consume, message_id, publish_at_rate, read_confirmed
+
+_ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["FAULTS", "PAUSE_SECONDS", "RunResult", "run_fault"]
 
-FAULTS = ("pause", "restart")
+FAULTS = ("pause", "restart", "client-crash")
+
+#: Messages per ``batch_publish`` call of the crashing publisher process.
+CRASH_BATCH = 20
 
 #: Seconds after the fault ends before per-key order is checked: publishes started earlier may
 #: still be retried by the application (``retrying_publish``), which per-key order does not cover.
@@ -76,25 +88,18 @@ async def run_fault(
             )
         if consumer in done:
             consumer.result()  # raise why the consumer could not start
-        publisher = asyncio.ensure_future(
-            publish_at_rate(backend, topic, run, count, rate, confirmed_file, outcome)
-        )
-        await asyncio.sleep(fault_after)
-        fault_start = time.monotonic()
-        if fault == "pause":
-            server.pause()
-            try:
-                await asyncio.sleep(PAUSE_SECONDS[server.backend])
-            finally:
-                server.resume()
-        elif fault == "restart":
-            before = server.pids()
-            await asyncio.to_thread(server.restart)
-            if not server.pids() or set(server.pids()) & set(before):
-                raise AssertionError(f"the restart left processes {before} -> {server.pids()}")
+        if fault == "client-crash":
+            fault_start, fault_end, publisher = await _crash_a_publisher(
+                server, topic, run, count, rate, fault_after, confirmed_file, workdir, outcome, backend
+            )
         else:
-            raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
-        fault_end = time.monotonic()
+            publisher = asyncio.ensure_future(
+                publish_at_rate(backend, topic, run, count, rate, confirmed_file, outcome)
+            )
+            await asyncio.sleep(fault_after)
+            fault_start = time.monotonic()
+            await _hurt_the_server(server, fault)
+            fault_end = time.monotonic()
         async with asyncio.timeout(count / rate + 120):
             await publisher
         confirmed = set(read_confirmed(confirmed_file))
@@ -116,3 +121,81 @@ async def run_fault(
     order_from = fault_end + ORDER_SETTLE if backend.capabilities.per_key_order else None
     report = check(read_confirmed(confirmed_file), outcome, fault_end=fault_end, order_from=order_from)
     return RunResult(server.backend, fault, report, fault_end - fault_start, time.monotonic() - started)
+
+
+async def _hurt_the_server(server: ControlledServer, fault: str) -> None:
+    if fault == "pause":
+        server.pause()
+        try:
+            await asyncio.sleep(PAUSE_SECONDS[server.backend])
+        finally:
+            server.resume()
+    elif fault == "restart":
+        before = server.pids()
+        await asyncio.to_thread(server.restart)
+        if not server.pids() or set(server.pids()) & set(before):
+            raise AssertionError(f"the restart left processes {before} -> {server.pids()}")
+    else:
+        raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
+
+
+async def _crash_a_publisher(
+    server: ControlledServer,
+    topic: str,
+    run: str,
+    count: int,
+    rate: float,
+    fault_after: float,
+    confirmed_file: Path,
+    workdir: Path,
+    outcome: Outcome,
+    backend: broker.Backend,
+) -> tuple[float, float, asyncio.Future[None]]:
+    """Start the publisher process, SIGKILL it ``fault_after`` seconds in, then go on in-process.
+
+    Every id the process may have published counts as published; the in-process publisher sends
+    the second half of the run under a run id of its own.
+    """
+    config = workdir / f"publisher-{run}.json"
+    config.write_text(
+        json.dumps(
+            {
+                "connect": server.connect,
+                "topic": topic,
+                "run": run,
+                "count": count,
+                "rate": rate,
+                "confirmed": str(confirmed_file),
+                "batch": CRASH_BATCH,
+            }
+        ),
+        encoding="utf-8",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.faults.publisher_process",
+        str(config),
+        cwd=_ROOT,
+        env={**os.environ, "PYTHONPATH": str(_ROOT)},
+    )
+    try:
+        await asyncio.sleep(fault_after + 1.0)  # the process's own start-up takes about a second
+        if process.returncode is not None:
+            raise AssertionError(f"the publisher process ended ({process.returncode}) before the crash")
+        fault_start = time.monotonic()
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    fault_end = time.monotonic()
+    outcome.published.extend(message_id(run, i) for i in range(count))
+    crashed = len(read_confirmed(confirmed_file))
+    if not crashed:
+        raise AssertionError("the publisher process confirmed nothing before it was killed")
+    second = asyncio.ensure_future(
+        publish_at_rate(backend, topic, f"{run}b", count // 2, rate, confirmed_file, outcome)
+    )
+    return fault_start, fault_end, second
