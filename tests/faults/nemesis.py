@@ -3,6 +3,8 @@
 * ``pause``: SIGSTOP the server's whole process group for longer than the client's heartbeat,
   session and ack-deadline timeouts, then SIGCONT;
 * ``restart``: SIGKILL the process group, then start the server again on the same port and storage;
+* ``network-cut``: the server runs in a network namespace of its own; the veth pair to it is set
+  down for as long as a pause lasts, then up (the server keeps running, connections are not reset);
 * ``client-crash``: the publisher runs in a process of its own (batches of 20 messages) and is
   SIGKILLed mid-stream; every id it had recorded as confirmed must be delivered, and a second
   publisher carries on (so recovery is measured as for the other faults).
@@ -28,7 +30,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["FAULTS", "PAUSE_SECONDS", "RunResult", "run_fault"]
 
-FAULTS = ("pause", "restart", "client-crash")
+FAULTS = ("pause", "restart", "network-cut", "client-crash")
 
 #: Messages per ``batch_publish`` call of the crashing publisher process.
 CRASH_BATCH = 20
@@ -130,6 +132,12 @@ async def _hurt_the_server(server: ControlledServer, fault: str) -> None:
             await asyncio.sleep(PAUSE_SECONDS[server.backend])
         finally:
             server.resume()
+    elif fault == "network-cut":
+        server.cut()
+        try:
+            await asyncio.sleep(PAUSE_SECONDS[server.backend])
+        finally:
+            server.heal()
     elif fault == "restart":
         before = server.pids()
         await asyncio.to_thread(server.restart)

@@ -39,7 +39,7 @@ async def test_fault_loses_no_confirmed_message(backend: str, fault: str, tmp_pa
     """600 messages at 150/s with the fault 1.5 s in: every confirmed id is delivered, and it recovers."""
     if fault == "restart" and backend in IN_MEMORY:
         pytest.skip(f"{backend} restart: {IN_MEMORY[backend]}")
-    with controlled_server(backend, tmp_path / "storage") as server:
+    with controlled_server(backend, tmp_path / "storage", isolated=fault == "network-cut") as server:
         assert server.pids(), "the server has no process tree"
         result = await run_fault(server, fault, tmp_path)
     RESULTS.append(result)
