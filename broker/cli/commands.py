@@ -10,15 +10,19 @@ import logging
 import signal
 import sys
 import uuid
+from datetime import datetime
 from typing import Any
 
+from broker import typed
 from broker.backend import Backend, QueueTracking
 from broker.clock import clock
 from broker.connect import _factory, available_backends, connect
-from broker.errors import BrokerError, ConfigError
+from broker.errors import BrokerError, ConfigError, DecodeError, EncodeError
 from broker.message import Message, OutboundMessage, Record
 from broker.run import run
 from broker.settings import parse_url, redact_url
+from broker.typed import cloudevents
+from broker.typed.formats import CONTENT_TYPE, format_of
 
 __all__ = [
     "CommandError",
@@ -187,26 +191,104 @@ def _message_from_json(line: str, number: int) -> OutboundMessage:
     return OutboundMessage(payload, key=doc.get("key"), attributes=attributes)
 
 
+def _json_line(line: str, number: int) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise CommandError(f"line {number} is not JSON: {exc}") from exc
+
+
+#: Context attributes of the JSON event format a ``--cloudevents`` line may give.
+_EVENT_FIELDS = ("id", "source", "type", "specversion", "subject", "dataschema", "datacontenttype")
+
+
+def _event_from_json(line: str, number: int) -> cloudevents.CloudEvent[Any]:
+    """A CloudEvent from one line in the JSON event format (``data`` a JSON value)."""
+    doc = _json_line(line, number)
+    if not isinstance(doc, dict):
+        raise CommandError(f"line {number}: a CloudEvent is a JSON object")
+    if "data_base64" in doc:
+        raise CommandError(f'line {number}: give "data" as a JSON value ("data_base64" is not read)')
+    fields = {name: doc.pop(name) for name in _EVENT_FIELDS if name in doc}
+    for name in ("type", "source"):
+        if not isinstance(fields.get(name), str):
+            raise CommandError(f'line {number}: a CloudEvent needs a string "{name}"')
+    when = doc.pop("time", None)
+    try:
+        time = datetime.fromisoformat(when.upper()) if isinstance(when, str) else None
+    except ValueError as exc:
+        raise CommandError(f"line {number}: time {when!r} is not an RFC 3339 timestamp") from exc
+    data = doc.pop("data", None)
+    fields.setdefault("id", str(uuid.uuid4()))
+    event: cloudevents.CloudEvent[Any] = cloudevents.CloudEvent(data=data, extensions=doc, **fields)
+    if time is not None:
+        event.time = time
+    return event
+
+
+def _typed_message(
+    line: str,
+    number: int,
+    args: argparse.Namespace,
+    handle: typed.TypedTopic[Any],
+    attributes: dict[str, str],
+) -> OutboundMessage:
+    """A typed message from one line: a JSON value, or with ``--json`` the value of its "data"."""
+    key = args.key
+    if args.json:
+        doc = _json_line(line, number)
+        if not isinstance(doc, dict) or "data" not in doc:
+            raise CommandError(f'line {number}: expected an object with "data"')
+        value = doc["data"]
+        key = doc.get("key", key)
+        own = doc.get("attributes") or {}
+        if not isinstance(own, dict) or not all(isinstance(v, str) for v in own.values()):
+            raise CommandError(f"line {number}: attributes must be an object of strings")
+        attributes = {**attributes, **own}
+    else:
+        value = _json_line(line, number)
+    return handle.message(value, key=key, attributes=attributes or None)
+
+
 async def publish(args: argparse.Namespace) -> int:
-    """Publish every line of stdin to the topic."""
+    """Publish every line of stdin to the topic (raw, typed or as CloudEvents)."""
     attributes = _parse_attributes(args.attribute)
+    mode = getattr(args, "cloudevents", None)
+    fmt = getattr(args, "typed", None)
+    if mode and args.json:
+        raise CommandError("--cloudevents reads one event per line in the JSON event format: drop --json")
     backend = _connect(args.url)
     count = 0
     async with backend:
         topic = backend.publisher().topic(args.topic)
+        data_binding = typed.binding(object, format=fmt or "json")
+        handle = typed.TypedTopic(topic, data_binding)
+        events = cloudevents.binding(data_binding, protocol=_protocol(backend), mode=mode) if mode else None
         batch: list[OutboundMessage] = []
         for number, raw in enumerate(sys.stdin, 1):
             line = raw.rstrip("\n")
-            if args.json:
-                if not line.strip():
-                    continue
-                message = _message_from_json(line, number)
-                if args.key and message.key is None:
-                    message.key = args.key
-                if attributes:
-                    message.attributes = {**attributes, **message.attributes}
-            else:
-                message = OutboundMessage(line.encode(), key=args.key, attributes=attributes)
+            try:
+                if events is not None:
+                    if not line.strip():
+                        continue
+                    event = _event_from_json(line, number)
+                    message = events.message(event, key=args.key, attributes=attributes or None)
+                elif fmt:
+                    if not line.strip():
+                        continue
+                    message = _typed_message(line, number, args, handle, attributes)
+                elif args.json:
+                    if not line.strip():
+                        continue
+                    message = _message_from_json(line, number)
+                    if args.key and message.key is None:
+                        message.key = args.key
+                    if attributes:
+                        message.attributes = {**attributes, **message.attributes}
+                else:
+                    message = OutboundMessage(line.encode(), key=args.key, attributes=attributes)
+            except EncodeError as exc:
+                raise CommandError(f"line {number}: {exc}") from exc
             batch.append(message)
             if len(batch) >= 500:
                 await topic.batch_publish(*batch)
@@ -219,8 +301,59 @@ async def publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _protocol(backend: Backend) -> cloudevents.Protocol:
+    try:
+        return cloudevents.protocol_of(backend)
+    except ConfigError:
+        return "http"  # a backend of a third party: string attributes, as the HTTP binding
+
+
 # -- consume ------------------------------------------------------------------------------------
-def _render(item: Message | Record, as_json: bool) -> str:
+def _plain(value: Any) -> Any:
+    """``value`` as JSON can show it (bytes as base64, datetimes as RFC 3339)."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime):
+        text = value.isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class _Decoder:
+    """Decodes what ``consume --format json`` shows: a CloudEvent's attributes and data, or a typed
+    message's value (a JSON or MessagePack content type)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.values = typed.binding(object)
+        self.events = cloudevents.binding(self.values, protocol=_protocol(backend))
+        self.specversion = (cloudevents.BINDING_PREFIXES[self.events.protocol] + "specversion").lower()
+
+    def _is_event(self, item: Message | Record) -> bool:
+        content_type = item.attributes.get(CONTENT_TYPE, "")
+        if content_type.lower().startswith("application/cloudevents"):
+            return True
+        return any(
+            name.lower() in (self.specversion, "cloudevents:specversion", "cloudevents_specversion")
+            for name in item.attributes
+        )
+
+    def add(self, doc: dict[str, Any], item: Message | Record, data: bytes) -> None:
+        """Add ``cloudevent`` and ``value`` (or ``decode_error``) to ``doc``."""
+        try:
+            if self._is_event(item):
+                event = self.events.decode_received(item, data)
+                if event is not None:
+                    doc["cloudevent"] = event.attributes()
+                    doc["value"] = event.data
+                return
+            content_type = item.attributes.get(CONTENT_TYPE)
+            if content_type is not None and format_of(content_type) is not None:
+                doc["value"] = self.values.decode(data, content_type)
+        except DecodeError as exc:
+            doc["decode_error"] = str(exc)
+
+
+def _render(item: Message | Record, as_json: bool, decoder: _Decoder | None = None) -> str:
     if isinstance(item, Message):
         data = item.data
         doc: dict[str, Any] = {"id": item.id, "key": item.key, "attributes": dict(item.attributes)}
@@ -241,7 +374,9 @@ def _render(item: Message | Record, as_json: bool) -> str:
     except UnicodeDecodeError:
         doc["data"] = base64.b64encode(data).decode()
         doc["base64"] = True
-    return json.dumps(doc, ensure_ascii=False)
+    if decoder is not None:
+        decoder.add(doc, item, data)
+    return json.dumps(doc, ensure_ascii=False, default=_plain)
 
 
 async def consume(args: argparse.Namespace) -> int:
@@ -251,6 +386,8 @@ async def consume(args: argparse.Namespace) -> int:
     gracefully (handlers finish within --drain-timeout; what was taken and not printed is nacked).
     """
     backend = _connect(args.url)
+    args.json = args.json or getattr(args, "format", "text") == "json"
+    args.decoder = _Decoder(backend) if args.json else None
     caps = backend.capabilities
     if caps.messages:
         return await _consume_messages(backend, args)
@@ -264,7 +401,7 @@ async def consume(args: argparse.Namespace) -> int:
                     record = await source.next_record(timeout=args.timeout)
                 except TimeoutError:
                     break
-                print(_render(record, args.json), flush=True)
+                print(_render(record, args.json, args.decoder), flush=True)
                 await record.ack()
                 seen += 1
     print(f"consumed {seen} message(s)", file=sys.stderr)
@@ -295,7 +432,7 @@ async def _consume_messages(backend: Backend, args: argparse.Namespace) -> int:
             return
         seen += 1
         last = clock.monotonic()
-        print(_render(message, args.json), flush=True)
+        print(_render(message, args.json, args.decoder), flush=True)
         if args.no_ack:
             await message.nack()
         else:

@@ -78,6 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help='read JSON lines: {"data": "...", "key": "...", "attributes": {...}}',
     )
+    publish.add_argument(
+        "--typed",
+        choices=["json", "msgpack"],
+        help='each line (with --json: its "data") is a JSON value, published as a typed message in this '
+        "format with its content-type (with --cloudevents: the format of the events' data)",
+    )
+    publish.add_argument(
+        "--cloudevents",
+        choices=["binary", "structured"],
+        help='each line is a CloudEvent in the JSON event format ({"type": ..., "source": ..., "data": ...}; '
+        "id and time default to a new UUID and now), published in this content mode",
+    )
     publish.set_defaults(run=commands.publish)
 
     consume = sub.add_parser(
@@ -93,7 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--subscription", "-s", default="broker-cli", help="subscription / consumer group")
     consume.add_argument("--count", "-n", type=int, default=0, help="stop after N messages (default: run on)")
     consume.add_argument("--timeout", type=float, default=None, help="stop after SECONDS with no message")
-    consume.add_argument("--json", action="store_true", help="print JSON lines with key, attributes and ids")
+    consume.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="text: the payload; json: JSON lines with key, attributes, ids, the decoded value of a typed "
+        'message and a CloudEvent\'s attributes ("cloudevent")',
+    )
+    consume.add_argument("--json", action="store_true", help="the same as --format json")
     consume.add_argument("--no-ack", action="store_true", help="nack instead of ack (messages come back)")
     consume.add_argument("--concurrency", type=int, default=1, help="messages handled at a time (default 1)")
     consume.add_argument(

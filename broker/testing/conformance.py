@@ -26,6 +26,7 @@ from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage
 from broker.publishing import DriverPublisher
 from broker.testing.backlog import BacklogSuite
+from broker.testing.cloudevents import CloudEventsSuite
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
 from broker.testing.retry import RetrySuite
@@ -48,7 +49,9 @@ async def _open(
     return topic, subs
 
 
-class ConformanceSuite(BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite, ServerGoneSuite, TypedSuite):
+class ConformanceSuite(
+    BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite, ServerGoneSuite, TypedSuite, CloudEventsSuite
+):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
     # -- publishing and round trips -------------------------------------------------------
