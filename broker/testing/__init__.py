@@ -13,8 +13,9 @@ Tests are gated by ``backend.capabilities``: a test for a feature the backend do
 is skipped, naming the flag. Needs pytest and pytest-asyncio (the ``test`` extra).
 """
 
+from broker.testing.cloudevents import CloudEventsSuite
 from broker.testing.conformance import ConformanceSuite
 from broker.testing.harness import Harness, collect, drain, wait_until
 from broker.testing.typed import TypedSuite
 
-__all__ = ["ConformanceSuite", "Harness", "TypedSuite", "collect", "drain", "wait_until"]
+__all__ = ["CloudEventsSuite", "ConformanceSuite", "Harness", "TypedSuite", "collect", "drain", "wait_until"]
