@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import unquote
@@ -103,7 +104,7 @@ def _host_port(host: str) -> tuple[str, int | None]:
 # -- the dev server --------------------------------------------------------------------
 _SCRIPT_DIRS = ("/usr/lib/rabbitmq/bin", "/usr/local/lib/rabbitmq/bin")
 _CONFIG = """\
-listeners.tcp.default = 127.0.0.1:{port}
+listeners.tcp.default = {host}:{port}
 log.file = false
 log.console = true
 log.console.level = warning
@@ -141,10 +142,21 @@ def find_rabbitmq_server() -> tuple[str, str]:
 class RabbitmqDevServer(StartedInWith):
     """A ``rabbitmq-server`` node and its ``epmd`` on 127.0.0.1; a context manager that stops both."""
 
-    def __init__(self, port: int | None = None, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        start_timeout: float = 60.0,
+        *,
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
+    ) -> None:
+        """``host``: where AMQP listens (a test's network namespace address; else loopback), with
+        ``command_prefix`` (e.g. ``ip netns exec NS``) run before ``epmd`` and the node; the
+        node's distribution stays on the loopback of wherever it runs."""
         self.script, self.epmd = find_rabbitmq_server()
-        self.host = "127.0.0.1"
-        self.port = port or free_port(self.host)
+        self.host = host
+        self.command_prefix = list(command_prefix)
+        self.port = port or free_port()
         self.start_timeout = start_timeout
         self._dir: Path | None = None
         self._epmd: ProcessServer | None = None
@@ -181,13 +193,18 @@ class RabbitmqDevServer(StartedInWith):
         if self.running:
             return self
         base = self._dir = Path(tempfile.mkdtemp(prefix="polybroker-rabbitmq-"))
-        host, epmd_port, dist_port = self.host, free_port(self.host), free_port(self.host)
-        (base / "rabbitmq.conf").write_text(_CONFIG.format(port=self.port))
+        host, epmd_port, dist_port = self.host, free_port(), free_port()
+        loopback = "127.0.0.1"
+        config = _CONFIG.format(host=host, port=self.port)
+        if host != loopback:
+            # guest logs in over loopback only; the other address is a test's private namespace link
+            config += "loopback_users.guest = false\n"
+        (base / "rabbitmq.conf").write_text(config)
         (base / "advanced.config").write_text(_ADVANCED)
         (base / "enabled_plugins").write_text("[].\n")
         env = {
             "HOME": str(base),
-            "ERL_EPMD_ADDRESS": host,
+            "ERL_EPMD_ADDRESS": loopback,
             "ERL_EPMD_PORT": str(epmd_port),
             "RABBITMQ_NODENAME": f"polybroker{self.port}@localhost",
             "RABBITMQ_NODE_IP_ADDRESS": host,
@@ -201,16 +218,19 @@ class RabbitmqDevServer(StartedInWith):
             "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),  # absent: skip /etc's
         }
         try:
+            # epmd listens on the loopback (where the node looks for it) and on ``host`` (where
+            # this process checks that it started, when the two are in different namespaces).
+            addresses = loopback if host == loopback else f"{loopback},{host}"
             self._epmd = ProcessServer(
-                [self.epmd, "-port", str(epmd_port), "-address", host],
+                [*self.command_prefix, self.epmd, "-port", str(epmd_port), "-address", addresses],
                 url=f"epmd://{host}:{epmd_port}",
                 host=host,
                 port=epmd_port,
                 workdir=str(base),
-                env={"ERL_EPMD_ADDRESS": host},
+                env={"ERL_EPMD_ADDRESS": addresses},
             ).start()
             self._server = ProcessServer(
-                [self.script],
+                [*self.command_prefix, self.script],
                 url=self.url,
                 host=host,
                 port=self.port,

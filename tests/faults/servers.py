@@ -41,16 +41,8 @@ IN_MEMORY = {
     "servicebus": "not applicable: the project's Service Bus test server keeps everything in memory",
 }
 
-#: Why a backend's server cannot be started in a network namespace here.
-NOT_ISOLATED = {
-    "rabbitmq": (
-        "not testable here yet: the RabbitMQ dev node also needs epmd and its distribution port inside "
-        "the namespace, which its start-up script (broker.backends.rabbitmq) does not take"
-    ),
-    "servicebus": (
-        "not testable here yet: the Service Bus test server (tests/servicebus_fake) listens on 127.0.0.1 only"
-    ),
-}
+#: Why a backend's server cannot be started in a network namespace here (none: all can).
+NOT_ISOLATED: dict[str, str] = {}
 
 
 @dataclass
@@ -260,7 +252,7 @@ def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Name
             url,
             process,
             storage,
-            IN_MEMORY[backend],
+            "not applicable: this Tansu stores in memory",
             consumer_options={"ack_deadline": 3},
             network=network,
         )
@@ -297,6 +289,45 @@ def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Name
             consumer_options={"ack_deadline": 10},
             network=network,
         )
+    if backend == "rabbitmq":
+        from broker.backends.rabbitmq import RabbitmqDevServer, RabbitmqServerNotFound
+
+        try:
+            dev = RabbitmqDevServer(host=network.address, command_prefix=network.command([]))
+        except RabbitmqServerNotFound as exc:
+            pytest.skip(str(exc))
+        stack.enter_context(dev)
+        assert dev.node is not None
+        url = f"{dev.url}?heartbeat=2&connect_timeout=3&publish_timeout=5"
+        return ControlledServer(
+            backend, url, dev.node, storage, consumer_options={"ack_deadline": 3}, network=network
+        )
+    if backend == "servicebus":
+        command = [
+            sys.executable,
+            "-m",
+            "tests.servicebus_fake",
+            "--port",
+            str(port),
+            "--host",
+            network.address,
+        ]
+        process = stack.enter_context(
+            ProcessServer(
+                network.command(command),
+                url=f"fake-servicebus://{network.address}:{port}",
+                host=network.address,
+                port=port,
+                env={"PYTHONPATH": str(_ROOT)},
+            )
+        )
+        settings = {
+            "url": (
+                f"Endpoint=sb://{network.address}:{port};SharedAccessKeyName=fake;"
+                "SharedAccessKey=ZmFrZS1rZXk=;UseDevelopmentEmulator=true"
+            ),
+        }
+        return ControlledServer(backend, settings, process, storage, IN_MEMORY[backend], network=network)
     raise ValueError(f"{backend} cannot be isolated: {NOT_ISOLATED.get(backend, 'unknown backend')}")
 
 
