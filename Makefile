@@ -52,7 +52,7 @@ test: lint typecheck java browser rabbitmq
 # The whole fault matrix (tests/faults, docs/reliability.md): every backend's real server paused and
 # restarted under a workload; prints the backend x fault table. `make test` runs only its short subset.
 faults: $(STAMP) rabbitmq
-	$(PY) -m pytest tests/faults -m faults --durations=15
+	POLYBROKER_FAULTS_SHAPE=3000@300 $(PY) -m pytest tests/faults -m faults --durations=15
 
 bench: $(STAMP) java
 	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md

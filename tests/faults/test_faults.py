@@ -9,6 +9,7 @@ in this one file, so the root conftest gives it one xdist group: these tests nev
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -18,6 +19,10 @@ import pytest
 from tests.faults.conftest import RESULTS
 from tests.faults.nemesis import FAULTS, run_fault
 from tests.faults.servers import BACKENDS, IN_MEMORY, controlled_server
+
+#: ``COUNT@RATE`` of every cell: ``make faults`` sets ``POLYBROKER_FAULTS_SHAPE=3000@300`` (3,000
+#: messages at 300/s); the subset inside ``make test`` runs the default, 600 at 150/s.
+SHAPE = os.environ.get("POLYBROKER_FAULTS_SHAPE") or "600@150"
 
 #: The cells ``make test`` runs too: one restart and one pause, on two backends.
 SUBSET = {("jetstream", "restart"), ("kafka", "pause")}
@@ -36,7 +41,8 @@ def _cells() -> list[object]:
 
 @pytest.mark.parametrize(("backend", "fault"), _cells())
 async def test_fault_loses_no_confirmed_message(backend: str, fault: str, tmp_path: Path) -> None:
-    """600 messages at 150/s with the fault 1.5 s in: every confirmed id is delivered, and it recovers."""
+    """``SHAPE`` messages (600 at 150/s by default) with the fault 1.5 s in: every confirmed id is
+    delivered, and it recovers."""
     if fault == "restart" and backend in IN_MEMORY:
         pytest.skip(f"{backend} restart: {IN_MEMORY[backend]}")
     storage = tmp_path / "storage"
@@ -44,7 +50,8 @@ async def test_fault_loses_no_confirmed_message(backend: str, fault: str, tmp_pa
         backend, storage, isolated=fault == "network-cut", persistent=fault == "restart"
     ) as server:
         assert server.pids(), "the server has no process tree"
-        result = await run_fault(server, fault, tmp_path)
+        count, rate = SHAPE.split("@")
+        result = await run_fault(server, fault, tmp_path, count=int(count), rate=float(rate))
     RESULTS.append(result)
     report = result.report
     print(
