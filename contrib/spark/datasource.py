@@ -43,6 +43,10 @@ Options (case does not matter; all values are strings):
 ``idAttribute``            sink: attribute carrying the message id (``none`` to omit)
 ``trace.<name>``           sink: attribute ``<name>`` for rows without a ``traceparent``
                            (``broker.contrib.spark.trace_options()`` makes them on the driver)
+``valueFormat``            ``avro``: decode registry-framed Avro values into columns (with
+                           ``avroSchema``, ``avroColumnPrefix``, ``schemaRegistryUrl``,
+                           ``schemaRegistryAuthEnv``; see
+                           :mod:`broker.contrib.spark.registry_avro`)
 =========================  ======================================================================
 """
 
@@ -66,7 +70,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from broker.contrib.spark import _compat
+from broker.contrib.spark import _compat, registry_avro
 from broker.contrib.spark.acks import AckSource, read_journal
 from broker.contrib.spark.arrow import READ_SCHEMA
 from broker.contrib.spark.offsets import (
@@ -181,6 +185,13 @@ class _Planner:
 
 
 def _read_range(options: Options, part: Range) -> Iterator[Any]:
+    batches = _read_raw_range(options, part)
+    if registry_avro.enabled(options):
+        return registry_avro.decoded_batches(options, batches)
+    return batches
+
+
+def _read_raw_range(options: Options, part: Range) -> Iterator[Any]:
     scheme = options.scheme()
     if scheme == "kafka":
         from broker.contrib.spark import kafka_source
@@ -369,7 +380,10 @@ class AckStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ignore[
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The journaled rows (on an executor)."""
         assert isinstance(partition, JournalPartition)
-        return read_journal(partition.journal, partition.start, partition.end)
+        batches = read_journal(partition.journal, partition.start, partition.end)
+        if registry_avro.enabled(self.options):
+            return registry_avro.decoded_batches(self.options, batches)
+        return batches
 
     def commit(self, end: dict[str, Any]) -> None:
         """Acknowledge everything below ``end``."""
@@ -444,7 +458,11 @@ class BrokerDataSource(DataSource):
         return Options(dict(self.options))
 
     def schema(self) -> str:
-        """:data:`broker.contrib.spark.arrow.READ_SCHEMA`."""
+        """:data:`broker.contrib.spark.arrow.READ_SCHEMA`, then the decoded Avro columns with
+        ``valueFormat=avro``."""
+        options = self._options()
+        if registry_avro.enabled(options):
+            return f"{READ_SCHEMA}, {registry_avro.extra_schema(options)}"
         return READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -1,0 +1,251 @@
+"""Confluent Schema Registry formats: Avro, Protobuf and JSON Schema values on every backend.
+
+Behind the ``schemas`` extra (``pip install 'polybroker[schemas]'``), which installs confluent-kafka:
+the registry client and its serializers ship inside it, so applications on other backends get it
+too. ``import broker`` never imports it; this package does, when a binding or registry is made.
+::
+
+    from broker import schemas
+
+    registry = schemas.Registry("https://sr.example:8081", basic_auth=("key", "secret"))
+    orders = schemas.avro(registry, ORDER_SCHEMA)                      # SchemaBinding[dict]
+    handle = schemas.topic(backend.publisher(), "orders", orders)
+    await handle.publish({"id": 1, "total": 9.5}, key="customer-7")
+
+    async with schemas.records(backend.records("orders", "billing"), orders) as records:
+        async for record in records:
+            print(record.decoded["total"])
+
+A :class:`SchemaBinding` is a :class:`broker.typed.Binding` (and a :class:`broker.codecs.Codec`):
+the bytes are confluent-kafka's own (the 5-byte header: magic byte 0 and the schema id; or the
+schema GUID in a ``__value_schema_id`` header), the subject name strategies are ``topic``,
+``record`` and ``topic_record``, schemas are registered automatically or looked up
+(``auto_register=False``), or the subject's latest version is used (``use_latest=True``). Keys
+framed by the registry are a Kafka option (``key=`` of :func:`topic`); other backends refuse them
+with :class:`~broker.errors.NotSupported`. Registry failures are :mod:`broker.errors` classes
+(:mod:`broker.schemas.errors`). See ``docs/schemas.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from broker.interfaces import (
+    BatchedIterator,
+    BatchedMessageIterator,
+    BatchedReceiver,
+    MessageIterator,
+    Publisher,
+    Receiver,
+    RecordIterator,
+)
+from broker.schemas.binding import Field, IdPlacement, SchemaBinding
+from broker.schemas.consuming import (
+    SchemaBatchedMessages,
+    SchemaBatchedReceiver,
+    SchemaBatchedRecords,
+    SchemaMessages,
+    SchemaReceiver,
+    SchemaRecords,
+)
+from broker.schemas.errors import IncompatibleSchema, InvalidSchema, SchemaNotFound
+from broker.schemas.formats import CONTENT_TYPES, SchemaFormat, Strategy
+from broker.schemas.framing import KEY_SCHEMA_ID, VALUE_SCHEMA_ID
+from broker.schemas.publishing import SchemaTopic
+from broker.schemas.registry import Registry
+from broker.typed.consuming import DecodeErrorHook
+
+__all__ = [
+    "CONTENT_TYPES",
+    "KEY_SCHEMA_ID",
+    "VALUE_SCHEMA_ID",
+    "Field",
+    "IdPlacement",
+    "IncompatibleSchema",
+    "InvalidSchema",
+    "Registry",
+    "SchemaBatchedMessages",
+    "SchemaBatchedReceiver",
+    "SchemaBatchedRecords",
+    "SchemaBinding",
+    "SchemaFormat",
+    "SchemaMessages",
+    "SchemaNotFound",
+    "SchemaReceiver",
+    "SchemaRecords",
+    "SchemaTopic",
+    "Strategy",
+    "avro",
+    "batched_messages",
+    "batched_receiver",
+    "batched_records",
+    "decoded_key",
+    "json_schema",
+    "messages",
+    "protobuf",
+    "receiver",
+    "records",
+    "topic",
+]
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+
+def avro(
+    registry: Registry,
+    schema: str,
+    *,
+    subject_strategy: Strategy = "topic",
+    auto_register: bool = True,
+    use_latest: bool = False,
+    normalize: bool = False,
+    id_in: IdPlacement = "payload",
+    field: Field = "value",
+    topic: str | None = None,
+    to_dict: Callable[[Any], Any] | None = None,
+    from_dict: Callable[[Any], Any] | None = None,
+) -> SchemaBinding[Any]:
+    """An Avro binding of ``schema`` (its JSON text): values are dicts (or ``to_dict`` /
+    ``from_dict`` convert your type). Payloads written with another version of the schema are
+    read into this one (Avro's resolution rules).
+
+    ``subject_strategy``: ``"topic"`` (``{topic}-value``), ``"record"`` (the record's full name) or
+    ``"topic_record"``; ``auto_register``: register the schema when its subject lacks it (else look
+    it up: :class:`SchemaNotFound` when absent); ``use_latest``: write with the subject's latest
+    version (needs ``auto_register=False``); ``normalize``: normalize before registering;
+    ``id_in``: the schema id in the ``"payload"`` prefix or a ``"header"`` (the GUID); ``field``:
+    ``"value"`` or ``"key"`` (a key binding, Kafka only); ``topic``: the topic :meth:`~SchemaBinding.encode`
+    names to the strategy when used as a plain codec.
+    """
+    return SchemaBinding(
+        registry,
+        "avro",
+        schema,
+        subject_strategy=subject_strategy,
+        auto_register=auto_register,
+        use_latest=use_latest,
+        normalize=normalize,
+        id_in=id_in,
+        field=field,
+        topic=topic,
+        to_dict=to_dict,
+        from_dict=from_dict,
+    )
+
+
+def protobuf(
+    registry: Registry,
+    message_type: type[M],
+    *,
+    subject_strategy: Strategy = "topic",
+    auto_register: bool = True,
+    use_latest: bool = False,
+    normalize: bool = False,
+    id_in: IdPlacement = "payload",
+    field: Field = "value",
+    topic: str | None = None,
+) -> SchemaBinding[M]:
+    """A Protobuf binding of ``message_type`` (a generated message class, nested types included:
+    the payload carries its message indexes). Payloads written with another version of the message
+    parse into this one (Protobuf's rules). The settings are those of :func:`avro`."""
+    return SchemaBinding(
+        registry,
+        "protobuf",
+        message_type,
+        subject_strategy=subject_strategy,
+        auto_register=auto_register,
+        use_latest=use_latest,
+        normalize=normalize,
+        id_in=id_in,
+        field=field,
+        topic=topic,
+    )
+
+
+def json_schema(
+    registry: Registry,
+    schema: str,
+    *,
+    subject_strategy: Strategy = "topic",
+    auto_register: bool = True,
+    use_latest: bool = False,
+    normalize: bool = False,
+    id_in: IdPlacement = "payload",
+    field: Field = "value",
+    topic: str | None = None,
+    to_dict: Callable[[Any], Any] | None = None,
+    from_dict: Callable[[Any], Any] | None = None,
+) -> SchemaBinding[Any]:
+    """A JSON Schema binding of ``schema`` (its JSON text; the record name of the ``record``
+    strategies is its ``title``): values are validated against it on both sides. The settings are
+    those of :func:`avro`."""
+    return SchemaBinding(
+        registry,
+        "json",
+        schema,
+        subject_strategy=subject_strategy,
+        auto_register=auto_register,
+        use_latest=use_latest,
+        normalize=normalize,
+        id_in=id_in,
+        field=field,
+        topic=topic,
+        to_dict=to_dict,
+        from_dict=from_dict,
+    )
+
+
+def topic(
+    publisher: Publisher, name: str, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
+) -> SchemaTopic[T]:
+    """A handle publishing ``binding``'s values to topic ``name``; ``key``: a key binding (Kafka)."""
+    return SchemaTopic(publisher, name, binding, key=key)
+
+
+def messages(
+    source: MessageIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
+) -> SchemaMessages[T]:
+    """``source`` handing out typed messages whose schemas were looked up off the loop."""
+    return SchemaMessages(source, binding, key)
+
+
+def batched_messages(
+    source: BatchedMessageIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
+) -> SchemaBatchedMessages[T]:
+    """``source`` handing out batches of typed messages whose schemas were looked up off the loop."""
+    return SchemaBatchedMessages(source, binding, key)
+
+
+def records(
+    source: RecordIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
+) -> SchemaRecords[T]:
+    """``source`` handing out typed records whose schemas were looked up off the loop."""
+    return SchemaRecords(source, binding, key)
+
+
+def batched_records(
+    source: BatchedIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
+) -> SchemaBatchedRecords[T]:
+    """``source`` handing out batches of typed records whose schemas were looked up off the loop."""
+    return SchemaBatchedRecords(source, binding, key)
+
+
+def receiver(
+    source: Receiver, binding: SchemaBinding[T], *, on_decode_error: DecodeErrorHook | None = None
+) -> SchemaReceiver[T]:
+    """``source``'s handler gets typed messages whose schemas were looked up off the loop."""
+    return SchemaReceiver(source, binding, on_decode_error=on_decode_error)
+
+
+def batched_receiver(
+    source: BatchedReceiver, binding: SchemaBinding[T], *, on_decode_error: DecodeErrorHook | None = None
+) -> SchemaBatchedReceiver[T]:
+    """``source``'s batch handler gets typed messages whose schemas were looked up off the loop."""
+    return SchemaBatchedReceiver(source, binding, on_decode_error=on_decode_error)
+
+
+def decoded_key(received: Any, binding: SchemaBinding[T]) -> T | None:
+    """The registry-framed key of ``received`` (a Kafka record or message) as ``binding`` decodes it."""
+    return binding.decode_key(received)
