@@ -60,6 +60,8 @@ class RunResult:
     report: Report
     fault_seconds: float
     wall_seconds: float
+    #: The topic the run published to.
+    topic: str = ""
 
 
 async def run_fault(
@@ -122,7 +124,9 @@ async def run_fault(
             await backend.close()
     order_from = fault_end + ORDER_SETTLE if backend.capabilities.per_key_order else None
     report = check(read_confirmed(confirmed_file), outcome, fault_end=fault_end, order_from=order_from)
-    return RunResult(server.backend, fault, report, fault_end - fault_start, time.monotonic() - started)
+    return RunResult(
+        server.backend, fault, report, fault_end - fault_start, time.monotonic() - started, topic
+    )
 
 
 async def _hurt_the_server(server: ControlledServer, fault: str) -> None:

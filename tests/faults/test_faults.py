@@ -24,6 +24,14 @@ from tests.faults.servers import BACKENDS, IN_MEMORY, controlled_server
 #: messages at 300/s); the subset inside ``make test`` runs the default, 600 at 150/s.
 SHAPE = os.environ.get("POLYBROKER_FAULTS_SHAPE") or "600@150"
 
+#: Why the Kafka restart cell may lose records: the broker does, not the library. Reproduced with the
+#: raw client in tests/faults/test_broker_restart.py.
+TANSU_S3_LOSES_ACKED_RECORDS = (
+    "Tansu 0.6 bug: on s3:// storage, with an idempotent producer, records the broker acknowledged around a "
+    "SIGKILL are missing from the log after the restart (raw confluent-kafka, acks=all: 3 of 6 runs lost 2 "
+    "acked records with idempotence on, 0 of 5 with it off; tests/faults/test_broker_restart.py)"
+)
+
 #: The cells ``make test`` runs too: one restart and one pause, on two backends.
 SUBSET = {("jetstream", "restart"), ("kafka", "pause")}
 
@@ -52,8 +60,14 @@ async def test_fault_loses_no_confirmed_message(backend: str, fault: str, tmp_pa
         assert server.pids(), "the server has no process tree"
         count, rate = SHAPE.split("@")
         result = await run_fault(server, fault, tmp_path, count=int(count), rate=float(rate))
-    RESULTS.append(result)
-    report = result.report
+        RESULTS.append(result)
+        report = result.report
+        if report.lost and (backend, fault) == ("kafka", "restart"):
+            absent = _absent_from_the_log(server.connect, result.topic, report.lost)
+            if absent == set(report.lost):
+                pytest.xfail(
+                    f"{TANSU_S3_LOSES_ACKED_RECORDS} (this run: {sorted(absent)} acked, not in the log)"
+                )
     print(
         f"\n{backend} {fault} ({result.fault_seconds:.1f}s fault, {result.wall_seconds:.1f}s run): "
         f"{report.summary()}"
@@ -112,3 +126,26 @@ def test_in_memory_servers_refuse_a_restart(tmp_path: Path) -> None:
         assert server.restart_unsupported is not None
         with pytest.raises(RuntimeError, match="not applicable"):
             server.restart()
+
+
+def _absent_from_the_log(connect: object, topic: str, ids: tuple[str, ...]) -> set[str]:
+    """Which of ``ids`` are not in ``topic`` at all, read with the raw client from the beginning."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    bootstrap = str(connect).split("://", 1)[1].split("?", 1)[0]
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"faults-audit-{topic}", "enable.auto.commit": False}
+    )
+    wanted, seen = set(ids), set()
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        deadline = time.monotonic() + 20
+        idle = 0
+        while time.monotonic() < deadline and idle < 3 and not wanted <= seen:
+            batch = consumer.consume(1000, timeout=1)
+            idle = 0 if batch else idle + 1
+            seen.update(m.value().decode() for m in batch if m.error() is None and m.value() is not None)
+    finally:
+        consumer.close()
+    return wanted - seen
