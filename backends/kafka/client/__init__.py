@@ -10,7 +10,13 @@
   can be ignored").
 * :class:`Reader`: reads partitions outside any group from ``FIRST_OFFSET``, ``LAST_OFFSET`` or an
   explicit offset, with a partition-EOF callback and ``watermarks()``.
-* :func:`lag` and :func:`message_count` (and :class:`MetadataClient`).
+* :func:`lag` and :func:`message_count` (and :class:`MetadataClient`, made from a config or from a
+  consumer, whose ``assignment()`` and group ``lag()`` then need no group name).
+* Over the application's own confluent-kafka clients (kefka's package functions):
+  :func:`flush_all`, :func:`sync_produce`, :func:`sync_produce_message` on a ``Producer`` and
+  :func:`consume` on a subscribed ``Consumer``.
+* Errors: ``error_callback`` sees handler failures and transient polling and reading errors, and
+  consuming goes on (kefka's ``ErrorCallback``); only a fatal librdkafka error ends a loop.
 * Logging: every helper takes ``logger=`` (a standard ``logging.Logger`` or adapter; default
   ``broker.backends.kafka.client``), which also receives librdkafka's own log lines.
 
@@ -22,6 +28,7 @@ codec of your choice, e.g. ``JsonCodec().decode(message.value())``).
 from broker.backends.kafka.client.codecs import resolve_codec
 from broker.backends.kafka.client.consumer import Commit, Consumer, ErrorCallback, MessageHandler
 from broker.backends.kafka.client.metadata import MetadataClient, lag, message_count
+from broker.backends.kafka.client.own import consume, flush_all, sync_produce, sync_produce_message
 from broker.backends.kafka.client.producer import DeliveryCallback, DeliveryReport, Producer
 from broker.backends.kafka.client.reader import (
     FIRST_OFFSET,
@@ -46,8 +53,12 @@ __all__ = [
     "Producer",
     "Reader",
     "Watermarks",
+    "consume",
+    "flush_all",
     "lag",
     "message_count",
     "read_topic_partitions",
     "resolve_codec",
+    "sync_produce",
+    "sync_produce_message",
 ]

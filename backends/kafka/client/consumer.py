@@ -10,7 +10,14 @@ commits them before leaving the group, so a clean restart reads nothing handled 
 loses at most the stores of the last interval: their messages are read again (at-least-once).
 
 A handler that raises is logged and reported to ``error_callback``; consumption goes on, and its
-message's offset is neither committed nor stored. As with explicit commits, a later message of
+message's offset is neither committed nor stored. Polling and reading errors reach
+``error_callback`` too, as kefka's ``ErrorCallback`` sees them, and consumption goes on:
+librdkafka's transient errors (all brokers down, a connection lost, an unknown topic: its
+``error_cb`` and the error events in the fetched stream) and a fetch that fails with a
+non-fatal error. Only a *fatal* librdkafka error (the client is unusable) or an error that is not
+a broker error ends :meth:`Consumer.run`, after it was reported (kefka loops on, failing forever).
+
+As with explicit commits, a later message of
 the same partition whose handler returns does move the partition past it (a Kafka offset covers
 every lower one), so the failed message is read again after a restart or rebalance only when no
 later message of its partition was handled.
@@ -27,6 +34,8 @@ from typing import Any, Final
 from broker.backends.kafka import sdk
 from broker.backends.kafka.client.logs import (
     LoggerLike,
+    TransientErrors,
+    is_fatal,
     report_failure,
     resolve_logger,
     with_sdk_logger,
@@ -47,6 +56,22 @@ MessageHandler = Callable[[Any, Commit], Awaitable[None] | None]
 ErrorCallback = Callable[[BaseException], None]
 
 _names = itertools.count(1)
+
+
+class _ReportingGroupCore(GroupCore):
+    """A group member whose error events (besides logging) reach the helper's error callback."""
+
+    transient: TransientErrors | None = None
+
+    def _on_event(self, message: Any, error: Any) -> None:
+        super()._on_event(message, error)
+        if self.transient is not None:
+            self.transient.on_event(message.topic(), error)
+
+
+async def _pause_after_error(seconds: float) -> None:
+    """Wait a little before polling again after a failed poll (never spin)."""
+    await asyncio.sleep(min(max(seconds, 0.05), 1.0))
 
 
 #: librdkafka's spellings of a true boolean property (``rd_kafka_conf_set``; case-insensitive).
@@ -114,6 +139,8 @@ class Consumer:
         self.error_callback = error_callback
         settings = {"enable.auto.commit": False, "enable.auto.offset.store": False}
         settings.update(with_sdk_logger(config, self.log))
+        self._transient = TransientErrors(self.log, error_callback)
+        self._transient.install(settings)
         #: True when librdkafka commits by itself (``enable.auto.commit``): ``commit`` is optional.
         self.auto_commit = _is_true(settings["enable.auto.commit"])
         #: True when this helper stores each handled offset for that auto commit.
@@ -121,7 +148,7 @@ class Consumer:
         #: Next offsets handled and not stored yet, per partition; sent by the next loop pass.
         self._to_store: dict[tuple[str, int], int] = {}
         self._store_scheduled = False
-        self._core = GroupCore(
+        self._core = _ReportingGroupCore(
             settings,
             names,
             name=f"client-consumer-{next(_names)}",
@@ -130,6 +157,7 @@ class Consumer:
             listener=_LoggingListener(self.log, self._flush_stores),
             cooperative="cooperative" in str(settings.get("partition.assignment.strategy", "")),
         )
+        self._core.transient = self._transient
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -216,6 +244,9 @@ class Consumer:
     async def run(self) -> None:
         """Consume until :meth:`close` or cancellation, calling the handler for every message.
 
+        Polling errors are reported to ``error_callback`` and polling goes on; a fatal librdkafka
+        error (or one that is not a broker error) is reported, then raised.
+
         :meth:`close` lets the handler finish the message it holds, then stops: messages fetched
         but not handed to the handler are read again by the partition's next owner.
         """
@@ -223,16 +254,21 @@ class Consumer:
         handler = self.handler
         if self._task is None:
             self._task = asyncio.current_task()
+        self._transient.loop = asyncio.get_running_loop()
+        self._transient.error_callback = self.error_callback
         while not self._stopping:
             try:
                 messages = await core.fetch(core.prefetch, self.poll_timeout)
             except ClosedError:
                 return
             except Exception as exc:
-                self._report(exc, "consuming failed")
                 if core.closing:
                     return
-                raise
+                self._report(exc, "consuming failed")
+                if is_fatal(exc):
+                    raise
+                await _pause_after_error(self.poll_timeout)
+                continue
             for message in messages:
                 if self._stopping:
                     return

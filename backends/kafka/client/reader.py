@@ -5,6 +5,10 @@ Each partition starts at ``FIRST_OFFSET``, ``LAST_OFFSET`` or an explicit offset
 and any number of readers may read the same records. ``partition_eof(topic, partition, offset)``
 is called each time a partition is read to its end (librdkafka's ``enable.partition.eof`` is
 turned on when a callback is given, unless the config says otherwise).
+
+Reading errors reach ``error_callback`` and reading goes on (kefka's ``Reader`` hands every
+``kafka.Error`` to its ``ErrorCallback``): librdkafka's transient errors and failed fetches; only a
+fatal librdkafka error (or one that is not a broker error) ends :meth:`Reader.read`, reported first.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler
+from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler, _pause_after_error
 from broker.backends.kafka.client.logs import (
     LoggerLike,
+    TransientErrors,
+    is_fatal,
     report_failure,
     resolve_logger,
     with_sdk_logger,
@@ -64,7 +70,17 @@ async def _noop_commit() -> None:
 
 
 class _EventCore(ReaderCore):
-    """A ReaderCore that keeps partition-EOF events in the stream, in order."""
+    """A ReaderCore that keeps partition-EOF events in the stream, in order.
+
+    Other error events are logged and handed to the reader's error callback (``transient``).
+    """
+
+    transient: TransientErrors | None = None
+
+    def _on_event(self, message: Any, error: Any) -> None:
+        super()._on_event(message, error)
+        if self.transient is not None:
+            self.transient.on_event(message.topic(), error)
 
     def _accept(self, messages: list[Any], epoch: int) -> None:
         keep = []
@@ -120,10 +136,13 @@ class Reader(AsyncResource):
             "enable.partition.eof": partition_eof is not None,
         }
         settings.update(with_sdk_logger(config, self.log))
+        self._transient = TransientErrors(self.log, error_callback)
+        self._transient.install(settings)
         self.partitions = {TopicPartition(tp[0], tp[1]): offset for tp, offset in partitions.items()}
         self._core = _EventCore(
             settings, name=f"client-reader-{next(_names)}", prefetch=batch_size, close_timeout=close_timeout
         )
+        self._core.transient = self._transient
         self._core.assign(self.partitions)
 
     @property
@@ -137,14 +156,21 @@ class Reader(AsyncResource):
     async def read(self) -> None:
         """Read until :meth:`close` or cancellation, calling the handler for every message."""
         core = self._core
+        self._transient.loop = asyncio.get_running_loop()
+        self._transient.error_callback = self.error_callback
         while True:
             try:
                 messages = await core.fetch(core.prefetch, self.poll_timeout)
             except ClosedError:
                 return
             except Exception as exc:
+                if core.closing:
+                    return
                 self._report(exc, "reading failed")
-                raise
+                if is_fatal(exc):
+                    raise
+                await _pause_after_error(self.poll_timeout)
+                continue
             for message in messages:
                 if core.closing:
                     return

@@ -22,6 +22,12 @@ Everything here depends on :mod:`broker.log` only: it runs on Kafka
 
 from broker.backends.kafka.processor.codecs import Int64Codec
 from broker.backends.kafka.processor.context import Context
+from broker.backends.kafka.processor.defaults import (
+    data_dir,
+    default_processor_storage_path,
+    default_view_storage_path,
+    set_data_dir,
+)
 from broker.backends.kafka.processor.emitter import Emitter
 from broker.backends.kafka.processor.errors import (
     CallbackFailed,
@@ -32,6 +38,7 @@ from broker.backends.kafka.processor.errors import (
     NotOwned,
     PartitionerMismatch,
     ProcessorError,
+    StorageLocked,
     TableNotReady,
     VisitAborted,
 )
@@ -68,6 +75,7 @@ from broker.backends.kafka.processor.settings import (
     RebalanceCallback,
     RestartBackoff,
     RetryDelay,
+    SimpleBackoff,
 )
 from broker.backends.kafka.processor.stats import (
     InputStats,
@@ -87,7 +95,13 @@ from broker.backends.kafka.processor.storage import (
 )
 from broker.backends.kafka.processor.table import RecoveryStats, TableStatus, UpdateCallback, default_update
 from broker.backends.kafka.processor.tester import Clock, Tester, Timestamp, Tracker
-from broker.backends.kafka.processor.view import View, ViewIterator, ViewState
+from broker.backends.kafka.processor.topics import (
+    LogTopicManager,
+    TopicManager,
+    TopicManagerBuilder,
+    TopicManagerConfig,
+)
+from broker.backends.kafka.processor.view import StateChanges, View, ViewIterator, ViewState
 
 __all__ = [
     "Assignment",
@@ -106,6 +120,7 @@ __all__ = [
     "InputStats",
     "Int64Codec",
     "LmdbStorage",
+    "LogTopicManager",
     "MemoryStorage",
     "NilHandling",
     "NotCopartitioned",
@@ -123,8 +138,11 @@ __all__ = [
     "RecoveryStats",
     "RestartBackoff",
     "RetryDelay",
+    "SimpleBackoff",
+    "StateChanges",
     "Storage",
     "StorageBuilder",
+    "StorageLocked",
     "Stream",
     "Table",
     "TableNotReady",
@@ -132,6 +150,9 @@ __all__ = [
     "TableStatus",
     "Tester",
     "Timestamp",
+    "TopicManager",
+    "TopicManagerBuilder",
+    "TopicManagerConfig",
     "Tracker",
     "UpdateCallback",
     "View",
@@ -139,7 +160,10 @@ __all__ = [
     "ViewState",
     "ViewStats",
     "VisitAborted",
+    "data_dir",
+    "default_processor_storage_path",
     "default_update",
+    "default_view_storage_path",
     "define_group",
     "group_table",
     "input",
@@ -154,6 +178,7 @@ __all__ = [
     "output",
     "persist",
     "reset_suffixes",
+    "set_data_dir",
     "set_loop_suffix",
     "set_table_suffix",
     "visitor",

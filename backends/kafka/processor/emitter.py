@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from broker.backends.kafka.processor.codecs import resolve_codec
 from broker.backends.kafka.processor.errors import EmitterClosed
 from broker.backends.kafka.processor.settings import resolve_partitioner
+from broker.backends.kafka.processor.topics import TopicManager
 from broker.codecs import Codec
-from broker.errors import UnknownTopic
+from broker.errors import ConfigError, UnknownTopic
 from broker.log import Log, TopicPartition, with_client_id
 from broker.partitioning import Partitioner
 
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["Emitter"]
 
 Delivery = tuple[TopicPartition, int]
+
+_module_log = logging.getLogger("broker.backends.kafka.processor")
 
 
 class Emitter:
@@ -46,12 +50,22 @@ class Emitter:
         client_id: str | None = None,
         tracer_provider: Any = None,
         propagator: Any = None,
+        logger: logging.Logger | None = None,
+        topic_manager: TopicManager | None = None,
     ) -> None:
         #: ``client_id``: the client id its producer reports to the broker (goka's ``WithClientID``).
         #: ``tracer_provider``: an OpenTelemetry ``TracerProvider`` (opt-in; the ``otel`` extra):
         #: each emit is a ``publish <topic>`` span, a child of the current context, ended when the
         #: log acknowledged it, and its context goes into the message's headers (``propagator``:
         #: default OpenTelemetry's global one). ``None``: no spans, no headers added.
+        #: ``logger`` (goka's ``WithEmitterLogger``): where the emitter logs the topics it creates
+        #: and the deliveries that failed (default: the module logger ``broker.backends.kafka.processor``).
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise ConfigError(f"logger must be a logging.Logger or None, got {logger!r}")
+        self._logger: logging.Logger = logger or _module_log
+        #: ``topic_manager``: creates the missing topic as a stream (its replication and retention);
+        #: None: ``create_topic`` on the log with ``create_partitions`` partitions.
+        self._topic_manager = topic_manager
         self._log = with_client_id(log_port, client_id)
         self._tracing: EmitTracing | None = None
         if tracer_provider is not None:
@@ -82,7 +96,11 @@ class Emitter:
         except UnknownTopic:
             if self._create is None:
                 raise
-        await self._log.create_topic(self.topic, self._create)
+        self._logger.info("emitter: creating topic %r with %d partition(s)", self.topic, self._create)
+        if self._topic_manager is not None:
+            await self._topic_manager.ensure_stream(self.topic, self._create)
+        else:
+            await self._log.create_topic(self.topic, self._create)
         return await self._log.partitions(self.topic)
 
     def _attributes(self, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
@@ -149,9 +167,16 @@ class Emitter:
             return
         async with asyncio.timeout(timeout):
             results = await asyncio.gather(*pending, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            self._logger.warning(
+                "emitter of %r: %d of %d emit(s) failed; the first: %r",
+                self.topic,
+                len(failures),
+                len(results),
+                failures[0],
+            )
+            raise failures[0]
 
     async def close(self) -> None:
         """Same as :meth:`finish`."""

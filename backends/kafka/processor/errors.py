@@ -25,6 +25,7 @@ __all__ = [
     "NotOwned",
     "PartitionerMismatch",
     "ProcessorError",
+    "StorageLocked",
     "TableNotReady",
     "VisitAborted",
 ]
@@ -48,6 +49,14 @@ class CallbackFailed(ProcessorError):
 
 class NotCopartitioned(ProcessorError):
     """Input topics are not co-partitioned, or an assignment split a partition number."""
+
+
+class StorageLocked(ProcessorError, ConfigError):
+    """A local store directory is in use by another process (or another store of this one).
+
+    Two processes of one group on one host must not share a table partition's store: give each
+    its own storage directory (``storage=lmdb_storage(...)`` or ``POLYBROKER_DATA_DIR``).
+    """
 
 
 class NotOwned(BrokerError, LookupError):

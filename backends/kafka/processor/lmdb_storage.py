@@ -14,6 +14,11 @@ written without an fsync of the metadata page (``metasync=False``): a machine cr
 last flush but never leaves the store inconsistent; recovery re-reads what was lost.
 
 Keys longer than LMDB's key limit (511 bytes) are refused with a :class:`ConfigError`.
+
+Each store holds an exclusive lock on its directory (``flock`` of ``polybroker.lock`` inside it,
+released on close or when the process ends), so two processes on one host never share a table
+partition's store (LMDB itself would let both write): the second raises :class:`StorageLocked`.
+Where ``fcntl`` is missing (Windows) the lock is skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from broker.backends.kafka.processor.errors import StorageLocked
 from broker.backends.kafka.processor.storage import Storage, StorageBuilder, key_range
 from broker.errors import ConfigError, MissingDependency
 
@@ -35,6 +41,40 @@ _MISSING: Final[Any] = object()
 _OFFSET_KEY: Final = b"offset"
 _CHUNK: Final = 1024
 _open_paths: set[str] = set()
+#: The file each store directory's exclusive lock is taken on.
+LOCK_FILE: Final = "polybroker.lock"
+
+
+def _lock_directory(path: str) -> int | None:
+    """Take the exclusive lock of store directory ``path``: its file descriptor (None: no fcntl).
+
+    Raises :class:`StorageLocked` when another process (or another open file) holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise StorageLocked(
+            f"the store {path!r} is locked by another process: two processes of one group (or two "
+            "views) on one host must not share a store; give each its own directory "
+            "(storage=lmdb_storage(...), or the POLYBROKER_DATA_DIR environment variable)"
+        ) from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+    except OSError:
+        pass
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 def _lmdb() -> Any:
@@ -48,18 +88,31 @@ def _lmdb() -> Any:
 class LmdbStorage:
     """One table partition in an LMDB environment at ``path`` (a directory, created if missing)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30, sync: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 1 << 30,
+        sync: bool = True,
+        lock: bool = True,
+    ) -> None:
         lib = _lmdb()
         self.path = str(Path(path).resolve())
         if self.path in _open_paths:
-            raise ConfigError(
+            raise StorageLocked(
                 f"the store {self.path!r} is already open in this process; give each processor "
                 "and view its own storage directory"
             )
         Path(self.path).mkdir(parents=True, exist_ok=True)
-        self._env: lmdb.Environment = lib.open(
-            self.path, map_size=map_size, max_dbs=2, sync=sync, metasync=False, readahead=False
-        )
+        #: The exclusive lock on the directory (``lock=False``: none, for read-only tools).
+        self._lock_fd = _lock_directory(self.path) if lock else None
+        try:
+            self._env: lmdb.Environment = lib.open(
+                self.path, map_size=map_size, max_dbs=2, sync=sync, metasync=False, readahead=False
+            )
+        except BaseException:
+            _unlock(self._lock_fd)
+            raise
         _open_paths.add(self.path)
         self._data = self._env.open_db(b"data")
         self._meta = self._env.open_db(b"meta")
@@ -236,6 +289,8 @@ class LmdbStorage:
         self._drop_reader()
         self._env.close()
         _open_paths.discard(self.path)
+        _unlock(self._lock_fd)
+        self._lock_fd = None
 
 
 def lmdb_storage(

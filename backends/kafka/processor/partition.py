@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.backends.kafka.processor.stats import InputStats, OutputStats, PartitionStats, TableStats
+from broker.backends.kafka.processor.stats import InputStats, OutputStats, PartitionStats, table_stats
 from broker.backends.kafka.processor.storage import Storage
 from broker.backends.kafka.processor.table import PartitionTable
 from broker.log import TopicPartition
@@ -61,13 +61,11 @@ class PartitionState:
 
     def stats(self) -> PartitionStats:
         """A snapshot of this partition's statistics (lag not filled in)."""
-        table = None
-        if self.table is not None:
-            t = self.table
-            table = TableStats(t.status, t.recovery, t.writes)
         return PartitionStats(
-            inputs={k: InputStats(v.count, v.bytes, v.last_offset, v.lag) for k, v in self.inputs.items()},
+            inputs={
+                k: InputStats(v.count, v.bytes, v.last_offset, v.lag, v.delay) for k, v in self.inputs.items()
+            },
             outputs={k: OutputStats(v.count, v.bytes) for k, v in self.outputs.items()},
-            table=table,
-            joins={k: TableStats(t.status, t.recovery, t.writes) for k, t in self.joins.items()},
+            table=table_stats(self.table) if self.table is not None else None,
+            joins={k: table_stats(t) for k, t in self.joins.items()},
         )

@@ -21,9 +21,11 @@ last checkpoint committed, and a restart reprocesses it (at-least-once). With
 after a backoff (``backoff``, reset after ``backoff_reset`` seconds of healthy running).
 
 Co-partitioning across instances relies on the log's group assignment giving each member the
-same partition numbers of every subscribed topic (the in-memory log does; on Kafka the default
-``range`` assignor does for topics of equal partition counts). An assignment that splits a
-partition number across members stops the processor with :class:`NotCopartitioned`.
+same partition numbers of every subscribed topic. The in-memory log does; on Kafka the processor
+forces librdkafka's ``range`` assignor, which does for topics of equal partition counts, and
+refuses (``ConfigError`` at start) a connection set for another strategy or for
+``group.protocol=consumer`` (see :mod:`.assignment`). An assignment that still splits a partition
+number across members stops the processor with :class:`NotCopartitioned`.
 """
 
 from __future__ import annotations
@@ -32,16 +34,20 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
+from broker.backends.kafka.processor.assignment import group_consumer_options, kafka_log_of
 from broker.backends.kafka.processor.context import Context
+from broker.backends.kafka.processor.defaults import memory_when_locked, resolve_processor_storage
 from broker.backends.kafka.processor.errors import (
     CallbackFailed,
     GraphError,
     NotCopartitioned,
     NotOwned,
     ProcessorError,
+    StorageLocked,
     VisitAborted,
 )
 from broker.backends.kafka.processor.graph import Edge, GroupGraph
@@ -60,6 +66,7 @@ from broker.backends.kafka.processor.stats import (
     PartitionStats,
     ProcessorStats,
     TableStats,
+    table_stats,
 )
 from broker.backends.kafka.processor.storage import Storage
 from broker.backends.kafka.processor.table import (
@@ -67,9 +74,11 @@ from broker.backends.kafka.processor.table import (
     PartitionTable,
     TableFollower,
     TableStatus,
+    mark_running,
     partitioner_name,
     recover,
 )
+from broker.backends.kafka.processor.topics import TopicManager, TopicManagerConfig, resolve_topic_manager
 from broker.backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.errors import (
@@ -168,6 +177,19 @@ class Processor:
         graph.validate()
         self.graph = graph
         self.options = ProcessorOptions.build(options, overrides)
+        self._port = log_port
+        #: Creates the loop, table and missing stream topics (goka's topic manager).
+        self._topics = resolve_topic_manager(
+            self.options.topic_manager,
+            with_client_id(log_port, self.options.client_id),
+            self.options.topic_config or TopicManagerConfig(table_config=self.options.table_config),
+        )
+        #: The stores' builder: ``storage``, or the default (disk on Kafka, memory elsewhere).
+        self._storage = resolve_processor_storage(self.options.storage, log_port, graph.group)
+        #: goka's ``WithLogger``: this processor's logger (default: the module's).
+        self._logger: logging.Logger = self.options.logger or log
+        #: On Kafka the ``range`` assignor, forced; other assignors are refused here (ConfigError).
+        self._member_options = group_consumer_options(log_port, graph.group)
         self._log = with_client_id(log_port, self.options.client_id)
         self._partitioner = resolve_partitioner(self.options.partitioner)
         table_edge = graph.table_edge
@@ -264,20 +286,26 @@ class Processor:
 
     def standby_stats(self) -> dict[int, dict[str, TableStats]]:
         """With ``hot_standby`` (or ``recover_ahead``): the tables followed per partition not owned."""
-        return {
-            p: {t.topic: TableStats(t.status, t.recovery, t.writes) for t in tables}
-            for p, tables in sorted(self._standby.items())
-        }
+        return {p: {t.topic: table_stats(t) for t in tables} for p, tables in sorted(self._standby.items())}
 
     # -- set-up ---------------------------------------------------------------------------
-    async def _partitions_of(self, topic: str, create: int | None) -> int:
+    @property
+    def topic_manager(self) -> TopicManager:
+        """The topic manager creating this processor's topics (``offset_for_time`` too)."""
+        return self._topics
+
+    async def _partitions_of(self, topic: str, create: int | None, *, table: bool = False) -> int:
+        topics = self._topics
         try:
-            return await self._log.partitions(topic)
+            return await topics.partitions(topic)
         except UnknownTopic:
             if create is None:
                 raise
-        await self._log.create_topic(topic, create)
-        return await self._log.partitions(topic)
+        if table:
+            await topics.ensure_table(topic, create)
+        else:
+            await topics.ensure_stream(topic, create)
+        return await topics.partitions(topic)
 
     async def _setup(self, *, manual: bool = False) -> None:
         """Check and create topics, recover lookups, join the group (``manual``: driven by a Tester)."""
@@ -286,9 +314,12 @@ class Processor:
         self._checkpointed = asyncio.get_running_loop().time()  # the interval counts from the start
         graph = self.graph
         counts: dict[str, int] = {}
+        joined = {edge.topic for edge in graph.joint_tables}
         for edge in (*graph.input_streams, *graph.joint_tables):
             try:
-                counts[edge.topic] = await self._partitions_of(edge.topic, self.options.create_partitions)
+                counts[edge.topic] = await self._partitions_of(
+                    edge.topic, self.options.create_partitions, table=edge.topic in joined
+                )
             except UnknownTopic as exc:
                 raise ProcessorError(
                     f"group {graph.group!r}: {edge!r} topic {edge.topic!r} does not exist "
@@ -300,14 +331,17 @@ class Processor:
                 f"group {graph.group!r}: inputs and joins must have equal partition counts, got {listing}"
             )
         npar = self._npar = next(iter(counts.values()))
-        own: list[tuple[str, Mapping[str, str] | None]] = []
+        own: list[tuple[str, bool]] = []
         if graph.loop_edge is not None:
-            own.append((graph.loop_topic, None))
+            own.append((graph.loop_topic, False))
         if graph.table_edge is not None:
-            own.append((graph.table_topic, self.options.table_config))
-        for topic, config in own:
+            own.append((graph.table_topic, True))
+        for topic, is_table in own:
             try:
-                await self._log.create_topic(topic, npar, config=config)
+                if is_table:
+                    await self._topics.ensure_table(topic, npar)
+                else:
+                    await self._topics.ensure_stream(topic, npar)
             except BrokerError as exc:
                 raise NotCopartitioned(
                     f"group {graph.group!r}: cannot use {topic!r} with {npar} partitions: {exc}"
@@ -321,12 +355,31 @@ class Processor:
         await self._recover_lookups()
         if self.options.recover_ahead:
             await self._recover_ahead()
-        self._consumer = self._log.consumer(
-            graph.group, list(graph.consumed_topics), start=self.options.start, listener=_Listener(self)
+        self._consumer = self._group_consumer(self._member_options)
+
+    def _group_consumer(self, member_options: Mapping[str, Any]) -> LogConsumer:
+        """Join the group; on Kafka with the co-partitioning ``range`` assignor forced."""
+        graph = self.graph
+        topics = list(graph.consumed_topics)
+        listener = _Listener(self)
+        kafka = kafka_log_of(self._port) if member_options else None
+        if kafka is None:
+            return self._log.consumer(graph.group, topics, start=self.options.start, listener=listener)
+        client_id = self.options.client_id
+        if client_id is None and kafka is not self._port:
+            client_id = getattr(self._port, "client_id", None)
+        consumer: LogConsumer = kafka.consumer(
+            graph.group,
+            topics,
+            start=self.options.start,
+            listener=listener,
+            client_id=client_id,
+            **member_options,
         )
+        return consumer
 
     def _start_lookups(self) -> None:
-        build = self.options.storage
+        build = self._storage
         for edge in self.graph.lookup_tables:
 
             def prefixed(name: str, partition: int, _build: Any = build) -> Storage:
@@ -336,11 +389,14 @@ class Processor:
                 self._log,
                 edge.topic,
                 edge.codec,
-                storage=prefixed,
+                # A lookup view holds every partition: another process of the group on this host
+                # holds the same stores, so a locked one is kept in memory instead.
+                storage=memory_when_locked(prefixed, f"lookup view of {edge.topic!r}", self._logger),
                 partitioner=self.options.partitioner,
                 update_callback=self.options.update_callback,
                 poll_timeout=self.options.poll_timeout,
                 auto_reconnect=True,
+                logger=self._logger,
             )
             self._lookups[edge.topic] = view
 
@@ -405,12 +461,18 @@ class Processor:
         callback = self.options.rebalance_callback
         if callback is None:
             return
-        result = callback(Assignment(frozenset(self._parts), added, revoked))
+        owned = sorted(self._parts)
+        offsets: dict[int, int] = {}
+        if owned:
+            first = self.graph.input_streams[0].topic
+            committed = await self._log.committed(self.graph.group, [TopicPartition(first, p) for p in owned])
+            offsets = {tp.partition: -1 if offset is None else offset for tp, offset in committed.items()}
+        result = callback(Assignment(frozenset(self._parts), added, revoked, offsets))
         if inspect.isawaitable(result):
             await result
 
     async def _open_partitions(self, numbers: Sequence[int]) -> None:
-        build = self.options.storage
+        build = self._storage
         update = self.options.update_callback
         states: list[PartitionState] = []
         tables: list[PartitionTable] = []
@@ -436,7 +498,8 @@ class Processor:
                 self._partitioner, partitioner_name(self.options.partitioner), self._npar
             )
             owner = f"processor {self.graph.group!r}"
-            await recover(self._log, tables, placement=placement, owner=owner)
+            await recover(self._log, tables, placement=placement, owner=owner, logger=self._logger)
+            mark_running(tables)
         except BaseException:
             for table in tables:
                 table.storage.close()
@@ -469,16 +532,33 @@ class Processor:
         if not tables:
             return
         placement = KeyPlacement(self._partitioner, partitioner_name(self.options.partitioner), self._npar)
-        await recover(self._log, tables, placement=placement, owner=f"processor {self.graph.group!r}")
+        await recover(
+            self._log,
+            tables,
+            placement=placement,
+            owner=f"processor {self.graph.group!r}",
+            logger=self._logger,
+        )
+        mark_running(tables)
         self._standby_follower.add(tables)
         self._sync_standby()  # starts following them
 
     def _standby_tables(self, p: int) -> list[PartitionTable]:
-        build = self.options.storage
+        build = self._storage
         update = self.options.update_callback
         topics: list[str] = [self.graph.table_topic] if self.graph.table_edge is not None else []
         topics += [edge.topic for edge in self.graph.joint_tables]
-        return [PartitionTable(topic, p, build(topic, p), update) for topic in topics]
+        tables: list[PartitionTable] = []
+        try:
+            for topic in topics:
+                tables.append(PartitionTable(topic, p, build(topic, p), update))
+        except StorageLocked as exc:
+            # Another process on this host owns (or keeps) partition p: no standby of it here.
+            self._logger.info("%r: no hot standby of partition %d: %s", self.graph.group, p, exc)
+            for table in tables:
+                table.storage.close()
+            return []
+        return tables
 
     async def _follow_standby(self) -> None:
         """Apply table records to the standby stores as they arrive (the stores' only writer)."""
@@ -490,7 +570,9 @@ class Processor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a standby is an optimisation: keep the processor running
-                log.warning("%r: following the standby tables failed (retrying): %r", self.graph.group, exc)
+                self._logger.warning(
+                    "%r: following the standby tables failed (retrying): %r", self.graph.group, exc
+                )
                 await asyncio.sleep(1.0)
 
     def _sync_standby(self) -> None:
@@ -645,10 +727,11 @@ class Processor:
         touched = self._touched
         nil = self._nil
         tracing = self._tracing
+        now = time.time()  # one reading per run: the delays of its records
         for record in records:
             part = parts.get(record.partition)
             if part is None:  # a record of a partition revoked meanwhile: its new owner handles it
-                log.warning(
+                self._logger.warning(
                     "skipping %s[%d]@%d: partition not owned", record.topic, record.partition, record.offset
                 )
                 continue
@@ -659,6 +742,9 @@ class Processor:
                 stats = part.inputs[record.topic] = InputStats()
             stats.count += 1
             stats.last_offset = record.offset
+            stamp = record.publish_time
+            if stamp is not None:
+                stats.delay = max(0.0, now - stamp)
             raw = record.value
             tp = TopicPartition(record.topic, record.partition)
             if raw is None:
@@ -872,13 +958,13 @@ class Processor:
                     await self._wait_deferred(list(self._parts))
                     await self._commit()
                 except Exception as exc:
-                    log.warning("the last checkpoint of %r failed: %r", self.graph.group, exc)
+                    self._logger.warning("the last checkpoint of %r failed: %r", self.graph.group, exc)
                     self._error = exc
                     failed = True
             try:
                 await consumer.close()  # on_revoked commits what is left, unless failed
             except Exception as exc:
-                log.warning("closing the consumer of %r failed: %s", self.graph.group, exc)
+                self._logger.warning("closing the consumer of %r failed: %s", self.graph.group, exc)
             self._consumer = None
         for p in list(self._parts):
             self._close_partition(self._parts.pop(p), flush=not failed)
@@ -934,7 +1020,7 @@ class Processor:
                 if not restartable_failure(error):
                     break
                 delay = backoff.next_delay(loop.time() - began)
-                log.warning(
+                self._logger.warning(
                     "processor %r failed (%r); restarting in %.2fs (restart %d in a row)",
                     self.graph.group,
                     error,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from broker.backends.kafka.processor.storage import StorageBuilder, memory_storage
+from broker.backends.kafka.processor.storage import StorageBuilder
 from broker.backends.kafka.processor.table import UpdateCallback, default_update
+from broker.backends.kafka.processor.topics import TopicManager, TopicManagerBuilder, TopicManagerConfig
 from broker.backoff import Backoff
 from broker.errors import ConfigError, UnknownSetting
 from broker.log import StartPosition
@@ -25,6 +27,7 @@ __all__ = [
     "RebalanceCallback",
     "RestartBackoff",
     "RetryDelay",
+    "SimpleBackoff",
     "resolve_partitioner",
 ]
 
@@ -54,11 +57,17 @@ class ProcessorState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """What a rebalance gave this instance: the partition numbers it owns now, and what changed."""
+    """What a rebalance gave this instance: the partition numbers it owns now, and what changed.
+
+    ``offsets`` is goka's ``Assignment`` (partition -> offset): for every partition owned, the
+    group's committed offset in its first input topic, where processing resumes (-1: nothing
+    committed yet, processing starts at ``start``). It is left out of ``==`` (and the hash).
+    """
 
     partitions: frozenset[int]
     added: frozenset[int]
     revoked: frozenset[int]
+    offsets: Mapping[int, int] = field(default_factory=dict, compare=False)
 
 
 #: Called after every rebalance with the new :class:`Assignment` (plain or coroutine function).
@@ -75,6 +84,29 @@ class RetryDelay(Protocol):
     def delay(self, attempt: int) -> float:
         """Seconds to wait before the ``attempt``-th restart in a row (1 for the first)."""
         ...
+
+
+class SimpleBackoff:
+    """goka's ``NewSimpleBackoff``: each wait ``step`` seconds longer than the last, up to ``maximum``.
+
+    ``delay(attempt)`` is ``min(step * attempt, maximum)``: 10, 20, 30, ... seconds with goka's
+    default builder (``SimpleBackoff(10, 120)``). A :class:`RetryDelay` for ``backoff=``.
+    """
+
+    __slots__ = ("maximum", "step")
+
+    def __init__(self, step: float, maximum: float) -> None:
+        if not step > 0 or not maximum >= step:
+            raise ConfigError(f"SimpleBackoff needs step > 0 and maximum >= step, got {step} and {maximum}")
+        self.step = step
+        self.maximum = maximum
+
+    def __repr__(self) -> str:
+        return f"SimpleBackoff(step={self.step}, maximum={self.maximum})"
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before the ``attempt``-th restart in a row (1 for the first)."""
+        return float(min(self.step * max(attempt, 1), self.maximum))
 
 
 class RestartBackoff:
@@ -118,8 +150,11 @@ class ProcessorOptions:
     (``start="earliest"``), so a new group never silently skips messages already in its inputs.
     """
 
-    #: Local storage of the group table, joins and lookup views.
-    storage: StorageBuilder = field(default_factory=memory_storage)
+    #: Local storage of the group table, joins and lookup views. ``None`` (default): on Kafka, LMDB
+    #: stores under ``<data dir>/processor/<group>`` (goka's ``DefaultProcessorStoragePath``; see
+    #: :mod:`~broker.backends.kafka.processor.defaults`), so a restart reads only what is new;
+    #: on the in-memory log, memory. ``memory_storage()`` keeps tables in memory anywhere.
+    storage: StorageBuilder | None = None
     #: Key partitioner for emits, loopbacks and lookups: ``murmur2`` (Kafka's), ``fnv1a`` (goka's).
     partitioner: str | Partitioner = "murmur2"
     #: What to do with ``None`` input values.
@@ -142,8 +177,15 @@ class ProcessorOptions:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Partition count for missing input and join topics (``None``: missing inputs are an error).
     create_partitions: int | None = None
-    #: Topic config for created table topics.
+    #: Topic config for created table topics (unless ``topic_config`` is given).
     table_config: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "compact"})
+    #: How created topics are configured (goka's ``TopicManagerConfig``): per-table and per-stream
+    #: replication, stream retention, table and stream settings. None: ``table_config`` and the
+    #: broker's defaults.
+    topic_config: TopicManagerConfig | None = None
+    #: Creates the processor's topics (goka's ``WithTopicManagerBuilder``): a ``TopicManager``, or a
+    #: function ``log -> TopicManager``. None: a ``LogTopicManager`` with ``topic_config``.
+    topic_manager: TopicManager | TopicManagerBuilder | None = None
     #: How long ``stop()`` waits for deferred commits of revoked partitions (seconds).
     defer_timeout: float = 30.0
     #: Keep the group table and joined tables of the partitions this member does not own up to
@@ -184,6 +226,9 @@ class ProcessorOptions:
     #: The ``TextMapPropagator`` that reads and writes the trace context headers, with
     #: ``tracer_provider`` (default: OpenTelemetry's global one, W3C trace context and baggage).
     propagator: Any = None
+    #: Where the processor, its lookup views and its table recovery log (goka's ``WithLogger``;
+    #: ``None``: the module logger ``broker.backends.kafka.processor``).
+    logger: logging.Logger | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -208,6 +253,8 @@ class ProcessorOptions:
             raise ConfigError(f"client_id must be a non-empty string or None, got {self.client_id!r}")
         if not isinstance(self.backoff, RetryDelay):
             raise ConfigError(f"backoff must have a delay(attempt) method (a Backoff), got {self.backoff!r}")
+        if self.logger is not None and not isinstance(self.logger, logging.Logger):
+            raise ConfigError(f"logger must be a logging.Logger or None, got {self.logger!r}")
         if self.backoff_reset < 0:
             raise ConfigError(f"backoff_reset must be >= 0, got {self.backoff_reset}")
 

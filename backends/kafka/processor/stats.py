@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from broker.backends.kafka.processor.table import RecoveryStats, TableStatus
+from broker.backends.kafka.processor.table import PartitionTable, RecoveryStats, TableStatus
 
-__all__ = ["InputStats", "OutputStats", "PartitionStats", "ProcessorStats", "TableStats", "ViewStats"]
+__all__ = [
+    "InputStats",
+    "OutputStats",
+    "PartitionStats",
+    "ProcessorStats",
+    "TableStats",
+    "ViewStats",
+    "table_stats",
+]
 
 
 @dataclass(slots=True)
@@ -21,6 +30,9 @@ class InputStats:
     last_offset: int = -1
     #: Messages behind the high watermark (filled in by ``Processor.stats()``).
     lag: int = 0
+    #: Seconds between the last message's timestamp and when it was processed (goka's
+    #: ``InputStats.Delay``; 0 when the message carried no timestamp). For a table: when it was read.
+    delay: float = 0.0
 
 
 @dataclass(slots=True)
@@ -38,6 +50,11 @@ class TableStats:
     status: TableStatus
     recovery: RecoveryStats
     writes: int = 0
+    #: Recovering behind the high watermark with nothing read for ``table.STALL_PERIOD`` seconds
+    #: (goka's ``TableStats.Stalled``).
+    stalled: bool = False
+    #: What was read into the table (recovery and catch-up): count, bytes, last offset, delay.
+    input: InputStats = field(default_factory=InputStats)
 
 
 @dataclass(slots=True)
@@ -48,6 +65,8 @@ class PartitionStats:
     outputs: dict[str, OutputStats] = field(default_factory=dict)
     table: TableStats | None = None
     joins: dict[str, TableStats] = field(default_factory=dict)
+    #: When this snapshot was taken (POSIX seconds; goka's ``PartitionProcStats.Now``).
+    now: float = field(default_factory=time.time)
 
 
 @dataclass(slots=True)
@@ -63,3 +82,18 @@ class ProcessorStats:
 
     group: dict[int, PartitionStats] = field(default_factory=dict)
     lookups: dict[str, ViewStats] = field(default_factory=dict)
+
+
+def table_stats(table: PartitionTable) -> TableStats:
+    """A snapshot of ``table``'s statistics."""
+    delay = 0.0
+    if table.last_time is not None:
+        delay = max(0.0, table.progress_at - table.last_time)
+    lag = max(0, table.recovery.hwm - table.recovery.offset) if table.status < TableStatus.PREPARING else 0
+    return TableStats(
+        table.status,
+        table.recovery,
+        table.writes,
+        table.stalled,
+        InputStats(table.read_count, table.read_bytes, table.last_offset, lag, delay),
+    )

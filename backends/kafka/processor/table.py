@@ -32,6 +32,7 @@ from broker.message import Record
 from broker.partitioning import Partitioner, partitioner_by_name
 
 __all__ = [
+    "STALL_PERIOD",
     "KeyPlacement",
     "PartitionTable",
     "RecoveryStats",
@@ -39,10 +40,11 @@ __all__ = [
     "TableStatus",
     "UpdateCallback",
     "default_update",
+    "mark_running",
     "recover",
 ]
 
-log = logging.getLogger("broker.backends.kafka.processor")
+log = _module_log = logging.getLogger("broker.backends.kafka.processor")
 
 #: How a table record reaches the store: ``update(storage, partition, key, value)``.
 UpdateCallback = Callable[[Storage, int, str, bytes | None], None]
@@ -63,7 +65,15 @@ class TableStatus(enum.IntEnum):
     INITIALIZING = 1
     CONNECTING = 2
     RECOVERING = 3
-    RUNNING = 4
+    #: Recovery read everything; the store persists what it loaded in bulk (goka's
+    #: ``PartitionPreparing``), and the owner has not started using the partition yet.
+    PREPARING = 4
+    RUNNING = 5
+
+
+#: A table partition still behind its high watermark that read nothing for this many seconds is
+#: *stalled* (goka checks for two minutes without a message).
+STALL_PERIOD = 120.0
 
 
 @dataclass(slots=True)
@@ -98,6 +108,22 @@ class PartitionTable:
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
     #: Records applied since recovery finished (catch-up) or writes made by the owner.
     writes: int = 0
+    #: Table records read into the store (recovery and catch-up), their payload bytes, the last
+    #: one's offset and timestamp, and when a record was last read (or recovery started).
+    read_count: int = 0
+    read_bytes: int = 0
+    last_offset: int = -1
+    last_time: float | None = None
+    progress_at: float = field(default_factory=time.time)
+
+    @property
+    def stalled(self) -> bool:
+        """True while recovering behind the high watermark with nothing read for ``STALL_PERIOD``."""
+        if self.status not in (TableStatus.CONNECTING, TableStatus.RECOVERING):
+            return False
+        if self.recovery.offset >= self.recovery.hwm:
+            return False
+        return time.time() - self.progress_at >= STALL_PERIOD
 
     @property
     def tp(self) -> TopicPartition:
@@ -111,16 +137,27 @@ class PartitionTable:
         partition = self.partition
         last = -1
         count = 0
+        size = 0
+        stamp = None
         for record in records:
             key = record.key
+            value = record.value
             if key is not None:
-                update(storage, partition, key, record.value)
+                update(storage, partition, key, value)
             else:
                 log.warning("skipping a record without key in table %s at offset %d", self.tp, record.offset)
+            if value is not None:
+                size += len(value)
             last = record.offset
+            stamp = record.publish_time
             count += 1
         if last >= 0:
             storage.set_offset(last + 1)
+            self.read_count += count
+            self.read_bytes += size
+            self.last_offset = last
+            self.last_time = stamp
+            self.progress_at = time.time()
         return count
 
 
@@ -203,8 +240,11 @@ def partitioner_name(partitioner: object) -> str:
     return getattr(partitioner, "__name__", repr(partitioner))
 
 
-async def _start_offset(log_port: Log, table: PartitionTable) -> tuple[int, int]:
+async def _start_offset(
+    log_port: Log, table: PartitionTable, logger: logging.Logger | None = None
+) -> tuple[int, int]:
     """``(start, high)`` for recovering ``table``."""
+    log = logger or _module_log
     low, high = await log_port.watermarks(table.tp)
     local = table.storage.offset()
     if local is not None and local > high:
@@ -240,21 +280,25 @@ async def recover(
     flush_every: int = 50_000,
     placement: KeyPlacement | None = None,
     owner: str = "a table",
+    logger: logging.Logger | None = None,
 ) -> None:
     """Bring every table of ``tables`` up to its topic's current high watermark, in parallel.
 
     ``placement`` checks where the first keys of each partition are (``PartitionerMismatch``).
     Tables kept in memory (the default storage) are read from the beginning at every start:
     ``owner`` (``"processor 'g'"``) names who does that in the warning that says so (not logged
-    for a store that already holds a part of its table, such as a hot standby's).
+    for a store that already holds a part of its table, such as a hot standby's). ``logger``
+    receives the warnings (default: the module's logger).
     """
+    log = logger or _module_log
     targets: dict[TopicPartition, int] = {}
     positions: dict[TopicPartition, int] = {}
     by_tp: dict[TopicPartition, PartitionTable] = {}
     from_start: set[TopicPartition] = set()
     for table in tables:
         table.status = TableStatus.CONNECTING
-        start, high = await _start_offset(log_port, table)
+        table.progress_at = time.time()
+        start, high = await _start_offset(log_port, table, log)
         if table.storage.offset() is None:  # an empty store: not a standby's tail
             from_start.add(table.tp)
         table.recovery = RecoveryStats(start, start, high, time.time())
@@ -276,9 +320,9 @@ async def recover(
         in_memory = sorted({tp.topic for tp in volatile})
         again = sum(targets[tp] - positions[tp] for tp in volatile)
         log.warning(
-            "%s keeps %s in memory (the default storage): it reads %d records from the beginning now, "
-            "and again at every restart; pass storage=lmdb_storage(<directory>) to keep tables on disk "
-            "and read only what is new",
+            "%s keeps %s in memory: it reads %d records from the beginning now, and again at every "
+            "restart; leave storage unset on Kafka (tables on disk under the data directory) or pass "
+            "storage=lmdb_storage(<directory>) to read only what is new",
             owner,
             ", ".join(in_memory),
             again,
@@ -322,9 +366,17 @@ async def recover(
 
 
 def _finish(table: PartitionTable) -> None:
+    """Recovery is done: PREPARING while the store persists its bulk load; the owner sets RUNNING."""
+    table.status = TableStatus.PREPARING
     table.storage.mark_recovered()
     table.recovery.finished = time.time()
-    table.status = TableStatus.RUNNING
+
+
+def mark_running(tables: Iterable[PartitionTable]) -> None:
+    """The owner starts using ``tables`` (after :func:`recover`): they are RUNNING."""
+    for table in tables:
+        if table.status is TableStatus.PREPARING:
+            table.status = TableStatus.RUNNING
 
 
 class TableFollower:

@@ -26,10 +26,11 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Self
 
 from broker.backends.kafka.processor.codecs import resolve_codec
+from broker.backends.kafka.processor.defaults import resolve_view_storage
 from broker.backends.kafka.processor.errors import TableNotReady
 from broker.backends.kafka.processor.settings import RetryDelay, resolve_partitioner
-from broker.backends.kafka.processor.stats import TableStats, ViewStats
-from broker.backends.kafka.processor.storage import Storage, StorageBuilder, memory_storage
+from broker.backends.kafka.processor.stats import ViewStats, table_stats
+from broker.backends.kafka.processor.storage import Storage, StorageBuilder
 from broker.backends.kafka.processor.table import (
     KeyPlacement,
     PartitionTable,
@@ -37,6 +38,7 @@ from broker.backends.kafka.processor.table import (
     TableStatus,
     UpdateCallback,
     default_update,
+    mark_running,
     partitioner_name,
     recover,
 )
@@ -46,7 +48,7 @@ from broker.errors import ClosedError, ConfigError
 from broker.log import Log, with_client_id
 from broker.partitioning import Partitioner
 
-__all__ = ["StateCallback", "View", "ViewIterator", "ViewState"]
+__all__ = ["StateCallback", "StateChanges", "View", "ViewIterator", "ViewState"]
 
 log = logging.getLogger("broker.backends.kafka.processor")
 
@@ -132,6 +134,39 @@ class ViewIterator(Iterator[tuple[str, Any]]):
         self._merged = iter(())
 
 
+class StateChanges:
+    """An async iterator of a view's states from now on; ``stop()`` ends it (see ``View.state_changes``)."""
+
+    def __init__(self, view: View) -> None:
+        self._queue: asyncio.Queue[ViewState | None] = asyncio.Queue()
+        self._stopped = False
+        self._stop = view.observe(self._queue.put_nowait)
+
+    def __aiter__(self) -> StateChanges:
+        return self
+
+    async def __anext__(self) -> ViewState:
+        if self._stopped and self._queue.empty():
+            raise StopAsyncIteration
+        state = await self._queue.get()
+        if state is None:
+            raise StopAsyncIteration
+        return state
+
+    def stop(self) -> None:
+        """Stop observing; the iteration ends after the states already queued (idempotent)."""
+        if not self._stopped:
+            self._stopped = True
+            self._stop()
+            self._queue.put_nowait(None)
+
+    def __enter__(self) -> StateChanges:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
 class View:
     """A materialized table: ``async with View(log, "user-clicks-table", "int64") as view: ...``."""
 
@@ -150,15 +185,23 @@ class View:
         on_state_change: StateCallback | None = None,
         restartable: bool = False,
         client_id: str | None = None,
+        logger: logging.Logger | None = None,
+        backoff_reset: float = 60.0,
     ) -> None:
         if not table:
             raise ConfigError("a view needs a table topic name")
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise ConfigError(f"logger must be a logging.Logger or None, got {logger!r}")
+        #: goka's ``WithViewLogger``: where this view logs (default: the module's logger).
+        self._logger: logging.Logger = logger or log
         #: The client id its readers report to the broker (``None``: the log's own).
         self.client_id = client_id
         self._log = with_client_id(log_port, client_id)
         self.topic = table
         self.codec = resolve_codec(codec, f"view({table!r})")
-        self._build = storage or memory_storage()
+        #: ``storage``, or the default: on Kafka LMDB under ``<data dir>/view`` (goka's
+        #: ``DefaultViewStoragePath``; memory for a partition another process holds), else memory.
+        self._build = resolve_view_storage(storage, log_port)
         self._partitioner = resolve_partitioner(partitioner)
         self._partitioner_name = partitioner_name(partitioner)
         self._update = update_callback
@@ -174,6 +217,11 @@ class View:
             else backoff
         )
         self._poll_timeout = poll_timeout
+        if not backoff_reset >= 0:
+            raise ConfigError(f"backoff_reset must be >= 0 seconds, got {backoff_reset}")
+        #: A reconnect after this many seconds without a failure starts the backoff from its first
+        #: delay again (goka's ``WithViewBackoffResetTimeout``; records flowing again do too).
+        self.backoff_reset = backoff_reset
         self._callbacks: list[StateCallback] = [on_state_change] if on_state_change else []
         self._tables: list[PartitionTable] = []
         self._follower: TableFollower | None = None
@@ -200,9 +248,31 @@ class View:
         """True once every partition was recovered (stays true while reconnecting)."""
         return self._recovered_once.is_set()
 
-    def observe(self, callback: StateCallback) -> None:
-        """Call ``callback(state)`` on every state change from now on."""
+    def observe(self, callback: StateCallback) -> Callable[[], None]:
+        """Call ``callback(state)`` on every state change from now on.
+
+        Returns a function that stops it (goka's ``StateChangeObserver.Stop``; idempotent).
+        """
         self._callbacks.append(callback)
+
+        def stop() -> None:
+            self.unobserve(callback)
+
+        return stop
+
+    def unobserve(self, callback: StateCallback) -> None:
+        """Stop calling ``callback`` on state changes (no error if it was not observing)."""
+        with contextlib.suppress(ValueError):
+            self._callbacks.remove(callback)
+
+    def state_changes(self) -> StateChanges:
+        """The view's state changes as an async iterator (goka's ``ObserveStateChanges``).
+
+        ``async for state in view.state_changes(): ...``; ``stop()`` on it (or leaving
+        ``with``) ends the iteration and stops observing. Unlike goka's channel, a reader that
+        falls behind never blocks the view: changes queue up until read.
+        """
+        return StateChanges(self)
 
     async def _set_state(self, state: ViewState) -> None:
         if state == self._state:
@@ -248,7 +318,10 @@ class View:
     async def _recover(self) -> None:
         await self._set_state(ViewState.CATCHUP)
         placement = KeyPlacement(self._partitioner, self._partitioner_name, len(self._tables))
-        await recover(self._log, self._tables, placement=placement, owner=f"view {self.topic!r}")
+        await recover(
+            self._log, self._tables, placement=placement, owner=f"view {self.topic!r}", logger=self._logger
+        )
+        mark_running(self._tables)
         self._follower = TableFollower(self._log)
         self._follower.add(self._tables)
         self._caught_up = True
@@ -281,6 +354,8 @@ class View:
                 await self._set_state(ViewState.CONNECTING)
         self._ran = True
         failures = 0
+        loop = asyncio.get_running_loop()
+        healthy_since = loop.time()
         try:
             while not self._stopping:
                 try:
@@ -292,9 +367,12 @@ class View:
                 except Exception as exc:
                     if not self.auto_reconnect:
                         raise
+                    if loop.time() - healthy_since >= self.backoff_reset:
+                        failures = 0  # ran long enough since the last failure: start afresh
+                    healthy_since = loop.time()
                     failures += 1
                     delay = max(0.0, float(self.backoff.delay(failures)))
-                    log.warning(
+                    self._logger.warning(
                         "view of %r lost the broker (%s); reconnecting in %.1fs", self.topic, exc, delay
                     )
                     await self._reset()
@@ -410,4 +488,4 @@ class View:
 
     def stats(self) -> ViewStats:
         """Status and recovery progress per partition."""
-        return ViewStats({t.partition: TableStats(t.status, t.recovery, t.writes) for t in self._tables})
+        return ViewStats({t.partition: table_stats(t) for t in self._tables})

@@ -12,6 +12,7 @@ Runs on the ``broker.log`` port only, so it works on any partitioned log (Kafka,
 
 from broker.backends.kafka.queue.client import MqClient
 from broker.backends.kafka.queue.consumer import QueueConsumer
+from broker.backends.kafka.queue.errors import is_reconnect_required, is_timeout_error
 from broker.backends.kafka.queue.markers import (
     BatchMarker,
     Handout,
@@ -34,12 +35,13 @@ from broker.backends.kafka.queue.service import (
     QueueService,
     open_messages,
 )
-from broker.backends.kafka.queue.settings import QueueSettings
-from broker.backends.kafka.queue.tracker import AssignedPartition, RedeliveryTracker
+from broker.backends.kafka.queue.settings import QueueSettings, RedeliveryBackoff
+from broker.backends.kafka.queue.tracker import AssignedPartition, GiveUp, RedeliveryTracker
 
 __all__ = [
     "AssignedPartition",
     "BatchMarker",
+    "GiveUp",
     "Handout",
     "Marker",
     "MarkerProducer",
@@ -55,12 +57,15 @@ __all__ = [
     "QueueProducer",
     "QueueService",
     "QueueSettings",
+    "RedeliveryBackoff",
     "RedeliveryTracker",
     "Started",
     "decode",
     "decode_marker",
     "encode_batch_marker",
     "encode_marker",
+    "is_reconnect_required",
+    "is_timeout_error",
     "open_messages",
     "ranges_of",
 ]

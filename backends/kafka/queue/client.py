@@ -4,8 +4,11 @@
 one per message, waiting for them), and only then ``commit`` commits the read position
 (the queue consumer does the three in a row): a crash between the two duplicates a message (the
 tracker redelivers it) and never loses one. A failure on either
-step sets ``needs_reset``; a failing poll sets ``needs_reconnect``; the caller repairs them
-with ``reset()`` / ``reconnect()`` before the next batch, as kafka-mq-go does.
+step sets ``needs_reset``; a poll failing with an error only a new client cures (a fatal
+librdkafka error, ``_MAX_POLL_EXCEEDED``: see :func:`~.errors.is_reconnect_required`) sets
+``needs_reconnect``; the caller repairs them with ``reset()`` / ``reconnect()`` before the next
+batch, as kafka-mq-go does. A transient poll failure (a timeout, a lost connection) needs no
+repair: the next poll simply tries again.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, Literal
 
+from broker.backends.kafka.queue.errors import is_reconnect_required
 from broker.backends.kafka.queue.markers import (
     Handout,
     MarkerFormat,
@@ -112,7 +116,8 @@ class MqClient:
         except ClosedError:
             raise
         except Exception as exc:
-            self.needs_reconnect = True
+            if is_reconnect_required(exc):
+                self.needs_reconnect = True
             raise ReceiveError(f"polling the queue topic failed: {exc}") from exc
 
     async def start(self, items: list[Any], *, prefetched: bool = False) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker.backends.kafka.queue.client import MqClient
+from broker.backends.kafka.queue.errors import is_timeout_error
 from broker.backends.kafka.queue.metrics import QueueMetrics
 from broker.backends.kafka.queue.producer import MessageSender
 from broker.backends.kafka.queue.source import QueueSource
@@ -169,7 +170,9 @@ class QueueConsumer(AsyncResource):
             except ClosedError:
                 return
             except Exception as exc:
-                log.warning("queue %r: %s; retrying in %.2fs", client.queue_id, exc, backoff)
+                # kafka-mq-go logs timeouts at debug level: they are part of polling an idle queue.
+                level = logging.DEBUG if is_timeout_error(exc) else logging.WARNING
+                log.log(level, "queue %r: %s; retrying in %.2fs", client.queue_id, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue

@@ -14,6 +14,7 @@ __all__ = [
     "HEADER_ORIGINAL_ID",
     "HEADER_REDELIVERY_FOR",
     "QueueSettings",
+    "RedeliveryBackoff",
     "queue_settings_for_topic",
 ]
 
@@ -30,6 +31,58 @@ _MAX_TIMEOUT = 12 * 3600.0
 
 #: The consumer group of kafka-mq-go's redelivery trackers (fixed in its source).
 GO_TRACKER_GROUP = "kafka-mq-redelivery"
+
+
+#: kafka-mq-go's redeliverer gives up on a message after a week of failures (its backoff's
+#: ``MaxElapsedTime`` of 168 h).
+_WEEK = 168 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RedeliveryBackoff:
+    """How the tracker retries a failing redelivery (kafka-mq-go's ``backoffPolicy``).
+
+    Every write or read of one redelivery (re-sending the message, reading it back from the queue
+    topic, writing END) is retried after ``start`` seconds, then each wait ``factor`` times the last,
+    at most ``maximum``, each spread by +-``jitter`` (0.5: anywhere from half to one and a half
+    times the wait). Once a redelivery has failed for ``max_elapsed`` seconds the tracker gives up
+    on it: the message goes to ``dead_letter_topic`` (with a ``dead_letter_reason`` header) when one
+    is set; otherwise the give-up is reported (an ERROR log, the ``abandoned`` count of
+    ``QueueMetrics``, ``RedeliveryTracker.on_give_up``) and the message stays started, so a
+    restarted tracker tries again: nothing is lost. ``max_elapsed=None`` retries forever.
+    """
+
+    #: The first wait, in seconds.
+    start: float = 0.05
+    #: Each wait is the previous one times this (1: constant waits).
+    factor: float = 2.0
+    #: Randomization of each wait: a wait ``w`` becomes uniform in ``[w*(1-jitter), w*(1+jitter)]``.
+    jitter: float = 0.5
+    #: The longest wait, in seconds.
+    maximum: float = 30.0
+    #: Seconds of failures after which the tracker gives up on one redelivery (None: never).
+    max_elapsed: float | None = _WEEK
+
+    def __post_init__(self) -> None:
+        if not self.start > 0:
+            raise ConfigError(f"RedeliveryBackoff.start must be > 0 seconds, got {self.start}")
+        if not self.factor >= 1:
+            raise ConfigError(f"RedeliveryBackoff.factor must be >= 1, got {self.factor}")
+        if not 0 <= self.jitter < 1:
+            raise ConfigError(f"RedeliveryBackoff.jitter must be in [0, 1), got {self.jitter}")
+        if not self.maximum >= self.start:
+            raise ConfigError(f"RedeliveryBackoff.maximum ({self.maximum}) must be >= start ({self.start})")
+        if self.max_elapsed is not None and not self.max_elapsed > 0:
+            raise ConfigError(f"RedeliveryBackoff.max_elapsed must be > 0 or None, got {self.max_elapsed}")
+
+    def wait(self, retry: int, rand: float, ceiling: float | None = None) -> float:
+        """The wait before retry number ``retry`` (1 for the first), for a ``rand`` in [0, 1).
+
+        ``ceiling`` lowers ``maximum`` for one step (the tracker reads back at most every 2 s).
+        """
+        most = self.maximum if ceiling is None else min(ceiling, self.maximum)
+        base = min(self.start * self.factor ** min(retry - 1, 64), most)
+        return base * (1 - self.jitter + 2 * self.jitter * rand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +124,9 @@ class QueueSettings:
     dead_letter_topic: str | None = None
     #: Seconds between tracker passes when no marker arrives.
     tracker_poll_interval: float = 0.2
+    #: How a tracker retries a failing redelivery, and when it gives up on one (a
+    #: :class:`RedeliveryBackoff`; None: its defaults, with the tracker's ``max_backoff``).
+    redelivery_backoff: RedeliveryBackoff | None = None
     #: ``"batched"`` (the default): one START per fetched batch and one END per group of acks
     #: (``version = 1`` markers; trackers read the messages back from the queue topic to
     #: redeliver them). A kafka-mq-go tracker skips them (its decoder refuses them: it logs
@@ -158,6 +214,10 @@ class QueueSettings:
             raise ConfigError(f"next_message_timeout must be > 0, got {self.next_message_timeout}")
         if self.use_now_if_no_marker_seen < 0:
             raise ConfigError("use_now_if_no_marker_seen must be >= 0")
+        if self.redelivery_backoff is not None and not isinstance(self.redelivery_backoff, RedeliveryBackoff):
+            raise ConfigError(
+                f"redelivery_backoff must be a RedeliveryBackoff or None, got {self.redelivery_backoff!r}"
+            )
         if self.max_deliveries is not None and self.max_deliveries < 1:
             raise ConfigError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
 

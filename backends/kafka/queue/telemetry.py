@@ -52,6 +52,14 @@ QUEUE_METRICS: Final[Mapping[str, tuple[str, str]]] = {
         "polybroker.queue.unrecoverable",
         "Messages the tracker had to redeliver but could no longer read back.",
     ),
+    "abandoned": (
+        "polybroker.queue.abandoned",
+        "Messages whose redelivery the tracker gave up on after max_elapsed (no dead-letter topic).",
+    ),
+    "fleet_mismatch": (
+        "polybroker.queue.fleet_mismatch",
+        "Markers showing a Go-fleet mix that misbehaves (see docs/kafka-queue.md, Go interoperability).",
+    ),
     "marker_errors": ("polybroker.queue.marker_errors", "Marker writes that failed."),
     "tracker_failures": ("polybroker.queue.tracker_failures", "Failures of a redelivery tracker's loop."),
     "in_flight": ("polybroker.queue.in_flight", "Messages marker-queue consumers hold unsettled."),

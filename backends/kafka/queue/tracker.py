@@ -40,10 +40,11 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Self
 
 from broker.backends.kafka.queue.client import read_hints
+from broker.backends.kafka.queue.fleet import FleetGuard, scan_for_batched
 from broker.backends.kafka.queue.markers import MarkerProducer, MessageId, decode
 from broker.backends.kafka.queue.markers_queue import MarkersQueue, Started, spans
 from broker.backends.kafka.queue.metrics import QueueMetrics
@@ -54,6 +55,7 @@ from broker.backends.kafka.queue.settings import (
     HEADER_ORIGINAL_ID,
     HEADER_REDELIVERY_FOR,
     QueueSettings,
+    RedeliveryBackoff,
 )
 from broker.errors import (
     AuthenticationFailed,
@@ -67,7 +69,7 @@ from broker.log import Log, LogConsumer, TopicPartition
 from broker.message import Record
 from broker.resources import AsyncResource
 
-__all__ = ["AssignedPartition", "RedeliveryTracker"]
+__all__ = ["AssignedPartition", "GiveUp", "RedeliveryTracker"]
 
 log = logging.getLogger("broker.backends.kafka.queue.tracker")
 
@@ -83,9 +85,16 @@ class AssignedPartition:
     """One markers partition owned by this tracker: its queue, clock and catch-up state."""
 
     def __init__(
-        self, tp: TopicPartition, config: QueueSettings, catch_up_to: int, monotonic: Callable[[], float]
+        self,
+        tp: TopicPartition,
+        config: QueueSettings,
+        catch_up_to: int,
+        monotonic: Callable[[], float],
+        guard: FleetGuard | None = None,
     ):
         self.tp = tp
+        #: Checks each marker for a Go-fleet mix that misbehaves (see ``fleet``).
+        self.guard = guard
         self.config = config
         self.queue = MarkersQueue()
         self.catch_up_to = catch_up_to
@@ -112,6 +121,8 @@ class AssignedPartition:
         except DecodeError as exc:
             log.warning("skipping a malformed marker at %s@%d: %s", self.tp, record.offset, exc)
             return
+        if self.guard is not None:
+            self.guard.check(self.tp, record.offset, marker)
         self.queue.add(marker, record.key or "", record.offset, timestamp)
 
     def now(self) -> float | None:
@@ -139,6 +150,31 @@ def _is_permanent(exc: BaseException) -> bool:
     return isinstance(exc, _PERMANENT)
 
 
+#: The default first wait of a retried redelivery step (``RedeliveryBackoff.start``).
+_DEFAULT_START = 0.05
+
+
+class _GaveUp(Exception):
+    """A retried step failed for longer than the policy's ``max_elapsed`` (``__cause__``: the last error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """A redelivery the tracker gave up on (``RedeliveryBackoff.max_elapsed`` passed), as reported."""
+
+    #: The queue the messages are for.
+    queue_id: str
+    #: The queue topic partition and offsets of the messages.
+    partition: int
+    offsets: tuple[int, ...]
+    #: What failed (``redelivery``, ``reading back``, ``writing END``, ``dead-lettering``).
+    step: str
+    #: The last error.
+    error: BaseException
+    #: True when the messages were dead-lettered instead (only the report then).
+    dead_lettered: bool = False
+
+
 class RedeliveryTracker(AsyncResource):
     """Tracks markers and redelivers expired messages. Run it as a task or ``async with``."""
 
@@ -156,6 +192,11 @@ class RedeliveryTracker(AsyncResource):
         self.metrics = metrics or QueueMetrics()
         self._monotonic = monotonic
         self._max_backoff = max_backoff
+        #: Warns about Go-fleet mixes that misbehave, from the markers read (see ``fleet``).
+        self.fleet = FleetGuard(config, self.metrics)
+        self._fleet_scan: asyncio.Task[None] | None = None
+        #: Called with a :class:`GiveUp` each time the tracker gives up on a redelivery.
+        self.on_give_up: Callable[[GiveUp], None] | None = None
         self._markers = MarkerProducer(log_port, config)
         self._sender = MessageSender(log_port)
         self._reader = QueueTopicReader(log_port)
@@ -182,13 +223,24 @@ class RedeliveryTracker(AsyncResource):
         #: Called with the error each time the loop fails (after logging and counting it).
         self.on_failure: Callable[[BaseException], None] | None = None
 
+    @property
+    def backoff(self) -> RedeliveryBackoff:
+        """How redeliveries are retried and when the tracker gives up on one (kafka-mq-go's policy).
+
+        ``config.redelivery_backoff``, else the defaults with waits capped at ``max_backoff``.
+        """
+        policy = self.config.redelivery_backoff
+        if policy is not None:
+            return policy
+        return RedeliveryBackoff(maximum=max(self._max_backoff, _DEFAULT_START))
+
     # -- rebalance listener ---------------------------------------------------------------
     async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
         """Start tracking ``partitions``; their committed position and end decide catch-up."""
         committed = await self._log.committed(self.config.tracker_group, list(partitions))
         for tp in partitions:
             _, high = await self._watermarks(tp)
-            state = AssignedPartition(tp, self.config, high, self._monotonic)
+            state = AssignedPartition(tp, self.config, high, self._monotonic, self.fleet)
             state.position = committed.get(tp) or 0
             self.partitions[tp] = state
 
@@ -227,6 +279,11 @@ class RedeliveryTracker(AsyncResource):
     async def run(self) -> None:
         """Track until cancelled or closed."""
         await self._create_topics()
+        if self.config.go_fleet and self._fleet_scan is None:
+            # Markers of a queue may all sit in a partition a Go tracker owns: look once at every tail.
+            self._fleet_scan = asyncio.get_running_loop().create_task(
+                scan_for_batched(self._log, self.fleet), name="tracker-fleet-scan"
+            )
         self._consumer = self._markers_consumer()
         self._failure, self._redelivered = None, False
         try:
@@ -319,10 +376,22 @@ class RedeliveryTracker(AsyncResource):
                 task.add_done_callback(self._redelivery_done)
 
     async def _retry(
-        self, what: str, attempt: Callable[[], Awaitable[object]], *, max_backoff: float | None = None
+        self,
+        what: str,
+        attempt: Callable[[], Awaitable[object]],
+        *,
+        max_backoff: float | None = None,
+        give_up: bool = False,
     ) -> None:
-        delay = 0.05
-        ceiling = self._max_backoff if max_backoff is None else min(max_backoff, self._max_backoff)
+        """Run ``attempt`` until it succeeds, waiting per :attr:`backoff` between failures.
+
+        Permanent errors are raised at once. With ``give_up``, a step still failing after the
+        policy's ``max_elapsed`` seconds raises ``_GaveUp`` (its cause: the last error).
+        """
+        policy = self.backoff
+        ceiling = policy.maximum if max_backoff is None else min(max_backoff, policy.maximum)
+        began = self._monotonic()
+        retry = 0
         while True:
             try:
                 await attempt()
@@ -333,9 +402,44 @@ class RedeliveryTracker(AsyncResource):
                 if _is_permanent(exc):
                     log.error("%s failed: %r; not retried (a permanent error)", what, exc)
                     raise
+                retry += 1
+                delay = policy.wait(retry, random.random(), ceiling)
+                limit = policy.max_elapsed
+                if give_up and limit is not None and self._monotonic() - began + delay > limit:
+                    raise _GaveUp(f"{what} still failing after {self._monotonic() - began:.1f}s") from exc
                 log.warning("%s failed: %r; retrying in %.2fs", what, exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, ceiling)
+                await asyncio.sleep(delay)
+
+    def _gave_up(self, report: GiveUp) -> None:
+        """Report a redelivery given up on: ERROR log, ``abandoned`` count, ``on_give_up``."""
+        if report.dead_lettered:
+            log.error(
+                "queue %r: gave up redelivering %d message(s) of partition %d after %s failed for "
+                "over %ss (%r); dead-lettered them",
+                report.queue_id,
+                len(report.offsets),
+                report.partition,
+                report.step,
+                self.backoff.max_elapsed,
+                report.error,
+            )
+        else:
+            self.metrics.count("abandoned", len(report.offsets))
+            log.error(
+                "queue %r: gave up redelivering message(s) %s of partition %d after %s failed for over "
+                "%ss (%r); they stay started and a restarted tracker tries again",
+                report.queue_id,
+                list(report.offsets[:10]),
+                report.partition,
+                report.step,
+                self.backoff.max_elapsed,
+                report.error,
+            )
+        if self.on_give_up is not None:
+            try:
+                self.on_give_up(report)
+            except Exception:
+                log.exception("the tracker's on_give_up callback raised")
 
     async def _copies(self, entry: Started, offsets: list[int]) -> list[_Copy]:
         """What to re-send for ``offsets`` of ``entry``: from its START, or read back from the topic."""
@@ -350,7 +454,7 @@ class RedeliveryTracker(AsyncResource):
         async def read_back() -> None:
             read.append(await self._reader.read(tp, offsets))
 
-        await self._retry(f"reading {tp} back", read_back, max_backoff=2.0)
+        await self._retry(f"reading {tp} back", read_back, max_backoff=2.0, give_up=True)
         found, gone = read[-1]
         if gone:
             self.metrics.count("unrecoverable", len(gone))
@@ -374,7 +478,13 @@ class RedeliveryTracker(AsyncResource):
         """Re-send (or dead-letter) the messages ``entry`` still owns, then END them."""
         queue_id, partition, marker = entry.queue_id, entry.partition, entry.marker
         handed = entry.handed  # read now: a hand-out mark may arrive while this runs
-        copies = await self._copies(entry, offsets)
+        try:
+            copies = await self._copies(entry, offsets)
+        except _GaveUp as gave_up:  # the messages cannot be read back: nothing to re-send or dead-letter
+            self._gave_up(
+                GiveUp(queue_id, partition, tuple(offsets), "reading back", gave_up.__cause__ or gave_up)
+            )
+            return
         spread = any(key == queue_id for _, key, _, _, _ in copies) and await self._spread_over() > 0
         sent: set[int] = set()
 
@@ -409,13 +519,63 @@ class RedeliveryTracker(AsyncResource):
             if failure is not None:
                 raise failure
 
-        await self._retry("redelivery", send_all)
-        if marker is not None:
-            mids = [MessageId(partition, offsets[0])]
-            await self._retry("writing END", lambda: asyncio.gather(*self._markers.end(queue_id, mids)))
-        else:
-            ranges = [(partition, first, last) for first, last in spans(offsets)]
-            await self._retry("writing END", lambda: self._markers.end_batch(queue_id, ranges))
+        try:
+            await self._retry("redelivery", send_all, give_up=True)
+        except _GaveUp as gave_up:
+            error = gave_up.__cause__ or gave_up
+            unsent = [copy for copy in copies if copy[0] not in sent]
+            if not await self._dead_letter_given_up(queue_id, partition, unsent, error):
+                return  # reported; no END: the messages stay started
+        try:
+            if marker is not None:
+                mids = [MessageId(partition, offsets[0])]
+                await self._retry(
+                    "writing END", lambda: asyncio.gather(*self._markers.end(queue_id, mids)), give_up=True
+                )
+            else:
+                ranges = [(partition, first, last) for first, last in spans(offsets)]
+                await self._retry(
+                    "writing END", lambda: self._markers.end_batch(queue_id, ranges), give_up=True
+                )
+        except _GaveUp as gave_up:
+            # The copy was sent: without END the old one is redelivered again later (a duplicate).
+            self._gave_up(
+                GiveUp(queue_id, partition, tuple(offsets), "writing END", gave_up.__cause__ or gave_up)
+            )
+
+    async def _dead_letter_given_up(
+        self, queue_id: str, partition: int, unsent: list[_Copy], error: BaseException
+    ) -> bool:
+        """Dead-letter the copies a redelivery gave up on; False (and reported) when it cannot."""
+        offsets = tuple(copy[0] for copy in unsent)
+        target = self.config.dead_letter_topic
+        if target is None or not unsent:
+            self._gave_up(GiveUp(queue_id, partition, offsets, "redelivery", error))
+            return not unsent
+        reason = f"redelivery failed for over {self.backoff.max_elapsed}s: {error!r}"
+
+        async def dead_letter() -> None:
+            writes = []
+            for offset, key, value, headers, attempt in unsent:
+                out = dict(headers)
+                out.setdefault(HEADER_ORIGINAL_ID, f"{partition}:{offset}")
+                for name in (HEADER_ATTEMPT, HEADER_REDELIVERY_FOR):
+                    out.pop(name, None)
+                out["dead_letter_reason"] = reason
+                out["delivery_attempts"] = str(attempt)
+                writes.append(self._sender.send(target, value, key=key, headers=out))
+            await asyncio.gather(*writes)
+
+        try:
+            await self._retry("dead-lettering", dead_letter, give_up=True)
+        except _GaveUp as gave_up:
+            self._gave_up(
+                GiveUp(queue_id, partition, offsets, "dead-lettering", gave_up.__cause__ or gave_up)
+            )
+            return False
+        self.metrics.count("dead_lettered", len(unsent))
+        self._gave_up(GiveUp(queue_id, partition, offsets, "redelivery", error, dead_lettered=True))
+        return True
 
     async def _spread_over(self) -> int:
         """How many queue topic partitions queue-mode redeliveries spread over (0: unknown, by key).
@@ -501,6 +661,10 @@ class RedeliveryTracker(AsyncResource):
                 log.warning("tracker commit failed: %r", exc)
 
     async def _shutdown(self) -> None:
+        scan = self._fleet_scan
+        if scan is not None and not scan.done():
+            scan.cancel()
+            await asyncio.gather(scan, return_exceptions=True)
         tasks = [t for state in self.partitions.values() for t in state.tasks.values()]
         if tasks:
             # A redelivery cut between re-sending and its END is re-sent by the next tracker: a

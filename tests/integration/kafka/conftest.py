@@ -45,3 +45,11 @@ async def exact_backend(kafka_url: str) -> AsyncIterator[KafkaBackend]:
     assert isinstance(opened, KafkaBackend)
     async with opened:
         yield opened
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Default processor and view stores (on disk on Kafka) go to a temporary data directory."""
+    path = tmp_path_factory.mktemp("polybroker-data")
+    monkeypatch.setenv("POLYBROKER_DATA_DIR", str(path))
+    return path

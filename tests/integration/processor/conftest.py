@@ -49,3 +49,11 @@ def names() -> Any:
     """A function making topic and group names unique to this test."""
     run = uuid.uuid4().hex[:8]
     return lambda name: f"{name}-{run}"
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Default processor and view stores (on disk on Kafka) go to a temporary data directory."""
+    path = tmp_path_factory.mktemp("polybroker-data")
+    monkeypatch.setenv("POLYBROKER_DATA_DIR", str(path))
+    return path

@@ -78,13 +78,47 @@ async def poll_all(client: MqClient, count: int) -> list[Any]:
     return got
 
 
+class FatalKafkaError:
+    """Stands for a fatal librdkafka ``KafkaError`` (what ``kafka_error`` carries)."""
+
+    def name(self) -> str:
+        return "_FATAL"
+
+    def fatal(self) -> bool:
+        return True
+
+
+def fatal(message: str) -> ReceiveError:
+    error = ReceiveError(message)
+    error.kafka_error = FatalKafkaError()  # type: ignore[attr-defined]
+    return error
+
+
+async def test_a_transient_poll_failure_needs_no_reconnect(log: InmemLog) -> None:
+    await filled(log, 10)
+    client = MqClient(log, config(), "jobs")
+    try:
+        client._ensure_consumer()
+        assert client.source is not None
+        fail_once(client.source, "poll", ConnectionError("broker gone for a while"))
+        with pytest.raises(ReceiveError, match="broker gone"):
+            await client.poll(100, 0.05)
+        assert not client.needs_reconnect and not client.needs_reset
+        old = client.consumer
+        got = await poll_all(client, 10)  # the same consumer polls again
+        assert client.consumer is old
+        assert sorted(int(r.value) for r in got) == list(range(10))
+    finally:
+        await client.close()
+
+
 async def test_a_failed_poll_needs_a_reconnect_and_the_new_consumer_resumes(log: InmemLog) -> None:
     await filled(log, 10)
     client = MqClient(log, config(), "jobs")
     try:
         client._ensure_consumer()
         assert client.source is not None
-        fail_once(client.source, "poll", ConnectionError("broker gone"))
+        fail_once(client.source, "poll", fatal("broker gone"))
         with pytest.raises(ReceiveError, match="broker gone"):
             await client.poll(100, 0.05)
         assert client.needs_reconnect
