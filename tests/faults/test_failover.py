@@ -1,0 +1,84 @@
+"""Kafka broker failover: two Tansu brokers of one cluster on one S3 store; the one the clients use
+is SIGKILLed mid-stream and not started again. Producers and consumers must go on on the other with
+no confirmed message lost.
+
+Tansu 0.6 has no replication of its own: every broker of a cluster id reads and writes the same
+storage, and each answers metadata as broker 111 at its own address. The clients bootstrap with both
+addresses; when the broker they use dies, librdkafka asks the other one for metadata, learns broker
+111's new address and goes on there. Part of ``make faults`` (the ``faults_full`` marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import RESULTS
+from tests.faults.nemesis import RunResult, run_fault
+from tests.faults.servers import ControlledServer, _seaweedfs, _tansu_on_s3
+from tests.faults.test_faults import SHAPE
+
+
+def _clients_on(port: int) -> int:
+    """Established TCP connections to 127.0.0.1:``port`` (from /proc/net/tcp: the clients on it)."""
+    wanted = f"0100007F:{port:04X}"
+    count = 0
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[2] == wanted and fields[3] == "01":  # remote address, ESTABLISHED
+                count += 1
+    return count
+
+
+class _Failover(ControlledServer):
+    """Two brokers; ``restart()`` kills the one the clients are connected to and starts nothing."""
+
+    standby: object = None
+
+    def restart(self) -> None:
+        primary, standby = self.process, self.standby
+        assert standby is not None
+        if _clients_on(standby.port) > _clients_on(primary.port):  # type: ignore[attr-defined]
+            primary, standby = standby, primary
+        if _clients_on(primary.port) == 0:  # type: ignore[attr-defined]
+            raise AssertionError("no client is connected to either broker: nothing to fail over from")
+        primary.kill()  # type: ignore[attr-defined]
+        self.process, self.standby = standby, primary  # type: ignore[assignment]
+
+
+@pytest.mark.faults
+@pytest.mark.faults_full
+@pytest.mark.timeout(300)
+async def test_kafka_failover_to_the_other_broker_loses_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("confluent_kafka")
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    with ExitStack() as stack:
+        s3 = stack.enter_context(_seaweedfs(storage))
+        first = stack.enter_context(_tansu_on_s3(s3))
+        second = stack.enter_context(_tansu_on_s3(s3))
+        url = (
+            f"kafka://127.0.0.1:{first.port},127.0.0.1:{second.port}"
+            "?session_timeout=2&heartbeat_interval=0.3&fetch_max_wait=0.1"
+        )
+        server = _Failover("kafka", url, first, storage, consumer_options={"ack_deadline": 3})
+        server.standby = second
+        count, rate = SHAPE.split("@")
+        started = time.monotonic()
+        result = await run_fault(server, "restart", tmp_path, count=int(count), rate=float(rate))
+        result = RunResult(
+            "kafka", "failover", result.report, result.fault_seconds, result.wall_seconds, result.topic
+        )
+        RESULTS.append(result)
+        assert not server.standby.running, "the broker the clients used is still running"  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+    report = result.report
+    print(f"\nkafka failover ({time.monotonic() - started:.1f}s run): {report.summary()}")
+    assert report.confirmed > 0, report.summary()
+    assert not report.lost, report.problems()
+    assert report.ok, report.problems()
