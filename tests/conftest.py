@@ -9,11 +9,13 @@ SparkSession are session-scoped) is one group, any other test file is one group.
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 _TESTS = Path(__file__).resolve().parent
 
@@ -27,12 +29,24 @@ def _group(path: Path) -> str:
     return "/".join(parts)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with its xdist group (ignored when pytest runs without workers)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its xdist group (ignored when pytest runs without workers).
+
+    pytest-xdist's ``loadgroup`` reads the group from a ``@group`` suffix of the node id, which it
+    adds by setting ``item._nodeid``; pytest 9 builds the node id from ``item._id`` instead, so that
+    suffix never reaches the scheduler and every group is split over both workers. On a worker the
+    suffix is added here the way pytest 9 reads it.
+    """
+    # On a worker, xdist sets ``loadgroup`` from the controller's ``--dist`` (and ``dist`` to "no").
+    loadgroup = bool(getattr(config.option, "loadgroup", False))
+    on_worker = loadgroup and os.environ.get("PYTEST_XDIST_WORKER") is not None
     for item in items:
         path = Path(str(item.path)).resolve()
         if _TESTS in path.parents:
-            item.add_marker(pytest.mark.xdist_group(_group(path)))
+            group = _group(path)
+            item.add_marker(pytest.mark.xdist_group(group))
+            if on_worker and "@" not in item.nodeid:
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 #: Seconds past a test's own timeout after which the watchdog below ends the worker.
