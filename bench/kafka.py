@@ -39,15 +39,25 @@ and the ratio of the medians is printed beside. The ratios are printed last; the
 at least 1.0 of raw and 0.8 of aiokafka, consume + commit at least 0.95 of raw (each pair).
 Peers commit every batch and wait, so their ratios are against ours-waited.
 
+Our side runs the Kafka hot path the package installed (``broker --version`` names it). When that
+is the compiled one, the whole run is repeated once in a child process with
+``POLYBROKER_NO_EXTENSIONS=1`` (the pure-Python fallback) and both sets of ratios are printed side
+by side; ``--no-fallback`` skips that second run.
+
 Usage: python bench/kafka.py [--messages N] [--size B] [--batch N] [--rounds N] [--no-peers]
-                             [--url kafka://...]
+                             [--no-fallback] [--url kafka://...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -57,6 +67,7 @@ from peers import peer_python, run_peer
 import broker
 from broker import OutboundMessage
 from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.mapping import FASTPATH_VARIANT
 from broker.backends.kafka.rdkafka_config import consumer_config, producer_config
 from broker.backends.kafka.registration import factory
 from broker.backends.kafka.settings import KafkaSettings
@@ -325,10 +336,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="skip the aiokafka and FastStream columns")
     parser.add_argument("--url", default=None, help="an existing broker (default: start a local Tansu)")
+    parser.add_argument(
+        "--no-fallback", action="store_true", help="do not repeat the run on the pure-Python hot path"
+    )
+    parser.add_argument("--ratios-to", default=None, help=argparse.SUPPRESS)  # the child run's output
     args = parser.parse_args()
     print(
         f"{args.messages:,} messages of {args.size} bytes with a key and a header, {args.partitions} "
-        f"partition(s), consume batches of {args.batch}, {args.rounds} rounds"
+        f"partition(s), consume batches of {args.batch}, {args.rounds} rounds; Kafka hot path: "
+        f"{FASTPATH_VARIANT}"
     )
     if args.url:
         ratios = asyncio.run(run(args.url, args))
@@ -336,11 +352,39 @@ def main() -> None:
         with factory.dev_server() as server:
             print(f"Tansu at {server.url}")
             ratios = asyncio.run(run(server.url, args))
+    if args.ratios_to:
+        with open(args.ratios_to, "w") as out:
+            json.dump(ratios, out)
+    fallback = None
+    if FASTPATH_VARIANT.startswith("compiled") and not args.no_fallback and not args.ratios_to:
+        fallback = fallback_ratios([arg for arg in sys.argv[1:] if arg != "--no-fallback"])
     print()
+    if fallback is not None:
+        print(f"{'':<44} {'compiled':>8}  {'pure Python':>11}")
     for name, ratio in ratios.items():
         target = TARGETS.get(name)
         verdict = f" (target >= {target:.2f})" if target else " (information)"
-        print(f"{name + ':':<44} {ratio:.3f}{verdict}")
+        beside = f"  {fallback[name]:>11.3f}" if fallback is not None and name in fallback else ""
+        print(f"{name + ':':<44} {ratio:>8.3f}{beside}{verdict}")
+
+
+def fallback_ratios(argv: list[str]) -> dict[str, float] | None:
+    """The same run in a child process on the pure-Python hot path; its ratios (None if it failed)."""
+    print("\nthe same run on the pure-Python hot path (POLYBROKER_NO_EXTENSIONS=1):", flush=True)
+    with open(os.devnull) as devnull:
+        handle, path = tempfile.mkstemp(suffix=".json", prefix="polybroker-bench-")
+        os.close(handle)
+        env = {**os.environ, "POLYBROKER_NO_EXTENSIONS": "1"}
+        code = subprocess.call([sys.executable, __file__, *argv, "--ratios-to", path], env=env, stdin=devnull)
+    try:
+        with open(path) as result:
+            ratios: dict[str, float] = json.load(result)
+    except (OSError, ValueError):
+        print(f"(the pure-Python run failed: exit code {code})")
+        return None
+    finally:
+        os.unlink(path)
+    return ratios
 
 
 if __name__ == "__main__":

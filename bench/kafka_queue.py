@@ -31,8 +31,13 @@ Each side runs ``--rounds`` (5) times, alternating which goes first; a side's fi
 too. kmq, the JVM original, published about 0.82 of plain Kafka (research/peers.md §2.1); the target
 here is at least 0.85.
 
+Both sides run the Kafka hot path the package installed (``broker --version`` names it). When that
+is the compiled one, the run is repeated once in a child process with ``POLYBROKER_NO_EXTENSIONS=1``
+(the pure-Python fallback) and both ratios are printed side by side (``--no-fallback`` skips it).
+
 Usage: python bench/kafka_queue.py [--messages N] [--size B] [--batch N] [--partitions N] [--rounds N]
        [--markers batched|per-message] [--queue-option NAME=VALUE] [--url kafka://...] [--profile FILE]
+       [--no-fallback]
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable
@@ -49,6 +58,7 @@ from typing import Any
 import broker
 from broker import OutboundMessage
 from broker.backends.kafka.backend import KafkaBackend
+from broker.backends.kafka.mapping import FASTPATH_VARIANT
 from broker.backends.kafka.queue import RedeliveryTracker
 from broker.backends.kafka.queue.markers import OffsetRange
 from broker.backends.kafka.registration import factory
@@ -268,17 +278,46 @@ def main() -> None:
     )
     parser.add_argument("--url", default=None, help="an existing broker (default: start a local Tansu)")
     parser.add_argument("--profile", default=None, help="write a cProfile of the queue side here")
+    parser.add_argument(
+        "--no-fallback", action="store_true", help="do not repeat the run on the pure-Python hot path"
+    )
+    parser.add_argument("--ratio-to", default=None, help=argparse.SUPPRESS)  # the child run's output
     args = parser.parse_args()
     print(
         f"{args.messages:,} messages of {args.size} bytes, {args.partitions} partition(s), "
-        f"batches of {args.batch}, {args.rounds} rounds, {args.markers} markers"
+        f"batches of {args.batch}, {args.rounds} rounds, {args.markers} markers; Kafka hot path: "
+        f"{FASTPATH_VARIANT}"
     )
     if args.url:
-        asyncio.run(run(args.url, args))
+        ratio = asyncio.run(run(args.url, args))
     else:
         with factory.dev_server() as server:
             print(f"Tansu at {server.url}")
-            asyncio.run(run(server.url, args))
+            ratio = asyncio.run(run(server.url, args))
+    if args.ratio_to:
+        with open(args.ratio_to, "w") as out:
+            out.write(repr(ratio))
+    elif FASTPATH_VARIANT.startswith("compiled") and not args.no_fallback:
+        fallback = fallback_ratio([arg for arg in sys.argv[1:] if arg != "--no-fallback"])
+        shown = f"{fallback:.3f}" if fallback is not None else "failed"
+        print(f"ratio queue/plain      compiled {ratio:.3f}, pure Python {shown}")
+
+
+def fallback_ratio(argv: list[str]) -> float | None:
+    """The same run in a child process on the pure-Python hot path; its ratio (None if it failed)."""
+    print("\nthe same run on the pure-Python hot path (POLYBROKER_NO_EXTENSIONS=1):", flush=True)
+    handle, path = tempfile.mkstemp(suffix=".txt", prefix="polybroker-bench-")
+    os.close(handle)
+    try:
+        env = {**os.environ, "POLYBROKER_NO_EXTENSIONS": "1"}
+        with open(os.devnull) as devnull:
+            subprocess.call([sys.executable, __file__, *argv, "--ratio-to", path], env=env, stdin=devnull)
+        with open(path) as result:
+            return float(result.read())
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.unlink(path)
 
 
 if __name__ == "__main__":

@@ -38,15 +38,62 @@ _CONNECT_PARAMETERS = frozenset(inspect.signature(Client.connect).parameters)
 
 
 def _ssl_context(settings: JetStreamSettings) -> ssl.SSLContext:
+    """The client's TLS context: verifies the certificate chain and the host name unless
+    ``tls_insecure`` says otherwise (which logs a WARNING)."""
     context = ssl.create_default_context(cafile=settings.tls_ca_file)
     if settings.tls_cert_file:
         context.load_cert_chain(
             settings.tls_cert_file, settings.tls_key_file, password=settings.tls_key_password
         )
     if settings.tls_insecure:
+        log.warning("tls_insecure is set: the NATS server's certificate chain and host name are NOT verified")
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+#: TLS alerts by which a server refuses the client's certificate (or its absence).
+_CLIENT_CERT_REFUSED = (
+    "CERTIFICATE_REQUIRED",
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_UNKNOWN",
+    "CERTIFICATE_EXPIRED",
+    "ACCESS_DENIED",
+)
+
+
+def _connect_refusal(exc: BaseException) -> Exception | None:
+    """The typed error for a failed connection attempt that trying again cannot fix, else None.
+
+    A server certificate the client rejects, a client certificate the server rejects (with TLS 1.3
+    that shows only on the first read after the handshake) and refused credentials.
+    """
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ConnectionFailed(
+            f"TLS: the NATS server's certificate was rejected: {exc.verify_message or exc.reason}"
+        )
+    if isinstance(exc, ssl.SSLError) and any(alert in str(exc.reason) for alert in _CLIENT_CERT_REFUSED):
+        return AuthenticationFailed(
+            f"TLS: the NATS server refused the client certificate ({exc.reason}); mutual TLS needs "
+            "tls_cert_file and tls_key_file with a certificate the server trusts"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return ConnectionFailed(f"TLS handshake with the NATS server failed: {exc.reason or exc}")
+    text = str(exc).lower()
+    if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in text:
+        return AuthenticationFailed(f"the NATS server refused the credentials: {exc}")
+    if "authentication expired" in text or "authentication revoked" in text:
+        return AuthenticationFailed(f"the NATS server refused the credentials: {exc}")
+    return None
+
+
+class _Refused(Exception):
+    """Raised from nats-py's error callback to end its connection loop at a refusal."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Connection:
@@ -59,6 +106,7 @@ class Connection:
         self._lock: asyncio.Lock | None = None
         self._closed = False
         self._refused: Exception | None = None  # the last refusal of the credentials (error callback)
+        self._connecting = False  # the first connection is being made: a refusal ends it
         self._listeners: set[Callable[[], None]] = set()
         self._denial_listeners: set[Callable[[str, str, str], None]] = set()
         self.js: JetStreamContext | None = None
@@ -150,17 +198,23 @@ class Connection:
         client = Client()
         self._refused = None
         servers = ", ".join(redact_url(s) for s in settings.servers)
+        self._connecting = True
         try:
             # nats-py retries the first connection forever when reconnection is unlimited; bound it.
+            # A refusal (a certificate, the credentials) ends it at once through the error callback.
             async with asyncio.timeout(settings.connect_timeout):
                 await client.connect(**options)
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(1):
+                # after a failed TLS handshake nats-py's close waits for a socket that is gone
+                async with asyncio.timeout(0.2 if isinstance(exc, _Refused) else 1):
                     await client.close()
+            if isinstance(exc, _Refused):
+                refusal = _connect_refusal(exc.error)
+                assert refusal is not None
+                raise type(refusal)(f"NATS at {servers}: {refusal}") from exc.error
             refused = self._refused
             if isinstance(exc, nats.errors.AuthorizationError) or refused is not None:
-                # nats-py retries a refused login until the timeout: say why it failed.
                 raise AuthenticationFailed(
                     f"NATS at {servers} refused the credentials: {refused or exc}"
                 ) from (refused or exc)
@@ -171,10 +225,14 @@ class Connection:
             if isinstance(exc, Exception):
                 raise ConnectionFailed(f"could not connect to NATS at {servers}: {exc}") from exc
             raise
+        finally:
+            self._connecting = False
         log.debug("connected to NATS at %s", servers)
         return client
 
     async def _on_error(self, exc: Exception) -> None:
+        if self._connecting and _connect_refusal(exc) is not None:
+            raise _Refused(exc)  # ends nats-py's connection loop: no retrying what cannot succeed
         denied = _DENIED.search(str(exc).lower())
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
             self._refused = exc

@@ -157,21 +157,18 @@ class KafkaAdmin:
     async def close(self) -> None:
         """Release the admin client (its connections close in a background thread). Idempotent.
 
-        Requests still unanswered are waited for first (at most the request timeout): the SDK's
-        client is never destroyed under a request of its own. Later calls raise ``ClosedError``.
+        Requests still unanswered are waited for by that thread, not by ``close()`` (at most the
+        request timeout): the SDK's client is never destroyed under a request of its own, and a
+        broker that never answers (gone, or refusing this client's login) cannot hold up the
+        application's shutdown. Later calls raise ``ClosedError``.
         """
         self._closed = True
-        pending = [asyncio.wrap_future(f) for f in list(self._pending)]
-        if pending:
-            await asyncio.wait(pending, timeout=self.timeout + 1)
-            for future in pending:  # their callers saw the outcome; nothing is left unretrieved
-                if future.done() and not future.cancelled():
-                    future.exception()
-                else:
-                    future.cancel()
+        pending = list(self._pending)
         client, self._client = self._client, None
         if client is not None:
-            threading.Thread(target=_release, args=(client,), daemon=True).start()
+            threading.Thread(
+                target=_release, args=(client, pending, self.timeout + 1), daemon=True
+            ).start()
             del client
 
     async def topic_exists(self, topic: str) -> bool:
@@ -183,6 +180,9 @@ class KafkaAdmin:
         return True
 
 
-def _release(client: Any) -> None:
-    """Drop the last reference from a worker thread, so librdkafka's teardown never blocks the loop."""
+def _release(client: Any, pending: list[concurrent.futures.Future[Any]], timeout: float) -> None:
+    """Wait (at most ``timeout``) for the client's unanswered requests, then drop the last reference,
+    from a worker thread: librdkafka's teardown never blocks the loop, nor runs under a request."""
+    if pending:
+        concurrent.futures.wait(pending, timeout=timeout)
     del client

@@ -6,14 +6,62 @@ from typing import Any
 
 from broker import errors
 
-__all__ = ["error_of", "kafka_error_class", "receive_error", "translate"]
+__all__ = [
+    "AUTHENTICATION",
+    "DENIED",
+    "error_of",
+    "is_refusal",
+    "kafka_error_class",
+    "receive_error",
+    "translate",
+]
 
 _TOO_LARGE = {"MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE"}
 _UNKNOWN = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_ID"}
 # A delivery that timed out (_MSG_TIMED_OUT) is a failed publish, not a Timeout of a caller's wait.
 _TIMEOUT = {"_TIMED_OUT", "REQUEST_TIMED_OUT", "_TIMED_OUT_QUEUE"}
-_CONNECTION = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "NETWORK_EXCEPTION", "_AUTHENTICATION"}
+_CONNECTION = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "NETWORK_EXCEPTION", "_SSL"}
+#: The broker refused the client's credentials (SASL) or certificate: not retryable.
+AUTHENTICATION = frozenset({"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"})
+#: The identity is known but may not do this.
+DENIED = frozenset(
+    {
+        "TOPIC_AUTHORIZATION_FAILED",
+        "GROUP_AUTHORIZATION_FAILED",
+        "CLUSTER_AUTHORIZATION_FAILED",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "DELEGATION_TOKEN_AUTHORIZATION_FAILED",
+    }
+)
 _CONFIG = {"_INVALID_ARG", "INVALID_CONFIG", "INVALID_PARTITIONS", "INVALID_REPLICATION_FACTOR"}
+
+
+#: TLS alerts by which a broker refuses the client's certificate, or its absence (TLS 1.3 shows
+#: them on the first read after the handshake, as a ``_TRANSPORT`` error).
+_CLIENT_CERT_REFUSED = (
+    "alert certificate required",
+    "alert unknown ca",
+    "alert bad certificate",
+    "alert certificate unknown",
+    "alert access denied",
+)
+
+
+def _client_certificate_refused(error: Any) -> bool:
+    text = error.str().lower()
+    return error.name() in ("_SSL", "_TRANSPORT") and any(alert in text for alert in _CLIENT_CERT_REFUSED)
+
+
+def is_refusal(error: Any) -> bool:
+    """True for a ``KafkaError`` that retrying cannot fix: the broker refused the login or the
+    client certificate, or the client refused the broker's certificate (untrusted, expired,
+    another host name)."""
+    name = error.name()
+    return (
+        name in AUTHENTICATION
+        or (name == "_SSL" and "certificate verify failed" in error.str())
+        or _client_certificate_refused(error)
+    )
 
 
 def error_of(exc: BaseException | Any) -> Any:
@@ -35,6 +83,10 @@ def kafka_error_class(error: Any, default: type[errors.BrokerError]) -> type[err
         return errors.UnknownTopic
     if name in _TIMEOUT:
         return errors.Timeout
+    if name in AUTHENTICATION or (error is not None and _client_certificate_refused(error)):
+        return errors.AuthenticationFailed
+    if name in DENIED:
+        return errors.PermissionDenied
     if name in _CONNECTION:
         return errors.ConnectionFailed
     if name in _CONFIG:

@@ -7,23 +7,37 @@ a queue message; :func:`key_of`, :func:`attributes_of` and :func:`publish_time_o
 (key and header values decoded as UTF-8, undecodable bytes kept as surrogate escapes so nothing
 is lost; a header without a value reads as ``""``; ``publish_time`` is the record timestamp in
 seconds).
+
+The per-record loops live in :mod:`broker.backends.kafka.fastpath`, compiled by mypyc as
+``broker.backends.kafka._fastpath`` when the package was built with a C compiler; this module uses
+the compiled one when it is installed and current, unless ``POLYBROKER_NO_EXTENSIONS=1``
+(:data:`FASTPATH_VARIANT` says which runs).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib
+import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
+from broker.backends.kafka import fastpath as _pure
 from broker.backends.kafka import sdk
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.log import RawFields
 from broker.message import EMPTY_ATTRIBUTES, Committer, Record, RecordBatch
 
 __all__ = [
+    "FASTPATH_VARIANT",
     "KafkaRecord",
     "KafkaRecordBatch",
+    "accepted",
     "attributes_of",
+    "compiled_fastpath",
     "decode_headers",
     "escaped",
     "key_of",
@@ -33,6 +47,46 @@ __all__ = [
     "raw_fields",
     "to_records",
 ]
+
+
+log = logging.getLogger("broker.backends.kafka")
+
+
+def compiled_fastpath() -> tuple[Any, str]:
+    """``(module, why)``: the compiled hot path (``broker.backends.kafka._fastpath``) if it is
+    installed and was built from the ``fastpath.py`` beside it, else ``(None, why not)``."""
+    try:
+        compiled = importlib.import_module("broker.backends.kafka._fastpath")
+    except ImportError:
+        return None, "no compiled extension installed"
+    source = Path(_pure.__file__).read_bytes() if _pure.__file__ else b""
+    if getattr(compiled, "SOURCE_DIGEST", None) != hashlib.sha256(source).hexdigest():
+        # an editable install whose fastpath.py changed after the build
+        return None, "the compiled extension is stale: reinstall"
+    return compiled, "compiled (mypyc)"
+
+
+def _select_fastpath() -> tuple[Any, str]:
+    """The compiled hot path when it is installed, current and not turned off, else the pure-Python one."""
+    if os.environ.get("POLYBROKER_NO_EXTENSIONS", "").strip() not in ("", "0"):
+        return _pure, "pure Python (POLYBROKER_NO_EXTENSIONS is set)"
+    compiled, why = compiled_fastpath()
+    if compiled is None:
+        if "stale" in why:
+            log.warning("the compiled Kafka hot path is older than fastpath.py (reinstall to rebuild it)")
+        return _pure, f"pure Python ({why})"
+    return compiled, why
+
+
+_selected, _variant = _select_fastpath()
+if TYPE_CHECKING:  # the hot path in use, typed as its pure-Python source
+    _fast = _pure
+else:
+    _fast = _selected
+
+#: Which Kafka hot path this process runs: ``"compiled (mypyc)"`` or ``"pure Python (why)"``
+#: (``broker --version`` shows it). ``POLYBROKER_NO_EXTENSIONS=1`` selects the pure-Python one.
+FASTPATH_VARIANT: Final[str] = _variant
 
 
 def _bytes_of(text: str | bytes, what: str) -> bytes:
@@ -92,31 +146,15 @@ def produce_all(producer: Any, topic: str, messages: Sequence[Any], start: int, 
 
     Returns the index of the first message not enqueued: ``len(messages)`` when all went in, less
     when the SDK's queue is full (``BufferError``; the caller waits for room and calls again from
-    there). The mapping is :func:`produce`'s, with no Python call per record.
+    there). The mapping is :func:`produce`'s, with no Python call per record (see
+    :func:`broker.backends.kafka.fastpath.produce_all`).
     """
-    produce_one = producer.produce
-    poll = producer.poll
-    index = start
-    end = len(messages)
-    try:
-        while index < end:
-            if not index & 255 and index:
-                poll(0)  # serve the reports so far (keeps the SDK's queue from filling up)
-            message = messages[index]
-            attributes = message.attributes
-            if attributes and type(attributes) is not dict:
-                attributes = dict(attributes)
-            try:
-                produce_one(
-                    topic, message.data, message.key, on_delivery=on_delivery, headers=attributes or None
-                )
-            except UnicodeEncodeError:  # surrogate escapes: the bytes they stand for
-                key_bytes, header_bytes = escaped(message.key, attributes)
-                produce_one(topic, message.data, key_bytes, on_delivery=on_delivery, headers=header_bytes)
-            index += 1
-    except BufferError:
-        pass
-    return index
+    return _fast.produce_all(producer, topic, messages, start, on_delivery, escaped)
+
+
+def accepted(messages: list[Any]) -> list[Any]:
+    """The messages of a fetch without an error: ``messages`` itself when none has one."""
+    return _fast.accepted(messages)
 
 
 def decode_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Mapping[str, str]:
@@ -139,9 +177,6 @@ def key_of(message: Any) -> str | None:
     data = message.key()
     return data.decode("utf-8", "surrogateescape") if data is not None else None
 
-
-#: The attributes of a record not read yet.
-_UNREAD: Any = object()
 
 #: Headers seen lately -> their attributes (most streams repeat a few header sets; a copy is
 #: handed out, so records never share a mapping). Cleared when full.
@@ -170,21 +205,18 @@ def _attributes_from(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
 
 class _Fetch:
     """What the records of one fetch share: their partitions' committers as of the fetch, the
-    committer of any other partition, the time they were read, and the headers decoded last
-    (records of one fetch mostly carry the same header set)."""
+    committer of any other partition, and the time they were read."""
 
-    __slots__ = ("attributes", "committers", "default", "headers", "now")
+    __slots__ = ("committers", "default", "now")
 
     def __init__(self, committers: dict[tuple[str, int], Committer], default: Committer, now: float) -> None:
         self.committers = committers
         self.default = default
         self.now = now
-        self.headers: list[tuple[str, bytes | None]] | None = None
-        self.attributes: dict[str, str] = {}
 
 
-#: The fields a KafkaRecord reads from its SDK message (or its fetch) when asked.
-_LAZY_FIELDS: Final = (
+#: Every field of a KafkaRecord (those read from its SDK message when asked are properties).
+_FIELDS: Final = (
     "topic",
     "partition",
     "offset",
@@ -198,14 +230,14 @@ _LAZY_FIELDS: Final = (
 
 
 def _settle(record: KafkaRecord) -> None:
-    """Turn ``record`` into a plain one (every field stored): called before a field is assigned."""
+    """Turn ``record`` into a plain one (every field stored): called before a lazy field is assigned."""
     try:
-        values = [getattr(record, name) for name in _LAZY_FIELDS]
+        values = [getattr(record, name) for name in _FIELDS]
     except AttributeError:  # not read from a message (``copy`` is filling it in): nothing to keep
         record.__class__ = _StoredKafkaRecord
         return
     record.__class__ = _StoredKafkaRecord
-    for name, value in zip(_LAZY_FIELDS, values, strict=True):
+    for name, value in zip(_FIELDS, values, strict=True):
         setattr(record, name, value)
 
 
@@ -217,28 +249,8 @@ def _lazy(name: str, getter: Any, doc: str) -> Any:
     return property(getter, assign, doc=doc)
 
 
-# The getters are the consumer's per-record cost once a handler reads the fields: each is one
-# Python call with the decoding inlined.
-def _key(record: KafkaRecord) -> str | None:
-    data = record.raw.key()
-    return data.decode("utf-8", "surrogateescape") if data is not None else None
-
-
-def _attributes(record: KafkaRecord) -> Mapping[str, str]:
-    attributes = record._attributes
-    if attributes is _UNREAD:
-        headers = record.raw.headers()
-        if not headers:
-            attributes = EMPTY_ATTRIBUTES
-        else:
-            fetch = record._fetch
-            if headers == fetch.headers:  # as the record before: no hashing, no decoding
-                attributes = fetch.attributes.copy()
-            else:
-                attributes = _attributes_from(headers)
-                fetch.headers, fetch.attributes = headers, attributes.copy()
-        record._attributes = attributes
-    return attributes  # type: ignore[no-any-return]
+def _ingestion_time(record: KafkaRecord) -> float:
+    return record._fetch.now
 
 
 def _committer(record: KafkaRecord) -> Committer:
@@ -248,17 +260,17 @@ def _committer(record: KafkaRecord) -> Committer:
 
 
 class KafkaRecord(Record):
-    """A :class:`~broker.Record` read from Kafka that reads its fields from the SDK message when
-    asked (the consumer's hot path builds one per record: three stores, no decoding).
+    """A :class:`~broker.Record` read from Kafka.
 
-    Values are exactly those of an eagerly built ``Record``. Fields stay assignable: the first
-    assignment stores every field in the record (it becomes a plain one); the attributes mapping
-    is decoded once and kept, so changes to it stick.
+    The consumer's hot path (:func:`to_records`) stores ``key``, ``value`` and ``attributes`` (what
+    a handler reads) and ``raw``; topic, partition, offset, publish time, ingestion time and
+    committer are read from the SDK message (or the fetch) when asked. Values are exactly those of
+    an eagerly built ``Record``. Fields stay assignable: the first assignment of a field read when
+    asked stores every field in the record (it becomes a plain one).
     """
 
-    __slots__ = ("_attributes", "_fetch")
+    __slots__ = ("_fetch",)
 
-    _attributes: Any
     _fetch: _Fetch
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -266,14 +278,11 @@ class KafkaRecord(Record):
         self.__class__ = _StoredKafkaRecord
         Record.__init__(self, *args, **kwargs)
 
-    topic = _lazy("topic", lambda r: r.raw.topic(), "The record's topic.")
-    partition = _lazy("partition", lambda r: r.raw.partition(), "The record's partition.")
-    offset = _lazy("offset", lambda r: r.raw.offset(), "The record's offset.")
-    value = _lazy("value", lambda r: r.raw.value(), "The value (None for a tombstone).")
-    key = _lazy("key", _key, "The record key (UTF-8; undecodable bytes as surrogate escapes).")
-    attributes = _lazy("attributes", _attributes, "Headers as attributes.")
-    publish_time = _lazy("publish_time", lambda r: publish_time_of(r.raw), "The record timestamp in seconds.")
-    ingestion_time = _lazy("ingestion_time", lambda r: r._fetch.now, "When the consumer fetched the record.")
+    topic = _lazy("topic", _fast.raw_topic, "The record's topic.")
+    partition = _lazy("partition", _fast.raw_partition, "The record's partition.")
+    offset = _lazy("offset", _fast.raw_offset, "The record's offset.")
+    publish_time = _lazy("publish_time", _fast.raw_publish_time, "The record timestamp in seconds.")
+    ingestion_time = _lazy("ingestion_time", _ingestion_time, "When the consumer fetched the record.")
     committer = _lazy(
         "committer", _committer, "Commits for the record's partition (as assigned at the fetch)."
     )
@@ -288,7 +297,7 @@ class _StoredKafkaRecord(KafkaRecord):
         Record.__init__(self, *args, **kwargs)
 
 
-for _name in _LAZY_FIELDS:  # the plain slots of Record again
+for _name in _FIELDS:  # the plain slots of Record again
     setattr(_StoredKafkaRecord, _name, Record.__dict__[_name])
 _StoredKafkaRecord.__qualname__ = "KafkaRecord"  # as it reads in a repr
 
@@ -299,7 +308,7 @@ class KafkaRecordBatch(RecordBatch):
 
     __slots__ = ("_messages",)
 
-    def __init__(self, records: list[Record], messages: Sequence[Any]) -> None:
+    def __init__(self, records: list[Record], messages: list[Any]) -> None:
         super().__init__(records)
         self._messages = messages
         self._known = True
@@ -309,31 +318,8 @@ class KafkaRecordBatch(RecordBatch):
         if not self._known:
             return None
         if self._highest is None:
-            self._highest = _highest(self, self._messages)
+            self._highest = {tp: self[index] for tp, index in _fast.highest_indexes(self._messages).items()}
         return self._highest
-
-
-def _highest(records: list[Record], messages: Sequence[Any]) -> dict[tuple[str, int], Record]:
-    ends: dict[tuple[str, int], int] = {}  # partition -> index of its highest message
-    last_topic: str | None = None
-    last_partition = -1
-    for index, message in enumerate(messages):  # messages come in runs of one partition
-        partition = message.partition()
-        topic = message.topic()
-        if partition != last_partition or topic != last_topic:
-            if index:
-                _keep(ends, (last_topic, last_partition), index - 1, messages)  # type: ignore[arg-type]
-            last_topic, last_partition = topic, partition
-    if messages:
-        _keep(ends, (last_topic, last_partition), len(messages) - 1, messages)  # type: ignore[arg-type]
-    return {tp: records[index] for tp, index in ends.items()}
-
-
-def _keep(ends: dict[tuple[str, int], int], tp: tuple[str, int], index: int, messages: Sequence[Any]) -> None:
-    """The message at ``index`` ends a run of ``tp``: keep it unless another run went further."""
-    other = ends.get(tp)
-    if other is None or messages[other].offset() < messages[index].offset():
-        ends[tp] = index
 
 
 def to_records(
@@ -342,24 +328,44 @@ def to_records(
     default: Committer,
     now: float,
 ) -> KafkaRecordBatch:
-    """Many SDK messages as Records (the hot path of every consumer: three stores per record).
+    """Many SDK messages as Records: the hot path of every consumer.
 
     A record's committer is its partition's entry in ``committers`` as it is now (a committer
-    retired later drops the record's ack), else ``default``. Fields are read from the SDK
-    message when first asked (see :class:`KafkaRecord`).
+    retired later drops the record's ack), else ``default``. Key, value and attributes are stored;
+    the other fields are read from the SDK message when first asked (see :class:`KafkaRecord`).
     """
     fetch = _Fetch(dict(committers), default, now)
+    if type(messages) is not list:
+        messages = list(messages)
+    if _fast is _pure:
+        records = _pure.build_records(messages, KafkaRecord, fetch, _attributes_from, EMPTY_ATTRIBUTES)
+    else:  # the fields gathered in C, stored here (see fastpath.record_fields)
+        keys, values, attributes = _fast.record_fields(messages, _attributes_from, EMPTY_ATTRIBUTES)
+        records = _stored(messages, keys, values, attributes, fetch)
+    return KafkaRecordBatch(records, messages)
+
+
+def _stored(
+    messages: Sequence[Any],
+    keys: list[str | None],
+    values: list[bytes | None],
+    attributes: list[Mapping[str, str]],
+    fetch: _Fetch,
+) -> list[Record]:
+    """Records of ``messages`` with the fields given (the compiled variant's half of to_records)."""
     new = object.__new__
     cls = KafkaRecord
     out: list[Record] = []
     append = out.append
-    for message in messages:
+    for message, key, value, mapping in zip(messages, keys, values, attributes, strict=True):
         record = new(cls)
         record.raw = message
         record._fetch = fetch
-        record._attributes = _UNREAD
+        record.key = key
+        record.value = value
+        record.attributes = mapping
         append(record)
-    return KafkaRecordBatch(out, messages)
+    return out
 
 
 @functools.cache

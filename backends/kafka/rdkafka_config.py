@@ -13,13 +13,22 @@ from typing import Any
 
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 
-__all__ = ["common_config", "consumer_config", "producer_config", "reader_config", "redacted"]
+__all__ = [
+    "common_config",
+    "consumer_config",
+    "producer_config",
+    "reader_config",
+    "redacted",
+    "security_config",
+    "warn_if_unverified",
+]
 
 #: librdkafka's own log lines go to this logger (``logger`` config key), not to stderr.
 sdk_log = logging.getLogger("broker.backends.kafka.librdkafka")
+log = logging.getLogger("broker.backends.kafka")
 
 _ACKS = {"all": "all", "leader": "1", "none": "0"}
-_SECRET_WORDS = ("password", "secret", "pem", "token", "jaas", "keytab")
+_SECRET_WORDS = ("password", "secret", "pem", "token", "jaas", "keytab", "oauth")
 
 
 def _ms(seconds: float) -> int:
@@ -33,6 +42,8 @@ def security_config(settings: KafkaSettings) -> dict[str, Any]:
     kerberos = settings.kerberos_keytab or settings.kerberos_principal or settings.kerberos_service_name
     if mechanism is None and kerberos:
         mechanism = "GSSAPI"
+    if mechanism is None and settings.oauth_token_provider is not None:
+        mechanism = "OAUTHBEARER"
     if mechanism is None and (settings.sasl_username or settings.sasl_password):
         mechanism = "PLAIN"
     tls = bool(
@@ -61,10 +72,29 @@ def security_config(settings: KafkaSettings) -> dict[str, Any]:
     out.update({k: v for k, v in optional.items() if v is not None})
     if mechanism:
         out["sasl.mechanism"] = mechanism
-    if settings.insecure_skip_verify:
-        out["enable.ssl.certificate.verification"] = False
-        out["ssl.endpoint.identification.algorithm"] = "none"
+    if settings.oauth_token_provider is not None:
+        out["oauth_cb"] = settings.oauth_token_provider
+    if protocol in ("ssl", "sasl_ssl"):
+        # librdkafka's defaults, said explicitly: verify the chain and the host name
+        out["enable.ssl.certificate.verification"] = not settings.insecure_skip_verify
+        out["ssl.endpoint.identification.algorithm"] = "none" if settings.insecure_skip_verify else "https"
     return out
+
+
+def warn_if_unverified(config: Mapping[str, Any]) -> None:
+    """Log a WARNING when ``config`` turns off the verification of the brokers' certificates or names."""
+    if str(config.get("security.protocol", "")).lower() not in ("ssl", "sasl_ssl"):
+        return
+    if str(config.get("enable.ssl.certificate.verification", True)).lower() in ("false", "0"):
+        log.warning(
+            "Kafka TLS: the brokers' certificates are NOT verified (insecure_skip_verify or "
+            "enable.ssl.certificate.verification=false)"
+        )
+    elif str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        log.warning(
+            "Kafka TLS: the brokers' host names are NOT checked against their certificates "
+            "(ssl.endpoint.identification.algorithm=none)"
+        )
 
 
 def common_config(settings: KafkaSettings) -> dict[str, Any]:
@@ -76,6 +106,7 @@ def common_config(settings: KafkaSettings) -> dict[str, Any]:
     }
     config.update(security_config(settings))
     config.update(settings.librdkafka or {})
+    warn_if_unverified(config)
     return config
 
 

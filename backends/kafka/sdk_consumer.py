@@ -28,8 +28,15 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Final
 
 from broker.backends.kafka import sdk
-from broker.backends.kafka.errors import error_of, receive_error, translate
-from broker.backends.kafka.mapping import to_records
+from broker.backends.kafka.errors import (
+    AUTHENTICATION,
+    DENIED,
+    error_of,
+    is_refusal,
+    receive_error,
+    translate,
+)
+from broker.backends.kafka.mapping import accepted, to_records
 from broker.backends.kafka.threads import SdkThread, resolve, sdk_client
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
@@ -41,6 +48,9 @@ log = logging.getLogger("broker.backends.kafka")
 
 #: The longest single ``consume`` call, in seconds: bounds how long a queued call waits.
 POLL_SLICE: Final = 0.05
+
+#: Seconds each close step may take once the broker refused the client (see ``_close_bound``).
+_REFUSED_CLOSE_BOUND: Final = 1.0
 
 #: The shortest time between two commits of acks that do not wait (seconds): acks arriving in
 #: between are merged into the next commit, so a handler acking one record at a time does not
@@ -110,7 +120,8 @@ class _CoreBase(abc.ABC):
     """Fetching on the worker thread, the fetch buffer, seek/pause/resume, close."""
 
     def __init__(self, config: dict[str, Any], *, name: str, prefetch: int, close_timeout: float) -> None:
-        self.consumer = sdk_client("Consumer", config)
+        self._user_error_cb = config.get("error_cb")
+        self.consumer = sdk_client("Consumer", {**config, "error_cb": self._on_client_error})
         self.name = name
         self.prefetch = prefetch
         self.close_timeout = close_timeout
@@ -129,6 +140,9 @@ class _CoreBase(abc.ABC):
         self._seeked: dict[TP, int] = {}
         self.paused: set[TP] = set()
         self._error: BaseException | None = None
+        #: True once the broker refused this client (its login or its certificate): there is no
+        #: group session to leave, so close() gives the SDK a short bound instead of close_timeout.
+        self._refused = False
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
@@ -237,8 +251,8 @@ class _CoreBase(abc.ABC):
             self._inflight_epoch = self._epoch
 
     def _accept(self, messages: list[Any], epoch: int) -> None:
-        keep = [m for m in messages if m.error() is None]
-        if len(keep) != len(messages):
+        keep = accepted(messages)
+        if keep is not messages:
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -293,12 +307,29 @@ class _CoreBase(abc.ABC):
             for tp, offset in first.items():
                 self._post_seek(tp, offset)
 
+    def _on_client_error(self, error: Any) -> None:
+        """librdkafka's ``error_cb`` (served by ``consume`` on the worker thread).
+
+        A refused login or a rejected broker certificate is raised by the next fetch
+        (``AuthenticationFailed`` / ``ConnectionFailed``), instead of the consumer waiting for
+        records that never come while librdkafka retries.
+        """
+        if self._user_error_cb is not None:
+            self._user_error_cb(error)
+        if is_refusal(error):
+            self._refused = True
+        if is_refusal(error) and self._error is None:
+            self._error = receive_error(error)
+        else:
+            log.debug("%s: %s", self.name, error.str())
+
     def _on_event(self, message: Any, error: Any) -> None:
         """An error or event in the fetched stream (partition EOF, unknown topic, fatal error)."""
         name = error.name()
         if name == "_PARTITION_EOF":
             return
-        if error.fatal():
+        if error.fatal() or name in AUTHENTICATION or name in DENIED:
+            # a refused login or access does not heal by retrying: tell the caller now
             self._error = receive_error(error)
             return
         key = f"{name}:{message.topic()}"
@@ -365,7 +396,13 @@ class _CoreBase(abc.ABC):
 
     def _leave_bound(self) -> float:
         """The longest :meth:`_before_leave` may take, in seconds."""
-        return self.close_timeout
+        return self._close_bound()
+
+    def _close_bound(self) -> float:
+        """The longest each step of :meth:`close` may take: ``close_timeout``, or 1 s at most once
+        the broker refused this client (nothing to commit or leave; librdkafka would only retry
+        the refused login until the bound)."""
+        return min(self.close_timeout, _REFUSED_CLOSE_BOUND) if self._refused else self.close_timeout
 
     def _after_close(self) -> None:
         """Hook: forget the assignment."""
@@ -392,8 +429,9 @@ class _CoreBase(abc.ABC):
         except Exception as exc:
             log.warning("%s: waiting for the group join before leaving failed: %r", self.name, exc)
         stuck = False
+        bound = self._close_bound()
         try:
-            async with asyncio.timeout(self.close_timeout):
+            async with asyncio.timeout(bound):
                 job = self._inflight
                 if job is not None:
                     await asyncio.gather(job, return_exceptions=True)
@@ -402,7 +440,7 @@ class _CoreBase(abc.ABC):
                 await self.thread.submit(self.consumer.close)
         except TimeoutError:
             stuck = True
-            log.warning("%s: the SDK consumer did not close within %ss", self.name, self.close_timeout)
+            log.warning("%s: the SDK consumer did not close within %ss", self.name, bound)
         except Exception as exc:  # closing must not fail the caller's cleanup
             log.warning("%s: closing failed: %r", self.name, exc)
         finally:
@@ -792,8 +830,8 @@ class GroupCore(_CoreBase):
         then fails at SyncGroup for good. Records fetched meanwhile are not handed out or
         committed: the group reads them again.
         """
-        if (self.joined and not self.rejoining) or self.closed:
-            return
+        if (self.joined and not self.rejoining) or self.closed or self._refused:
+            return  # (refused: the broker never let this client in, there is no join to finish)
         if not await self.thread.submit(self._topics_exist):
             return  # no topic, no join: librdkafka waits for the metadata and leaves cleanly
         loop = asyncio.get_running_loop()
@@ -805,6 +843,8 @@ class GroupCore(_CoreBase):
 
     def _leave_bound(self) -> float:
         # the join served up to the session timeout, plus the metadata request before it
+        if self._refused:
+            return self._close_bound()
         return max(self.close_timeout, self.session_timeout) + 5.0
 
     async def _before_close(self) -> None:

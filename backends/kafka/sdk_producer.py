@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any, Final
 
-from broker.backends.kafka.errors import translate
+from broker.backends.kafka.errors import is_refusal, translate
 from broker.backends.kafka.threads import SdkThread, resolve, sdk_client
 from broker.errors import ClosedError, PublishError, Timeout
 
@@ -56,7 +56,12 @@ class AsyncProducer:
     def __init__(
         self, config: dict[str, Any], *, name: str = "producer", close_timeout: float = 10.0
     ) -> None:
-        self.producer = sdk_client("Producer", config)
+        self._user_error_cb = config.get("error_cb")
+        self._waiting: set[DeliveryBatch] = set()
+        #: True once the broker refused this client (login or certificate): close() then bounds
+        #: each SDK step by 1 s, since nothing queued can be delivered and librdkafka only retries.
+        self._refused = False
+        self.producer = sdk_client("Producer", {**config, "error_cb": self._on_error})
         self.name = name
         self.close_timeout = close_timeout
         self.closed = False
@@ -112,21 +117,48 @@ class AsyncProducer:
         self.kick()
         await _wait_briefly(future)
 
+    def _on_error(self, error: Any) -> None:
+        """librdkafka's ``error_cb`` (served by ``poll``): a refusal fails the waiting publishes.
+
+        librdkafka keeps retrying a login the broker refused, or a broker certificate it rejected,
+        until each record's delivery timeout; the caller learns why at once instead
+        (``AuthenticationFailed``, not retryable, or ``ConnectionFailed`` naming the certificate),
+        and the queued records are purged so none of them is delivered after that error was raised.
+        """
+        if self._user_error_cb is not None:
+            self._user_error_cb(error)
+        if is_refusal(error):
+            self._refused = True
+        if not is_refusal(error) or not self._waiting:
+            log.debug("%s: %s", self.name, error.str())
+            return
+        waiting, self._waiting = self._waiting, set()
+        for batch in waiting:
+            if batch.error is None:
+                batch.error = error
+            batch.loop.call_soon_threadsafe(resolve, batch.future, None)
+        self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+
     async def wait(self, batch: DeliveryBatch, timeout: float | None, what: str) -> None:
         """Wait for every report of ``batch``; raise ``PublishError`` (or a subclass) on failure."""
         self.kick()
         future = batch.future
         if not future.done():
-            if timeout is None:
-                await future
-            else:
-                try:
-                    async with asyncio.timeout(timeout):
-                        await asyncio.shield(future)
-                except TimeoutError:
-                    raise Timeout(
-                        f"{what}: no delivery report within {timeout}s (the records may still be delivered)"
-                    ) from None
+            self._waiting.add(batch)
+            try:
+                if timeout is None:
+                    await future
+                else:
+                    try:
+                        async with asyncio.timeout(timeout):
+                            await asyncio.shield(future)
+                    except TimeoutError:
+                        raise Timeout(
+                            f"{what}: no delivery report within {timeout}s "
+                            "(the records may still be delivered)"
+                        ) from None
+            finally:
+                self._waiting.discard(batch)
         if batch.error is not None:
             raise translate(batch.error, what, PublishError)
 
@@ -155,11 +187,10 @@ class AsyncProducer:
         if self.closed:
             return
         self.closed = True
-        remaining = await self.flush(self.close_timeout)
+        bound = min(self.close_timeout, _REFUSED_CLOSE_BOUND) if self._refused else self.close_timeout
+        remaining = await self.flush(bound)
         if remaining:
-            log.warning(
-                "%s: %d record(s) not delivered within %ss; purging", self.name, remaining, self.close_timeout
-            )
+            log.warning("%s: %d record(s) not delivered within %ss; purging", self.name, remaining, bound)
             self.producer.purge(in_queue=True, in_flight=True, blocking=False)
             await self.flush(1.0)
         self._released = True
@@ -169,14 +200,18 @@ class AsyncProducer:
             await asyncio.gather(pump, return_exceptions=True)
         thread = self.thread
         try:
-            async with asyncio.timeout(self.close_timeout):
+            async with asyncio.timeout(bound):
                 await thread.submit(self.producer.close)
         except TimeoutError:
-            log.warning("%s: the SDK producer did not close within %ss", self.name, self.close_timeout)
+            log.warning("%s: the SDK producer did not close within %ss", self.name, bound)
         except Exception as exc:  # closing must not fail the caller's cleanup
             log.debug("%s: close failed: %r", self.name, exc)
         finally:
             thread.stop()
+
+
+#: Seconds each close step may take once the broker refused the producer.
+_REFUSED_CLOSE_BOUND: Final = 1.0
 
 
 async def _wait_briefly(future: asyncio.Future[None]) -> None:

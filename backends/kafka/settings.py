@@ -17,9 +17,13 @@ librdkafka has the same knob, with four documented departures:
 * ``partitioner`` is ``murmur2_random``, the Java client's (and franz-go's) key hash, so keyed records
   land where ``broker.partitioning.partition_for`` and other Kafka clients put them.
 
-Security settings pass through to librdkafka. Fields made with :func:`broker.settings.secret` (and
-the raw ``librdkafka``/``producer_config``/``consumer_config`` dicts, which may carry credentials)
-never show in ``repr`` or :func:`broker.settings.describe`.
+Security settings pass through to librdkafka. With TLS (``ssl`` or ``sasl_ssl``) the brokers'
+certificate chain and host name are verified (``enable.ssl.certificate.verification`` and
+``ssl.endpoint.identification.algorithm=https`` are set explicitly); ``insecure_skip_verify`` turns
+both off and logs a WARNING, as does turning either off through the raw ``librdkafka`` dict.
+Fields made with :func:`broker.settings.secret` (and the raw ``librdkafka``/``producer_config``/
+``consumer_config`` dicts, which may carry credentials) never show in ``repr`` or
+:func:`broker.settings.describe`.
 """
 
 from __future__ import annotations
@@ -135,6 +139,10 @@ class KafkaSettings(ConsumerOptions):
     sasl_username: str | None = None
     #: SASL password (the URL's password).
     sasl_password: str | None = secret()
+    #: OAUTHBEARER token source, called by librdkafka whenever it needs a token (at start and
+    #: before the last one expires): ``provider(sasl_oauthbearer_config) -> (token, expiry)``, the
+    #: expiry in seconds since the epoch. Implies ``sasl_mechanism=OAUTHBEARER`` (``oauth_cb``).
+    oauth_token_provider: object | None = secret()
     #: Kerberos service name of the brokers (``sasl.kerberos.service.name``).
     kerberos_service_name: str | None = None
     #: Kerberos principal of this client (``user@REALM``).
@@ -198,6 +206,13 @@ class KafkaSettings(ConsumerOptions):
             )
         if kerberos and self.sasl_password:
             raise ConfigError("Kerberos settings and a SASL password cannot be used together")
+        if self.oauth_token_provider is not None:
+            if not callable(self.oauth_token_provider):
+                raise ConfigError("oauth_token_provider must be a callable returning (token, expiry)")
+            if self.sasl_mechanism not in (None, "OAUTHBEARER"):
+                raise ConfigError(
+                    f"oauth_token_provider is for OAUTHBEARER, not sasl_mechanism={self.sasl_mechanism}"
+                )
         self.consumer_options()  # validates the consumer defaults
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:

@@ -96,9 +96,11 @@ class Clients:
         import google.auth
 
         settings = self.settings
-        credentials: Any = None
+        credentials: Any = settings.credentials
         try:
-            if settings.credentials_json:
+            if credentials is not None:
+                pass  # a credentials object: it refreshes its own tokens
+            elif settings.credentials_json:
                 info = json.loads(settings.credentials_json)
                 credentials, _ = google.auth.load_credentials_from_dict(info, scopes=_SCOPES)  # type: ignore[no-untyped-call]
             elif settings.credentials_file:

@@ -143,8 +143,10 @@ class PubsubSettings:
     Connection: ``emulator_host`` (``host:port`` of an emulator: plain-text gRPC, no
     credentials; ``PUBSUB_EMULATOR_HOST`` in the environment is used when it is not set),
     ``endpoint`` (another API endpoint, such as a regional one), and credentials from
-    ``credentials_file`` or ``credentials_json`` (a key file's content), else Application
-    Default Credentials. Credentials never appear in ``repr`` or logs.
+    ``credentials_file`` or ``credentials_json`` (a key file's content) or ``credentials`` (a
+    google-auth credentials object, which refreshes its own tokens), else Application Default
+    Credentials. Credentials never appear in ``repr`` or logs. Outside the emulator every channel
+    is TLS with the chain and the host name verified (gRPC's defaults; no setting turns that off).
     """
 
     #: The Google Cloud project id.
@@ -157,6 +159,10 @@ class PubsubSettings:
     credentials_file: str | None = secret()
     #: Content of a credentials JSON file.
     credentials_json: str | None = secret()
+    #: A google-auth credentials object (``google.auth.credentials.Credentials``), for secrets that
+    #: rotate: it refreshes its own access tokens (service account, impersonated, external account
+    #: or a custom subclass whose ``refresh()`` reads the current token from anywhere).
+    credentials: object | None = secret()
 
     #: Create topics and subscriptions that do not exist yet (else using one is an error).
     create_missing: bool = True
@@ -210,8 +216,18 @@ class PubsubSettings:
     def __post_init__(self) -> None:
         if not self.project:
             raise ConfigError("the pubsub backend needs a project: pubsub://PROJECT_ID")
-        if self.credentials_file and self.credentials_json:
-            raise ConfigError("give credentials_file or credentials_json, not both")
+        if (
+            sum(
+                x is not None and x != ""
+                for x in (self.credentials_file, self.credentials_json, self.credentials)
+            )
+            > 1
+        ):
+            raise ConfigError("give one of credentials_file, credentials_json and credentials")
+        if isinstance(self.credentials, str | bytes):
+            raise ConfigError(
+                "credentials must be a google-auth credentials object; give JSON as credentials_json"
+            )
         if self.emulator_host is not None and ":" not in self.emulator_host:
             raise ConfigError(f"emulator_host must be host:port, got {self.emulator_host!r}")
         _check_ack_deadline(self.ack_deadline)

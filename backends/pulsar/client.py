@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -12,7 +13,9 @@ from broker.backends.pulsar.sdk_log import BRIDGE
 from broker.backends.pulsar.settings import PulsarSettings
 from broker.errors import ConfigError
 
-__all__ = ["create_client"]
+__all__ = ["client_configuration", "create_client"]
+
+log = logging.getLogger("broker.backends.pulsar")
 
 _LOG_LEVELS = {
     "debug": _pulsar.LoggerLevel.Debug,
@@ -25,6 +28,8 @@ _LOG_LEVELS = {
 def _authentication(settings: PulsarSettings) -> Any:
     if settings.token is not None:
         return pulsar.AuthenticationToken(settings.token).auth
+    if settings.token_supplier is not None:
+        return pulsar.AuthenticationToken(settings.token_supplier).auth
     if settings.oauth2 is not None:
         return pulsar.AuthenticationOauth2(settings.oauth2).auth
     if settings.basic_password is not None or settings.basic_username is not None:
@@ -32,8 +37,8 @@ def _authentication(settings: PulsarSettings) -> Any:
     return None
 
 
-def create_client(settings: PulsarSettings) -> Any:
-    """A ``_pulsar.Client`` for ``settings``; it connects lazily, so this never blocks."""
+def client_configuration(settings: PulsarSettings) -> Any:
+    """The ``_pulsar.ClientConfiguration`` for ``settings`` (authentication, TLS, timeouts, logging)."""
     conf = _pulsar.ClientConfiguration()
     auth = _authentication(settings)
     if auth is not None:
@@ -58,12 +63,28 @@ def create_client(settings: PulsarSettings) -> Any:
 
         trust = certifi.where()
     conf.tls_trust_certs_file_path(trust)
+    if settings.url.startswith("pulsar+ssl://"):
+        if settings.tls_allow_insecure_connection:
+            log.warning(
+                "tls_allow_insecure_connection is set: the Pulsar brokers' certificates are NOT verified"
+            )
+        if not settings.tls_validate_hostname:
+            log.warning(
+                "tls_validate_hostname is off: the Pulsar brokers' host names are NOT checked against "
+                "their certificates"
+            )
     conf.tls_allow_insecure_connection(settings.tls_allow_insecure_connection)
     conf.tls_validate_hostname(settings.tls_validate_hostname)
     if settings.tls_certificate_file_path is not None:
         conf.tls_certificate_file_path(settings.tls_certificate_file_path)
     if settings.tls_private_key_file_path is not None:
         conf.tls_private_key_file_path(settings.tls_private_key_file_path)
+    return conf
+
+
+def create_client(settings: PulsarSettings) -> Any:
+    """A ``_pulsar.Client`` for ``settings``; it connects lazily, so this never blocks."""
+    conf = client_configuration(settings)
     try:
         return _pulsar.Client(settings.url, conf)
     except (ValueError, _pulsar.PulsarException) as exc:

@@ -116,10 +116,12 @@ class ConsumerOptions:
 class PulsarSettings(ConsumerOptions):
     """``pulsar://host:6650[,host:6650]?setting=value``: one Pulsar client shared by everything it opens.
 
-    Credentials (``token``, ``oauth2``, ``basic_password``) pass through to the client and are never
-    shown in ``repr`` or logs. TLS: ``tls=true`` (or a ``pulsar+ssl://`` service URL) with
-    ``tls_trust_certs_file_path``; mutual TLS with ``tls_certificate_file_path`` and
-    ``tls_private_key_file_path``. The consumer defaults (keyword-only) are the fields inherited
+    Credentials (``token``, ``token_supplier``, ``oauth2``, ``basic_password``) pass through to the
+    client and are never shown in ``repr`` or logs. TLS: ``tls=true`` (or a ``pulsar+ssl://``
+    service URL) with ``tls_trust_certs_file_path``; mutual TLS with ``tls_certificate_file_path`` and
+    ``tls_private_key_file_path``. The certificate chain and the host name are verified by default;
+    ``tls_allow_insecure_connection=true`` or ``tls_validate_hostname=false`` turn that off and log a
+    WARNING. The consumer defaults (keyword-only) are the fields inherited
     from :class:`ConsumerOptions`.
     """
 
@@ -127,13 +129,22 @@ class PulsarSettings(ConsumerOptions):
     service_url: str = "pulsar://127.0.0.1:6650"
     #: Connect with TLS (turns ``pulsar://`` into ``pulsar+ssl://``).
     tls: bool = False
+    #: CA bundle that verifies the brokers' certificates (default: certifi's CAs).
     tls_trust_certs_file_path: str | None = None
+    #: Accept any broker certificate, unverified (tests only; logs a WARNING).
     tls_allow_insecure_connection: bool = False
-    tls_validate_hostname: bool = False
+    #: Check that the broker's certificate names the host connected to. On by default (the Pulsar
+    #: client's own default is off); turning it off logs a WARNING.
+    tls_validate_hostname: bool = True
+    #: Client certificate for mutual TLS.
     tls_certificate_file_path: str | None = None
+    #: The client certificate's private key.
     tls_private_key_file_path: str | None = None
     #: A JWT for token authentication.
     token: str | None = secret()
+    #: For tokens that rotate: a callable returning the current JWT, which the client calls
+    #: whenever it (re)authenticates (instead of ``token``).
+    token_supplier: object | None = secret()
     #: OAuth2 client-credentials parameters, as the JSON string the Pulsar client takes.
     oauth2: str | None = secret()
     #: Basic authentication (also taken from ``pulsar://user:password@host``).
@@ -177,10 +188,11 @@ class PulsarSettings(ConsumerOptions):
             raise ConfigError("service_url names no host")
         if parse_url(self.service_url).path.strip("/"):  # ConfigError for bad hosts and ports too
             raise ConfigError(f"service_url names hosts only, not a path: {redact_url(self.service_url)!r}")
-        if self.token is not None and (self.oauth2 is not None or self.basic_password is not None):
-            raise ConfigError("choose one authentication: token, oauth2 or basic")
-        if self.oauth2 is not None and self.basic_password is not None:
-            raise ConfigError("choose one authentication: token, oauth2 or basic")
+        if self.token_supplier is not None and not callable(self.token_supplier):
+            raise ConfigError("token_supplier must be a callable returning the current token")
+        given = (self.token, self.token_supplier, self.oauth2, self.basic_password)
+        if sum(value is not None for value in given) > 1:
+            raise ConfigError("choose one authentication: token, token_supplier, oauth2 or basic")
         if (self.tls_certificate_file_path is None) != (self.tls_private_key_file_path is None):
             raise ConfigError("mutual TLS needs both tls_certificate_file_path and tls_private_key_file_path")
         check_positive(

@@ -44,7 +44,14 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnec
 from broker.backend import BackendBase, Batching
 from broker.backends.rabbitmq import RabbitmqFactory
 from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
-from broker.backends.rabbitmq.mapping import close_quietly, declare_exchange, routing_key, to_sdk, translate
+from broker.backends.rabbitmq.mapping import (
+    close_quietly,
+    connect_error,
+    declare_exchange,
+    routing_key,
+    to_sdk,
+    translate,
+)
 from broker.backends.rabbitmq.settings import (
     MAX_MESSAGE_BYTES,
     ConsumerOptions,
@@ -141,9 +148,10 @@ class RabbitmqConnection:
         s = self.settings
         if not s.uses_tls:
             return None
+        # verifies the chain and the host name (check_hostname, CERT_REQUIRED): never turned off
         context = ssl.create_default_context(cafile=s.tls_ca_file)
         if s.tls_cert_file:
-            context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+            context.load_cert_chain(s.tls_cert_file, s.tls_key_file, password=s.tls_key_password)
         return context
 
     async def connection(self) -> AbstractRobustConnection:
@@ -172,12 +180,13 @@ class RabbitmqConnection:
                             timeout=s.connect_timeout,
                             client_properties=properties,
                             heartbeat=s.heartbeat,
+                            auth=s.auth_mechanism if s.auth_mechanism != "plain" else None,
                         ),
                         s.connect_timeout,
                     )
                 except Exception as exc:
                     doing = f"connecting to RabbitMQ at {s.host}:{s.port}"
-                    raise translate(exc, doing, ConnectionFailed) from exc
+                    raise connect_error(exc, doing, s) from exc
         return self._connection
 
     async def channel(self, *, confirms: bool = False, prefetch: int | None = None) -> AbstractChannel:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ __all__ = [
     "ENCODED_HEADER",
     "KEY_HEADER",
     "close_quietly",
+    "connect_error",
     "declare_exchange",
     "routing_key",
     "to_message",
@@ -214,6 +216,64 @@ _ERRORS = ErrorTable(
     ErrorRule((amqp.AMQPConnectionError, ConnectionError, OSError), errors.ConnectionFailed),
     ErrorRule(amqp.ChannelClosed, errors.ClosedError),
 )
+
+
+def _certificate_problem(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``exc`` (the SDK wraps it), if any."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        inner = next((a for a in getattr(seen, "args", ()) if isinstance(a, BaseException)), None)
+        seen = inner or seen.__cause__ or seen.__context__
+    return None
+
+
+def connect_error(exc: BaseException, doing: str, settings: RabbitmqSettings) -> errors.BrokerError:
+    """The typed error for a failed connection attempt, with the reason a user can act on.
+
+    A certificate the client rejects is ``ConnectionFailed`` naming the verification error; the
+    broker's refusal of the client certificate (or of its absence: with TLS 1.3 that shows only as
+    a reset on the first read) is ``AuthenticationFailed``; a virtual host the user may not open
+    is ``PermissionDenied``.
+    """
+    tls_error = _certificate_problem(exc)
+    if isinstance(tls_error, ssl.SSLCertVerificationError):
+        return errors.ConnectionFailed(
+            f"{doing}: TLS: the broker's certificate was rejected: {tls_error.verify_message or tls_error}"
+        )
+    if tls_error is not None and "ALERT" in str(tls_error.reason or ""):
+        return errors.AuthenticationFailed(
+            f"{doing}: TLS: the broker refused the client certificate ({tls_error.reason})"
+        )
+    text = str(exc)
+    if (
+        isinstance(exc, aiormq.exceptions.InvalidFrameError)
+        and "Connection.OpenOk" in text
+        and "Connection.Close" in text
+    ):
+        return errors.PermissionDenied(
+            f"{doing}: the broker refused to open virtual host {settings.vhost!r} "
+            f"for user {settings.user!r} (no permissions there, or no such virtual host)"
+        )
+    translated = translate(exc, doing, errors.ConnectionFailed)
+    if (
+        settings.uses_tls
+        and type(translated) is errors.ConnectionFailed
+        and isinstance(exc, ConnectionError | aiormq.exceptions.ConnectionClosed | amqp.AMQPConnectionError)
+    ):
+        which = (
+            "the client certificate"
+            if settings.tls_cert_file
+            else "a connection without a client certificate"
+        )
+        return errors.ConnectionFailed(
+            f"{translated} (with TLS 1.3 this is how a broker refuses {which}: mutual TLS needs "
+            "tls_cert_file and tls_key_file with a certificate the broker trusts)"
+        )
+    return translated
 
 
 def translate(

@@ -5,7 +5,9 @@ fills :class:`RabbitmqSettings`. A topic is a durable exchange (``exchange_type`
 is the durable quorum queue ``<topic>.<subscription>`` bound to it. The consumer fields are
 defaults that ``Backend.messages(...)`` keyword options override per consumer
 (:class:`ConsumerOptions`); they already carry the portable names of :mod:`broker.options`.
-The password is a :func:`~broker.settings.secret`, never shown in ``repr`` or logs.
+The password (and ``tls_key_password``) are :func:`~broker.settings.secret` fields, never shown in
+``repr`` or logs. TLS verifies the broker's certificate chain and host name; there is no setting
+that turns that off.
 """
 
 from __future__ import annotations
@@ -101,6 +103,11 @@ class RabbitmqSettings(ConsumerOptions):
     #: Client certificate (and its key) for TLS client authentication.
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    #: Password of an encrypted ``tls_key_file``.
+    tls_key_password: str | None = secret()
+    #: How to log in: ``plain`` (``user`` and ``password``) or ``external`` (the TLS client
+    #: certificate is the identity; needs the broker's ``rabbitmq_auth_mechanism_ssl`` plugin).
+    auth_mechanism: Literal["plain", "external"] = "plain"
     #: Connection name shown by the management UI.
     name: str | None = None
     #: Seconds the first connection may take before ``ConnectionFailed``.
@@ -135,6 +142,12 @@ class RabbitmqSettings(ConsumerOptions):
             close_timeout=self.close_timeout,
         )
         check_at_least(0, "seconds", heartbeat=self.heartbeat)
+        if self.auth_mechanism == "external" and not self.tls_cert_file:
+            raise ConfigError(
+                "auth_mechanism=external logs in with the TLS client certificate: set tls_cert_file"
+            )
+        if self.tls_key_file and not self.tls_cert_file:
+            raise ConfigError("tls_key_file needs tls_cert_file (the client certificate)")
         if not self.binding_key or len(self.binding_key.encode()) > 255:
             raise ConfigError("binding_key must be 1-255 bytes of UTF-8")
         self.consumer_options({})  # validates the consumer defaults

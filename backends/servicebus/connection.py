@@ -17,6 +17,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.servicebus import TransportType
 from azure.servicebus.aio import ServiceBusClient
 
 from broker.backends.servicebus.settings import ServiceBusSettings
@@ -32,6 +33,11 @@ CLOSE_TIMEOUT = 5.0
 def make_client(settings: ServiceBusSettings) -> ServiceBusClient:
     """An (unopened) aio ``ServiceBusClient`` for ``settings``."""
     options: dict[str, Any] = {"retry_total": settings.retry_total}
+    if settings.tls_ca_file is not None:
+        options["connection_verify"] = settings.tls_ca_file
+    if settings.custom_endpoint_address is not None:
+        options["custom_endpoint_address"] = settings.custom_endpoint_address
+        options["transport_type"] = TransportType.Amqp  # the SDK would switch to websockets
     if settings.connection_string is not None:
         return ServiceBusClient.from_connection_string(settings.connection_string, **options)
     namespace = settings.fully_qualified_namespace

@@ -220,7 +220,14 @@ class ServiceBusSettings(ConsumerOptions):
     sas_token: str | None = secret()
     credential: object | None = secret()
     #: TLS to the namespace (a connection string with ``UseDevelopmentEmulator=true`` turns it off).
+    #: The certificate chain and the host name are always verified; no setting turns that off.
     use_tls: bool = True
+    #: CA bundle that verifies the namespace's certificate (the SDK's ``connection_verify``;
+    #: default: the system's CAs).
+    tls_ca_file: str | None = None
+    #: Connect here instead of the namespace's own host (``sb://host:port``: a proxy, a gateway, a
+    #: test server); its host name is the one the certificate must name (``custom_endpoint_address``).
+    custom_endpoint_address: str | None = None
     #: What a message key becomes on publish (and is read back from): partition key or session id.
     key_to: KeyTo = "partition_key"
     #: The attribute whose value becomes the message's ``MessageId`` on publish (and is taken out of the

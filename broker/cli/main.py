@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from broker import __version__
 from broker.cli import commands
@@ -37,6 +39,32 @@ examples:
 """
 
 
+def kafka_hot_path() -> str:
+    """Which variant of the Kafka hot path this installation runs (compiled or pure Python).
+
+    Asked by name when ``--version`` is given, so the core imports no backend.
+    """
+    try:
+        mapping = importlib.import_module("broker.backends.kafka.mapping")
+    except ImportError as exc:  # pragma: no cover - the Kafka package ships with the core
+        return f"not available ({exc})"
+    return str(mapping.FASTPATH_VARIANT)
+
+
+class _Version(argparse.Action):
+    """``--version``: the package version, and the Kafka hot path's variant."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        # The version alone on standard output, as argparse's own action prints it (scripts read
+        # it); the hot path beside it, for a person reading the terminal.
+        print(f"polybroker {__version__}")
+        sys.stdout.flush()
+        parser.exit(message=f"Kafka hot path: {kafka_hot_path()}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``broker`` command."""
     parser = argparse.ArgumentParser(
@@ -46,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="log what the library does")
-    parser.add_argument("--version", action="version", version=f"polybroker {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and the Kafka hot path in use")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="a guided tour: publish, consume, ack, nack, redelivery")

@@ -27,7 +27,7 @@ from broker.backends.kafka.queue.markers import (
 )
 from broker.backends.kafka.queue.settings import QueueSettings
 from broker.backends.kafka.queue.source import QueueSource, source_for
-from broker.errors import BrokerError, ClosedError, ReceiveError
+from broker.errors import AuthenticationFailed, BrokerError, ClosedError, PermissionDenied, ReceiveError
 from broker.log import OFFSET_BEGINNING, Log, LogConsumer, ReadHints, TopicPartition
 
 __all__ = ["MqClient"]
@@ -113,8 +113,8 @@ class MqClient:
         assert self.source is not None
         try:
             return await self.source.poll(max_messages, timeout)
-        except ClosedError:
-            raise
+        except (ClosedError, AuthenticationFailed, PermissionDenied):
+            raise  # a refusal keeps its class: the consumer hands it to the application
         except Exception as exc:
             if is_reconnect_required(exc):
                 self.needs_reconnect = True

@@ -44,7 +44,7 @@ from broker.backends.kafka.queue.errors import is_timeout_error
 from broker.backends.kafka.queue.metrics import QueueMetrics
 from broker.backends.kafka.queue.producer import MessageSender
 from broker.backends.kafka.queue.source import QueueSource
-from broker.errors import AckError, ClosedError, Timeout
+from broker.errors import AckError, AuthenticationFailed, BrokerError, ClosedError, PermissionDenied, Timeout
 from broker.log import TopicPartition
 from broker.message import Message, claim_ack, own_acker
 from broker.resources import AsyncResource
@@ -129,6 +129,10 @@ class QueueConsumer(AsyncResource):
         #: The finisher of the newest batch in flight (each one waits for the one before).
         self._pipeline: _InFlight | None = None
         self._closed = False
+        #: A refusal the polling loop got (a login or an access the broker refused): ``receive``
+        #: raises it while no message is buffered, and the loop keeps trying, so access granted
+        #: later heals the consumer. Cleared by the next poll that succeeds.
+        self._refused: BrokerError | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -165,10 +169,19 @@ class QueueConsumer(AsyncResource):
                     slots.release()
                     raise
                 backoff = 0.05
+                self._refused = None
             except asyncio.CancelledError:
                 raise
             except ClosedError:
                 return
+            except (AuthenticationFailed, PermissionDenied) as exc:
+                if self._refused is None:
+                    log.error("queue %r: %s; receive() raises it until a poll succeeds", client.queue_id, exc)
+                self._refused = exc
+                self._ready.set()  # wake receive() to raise it
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
             except Exception as exc:
                 # kafka-mq-go logs timeouts at debug level: they are part of polling an idle queue.
                 level = logging.DEBUG if is_timeout_error(exc) else logging.WARNING
@@ -532,6 +545,8 @@ class QueueConsumer(AsyncResource):
                         if self._closed:
                             raise ClosedError("the queue consumer is closed")
                         if not buffer:
+                            if self._refused is not None:
+                                raise self._refused.with_traceback(None)
                             self._ready.clear()
                             await self._ready.wait()
                             continue

@@ -1,0 +1,484 @@
+"""Session-scoped fixtures of the security tests: the run-time certificates and the secured servers.
+
+Every server binds 127.0.0.1 on a free port and is started once per test session (per xdist worker
+that needs it), on first use. Servers whose refusals are decided by the client alone (an expired
+certificate, a certificate for another host name) are extra, small server processes presenting that
+certificate; where a server is expensive to start (RabbitMQ), the same node offers those listeners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.devserver import ProcessServer, free_port
+from tests.security.certs import Pki, make_pki
+
+#: Users of the secured NATS server: name -> password.
+NATS_USERS = {"admin": "admin-pw", "producer": "producer-pw", "limited": "limited-pw"}
+#: The token of the token-authenticated NATS server.
+NATS_TOKEN = "nats-t0ken-for-tests"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The CAs and certificates, made for this session (see :mod:`tests.security.certs`)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+# -- NATS ----------------------------------------------------------------------------------
+
+
+@dataclass
+class NatsServers:
+    """The NATS servers of the security tests (host 127.0.0.1)."""
+
+    #: TLS (server certificate from the trusted CA), JetStream, users with passwords and permissions.
+    tls: ProcessServer
+    #: Plain TCP, JetStream, the same users (credentials and permissions without TLS).
+    plain: ProcessServer
+    #: TLS that requires a client certificate from the trusted CA (``verify: true``).
+    mutual: ProcessServer
+    #: TLS with an expired server certificate.
+    expired: ProcessServer
+    #: TLS with a certificate for another host name.
+    wrong_host: ProcessServer
+    #: Plain TCP, token authentication (:data:`NATS_TOKEN`).
+    token: ProcessServer
+
+
+_NATS_AUTH = """
+authorization {
+  users = [
+    {user: admin, password: admin-pw}
+    # may publish (and use the JetStream API) but never pull: no consuming
+    {user: producer, password: producer-pw,
+     permissions: {publish: {deny: ["$JS.API.CONSUMER.MSG.NEXT.>"]}}}
+    # may not publish to secret.> nor pull from the SECRET stream
+    {user: limited, password: limited-pw,
+     permissions: {publish: {deny: ["secret.>", "$JS.API.CONSUMER.MSG.NEXT.SECRET.>"]}}}
+  ]
+}
+"""
+
+
+def _nats(binary: str, workdir: Path, name: str, body: str, jetstream: bool) -> ProcessServer:
+    port = free_port()
+    directory = workdir / name
+    directory.mkdir()
+    config = directory / "nats.conf"
+    text = f'listen: "127.0.0.1:{port}"\n' + body
+    if jetstream:
+        text += f'\njetstream {{ store_dir: "{directory / "js"}" }}\n'
+    config.write_text(text)
+    return ProcessServer(
+        [binary, "-c", str(config)],
+        url=f"nats://127.0.0.1:{port}",
+        host="127.0.0.1",
+        port=port,
+        workdir=str(directory),
+    )
+
+
+def _tls_block(cert: Path, key: Path, ca: Path | None = None, verify: bool = False) -> str:
+    lines = [f'cert_file: "{cert}"', f'key_file: "{key}"', "timeout: 2"]
+    if ca is not None:
+        lines.append(f'ca_file: "{ca}"')
+    if verify:
+        lines.append("verify: true")
+    return "tls {\n  " + "\n  ".join(lines) + "\n}\n"
+
+
+@pytest.fixture(scope="session")
+def nats_servers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServers]:
+    """Six small nats-servers (0.02 s each to start): see :class:`NatsServers`."""
+    from broker.backends.jetstream.devserver import NatsServerNotFound, find_nats_server
+
+    try:
+        binary = find_nats_server()
+    except NatsServerNotFound as exc:
+        pytest.skip(str(exc))
+    workdir = tmp_path_factory.mktemp("nats")
+    server_tls = _tls_block(pki.server.cert, pki.server.key)
+    servers = NatsServers(
+        tls=_nats(binary, workdir, "tls", server_tls + _NATS_AUTH, jetstream=True),
+        plain=_nats(binary, workdir, "plain", _NATS_AUTH, jetstream=True),
+        mutual=_nats(
+            binary, workdir, "mutual", _tls_block(pki.server.cert, pki.server.key, pki.ca, True), True
+        ),
+        expired=_nats(binary, workdir, "expired", _tls_block(pki.expired.cert, pki.expired.key), False),
+        wrong_host=_nats(
+            binary, workdir, "wrong", _tls_block(pki.wrong_host.cert, pki.wrong_host.key), False
+        ),
+        token=_nats(binary, workdir, "token", f'authorization {{ token: "{NATS_TOKEN}" }}\n', True),
+    )
+    started: list[ProcessServer] = []
+    try:
+        for name in ("tls", "plain", "mutual", "expired", "wrong_host", "token"):
+            server: ProcessServer = getattr(servers, name)
+            started.append(server.start())
+        yield servers
+    finally:
+        for server in started:
+            server.stop()
+
+
+# -- RabbitMQ ------------------------------------------------------------------------------
+
+#: Users of the secured RabbitMQ node: name -> password (the client certificate's user logs in by EXTERNAL).
+RABBITMQ_USERS = {"admin": "admin-pw", "producer": "producer-pw", "limited": "limited-pw"}
+
+_RABBITMQ_CONF = """\
+listeners.tcp.default = 127.0.0.1:{port}
+listeners.ssl.default = 127.0.0.1:{tls_port}
+auth_mechanisms.1 = PLAIN
+auth_mechanisms.2 = AMQPLAIN
+auth_mechanisms.3 = EXTERNAL
+ssl_cert_login_from = common_name
+load_definitions = {definitions}
+log.file = false
+log.console = true
+log.console.level = warning
+"""
+
+
+def _rabbitmq_definitions(client_name: str) -> dict[str, object]:
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    users = [{"name": n, "password": p, "tags": ""} for n, p in RABBITMQ_USERS.items()]
+    users.append({"name": client_name, "password": "", "tags": ""})
+    permissions = [
+        {"user": "admin", "vhost": "/", **everything},
+        {"user": "admin", "vhost": "restricted", **everything},
+        {"user": client_name, "vhost": "/", **everything},
+        # may declare and publish, never read (no binding a queue to an exchange, no consuming)
+        {"user": "producer", "vhost": "/", "configure": ".*", "write": ".*", "read": "^$"},
+        # only exchanges and queues whose names start with "allowed."; no access to "restricted"
+        {
+            "user": "limited",
+            "vhost": "/",
+            "configure": r"^allowed\..*",
+            "write": r"^allowed\..*",
+            "read": r"^allowed\..*",
+        },
+    ]
+    return {
+        "users": users,
+        "vhosts": [{"name": "/"}, {"name": "restricted"}],
+        "permissions": permissions,
+    }
+
+
+class SecuredRabbitmq:
+    """A rabbitmq-server node with a plain and a TLS listener, the EXTERNAL mechanism and the users above.
+
+    Started like :class:`broker.backends.rabbitmq.RabbitmqDevServer` (own ``epmd``, every port on
+    127.0.0.1, everything in a temporary directory), with its own configuration.
+    """
+
+    def __init__(
+        self,
+        pki: Pki,
+        cert: object,
+        workdir: Path,
+        require_client_cert: bool = True,
+        sni: dict[str, object] | None = None,
+    ) -> None:
+        from broker.backends.rabbitmq import find_rabbitmq_server
+
+        self.script, self.epmd = find_rabbitmq_server()
+        self.port, self.tls_port = free_port(), free_port()
+        self.pki, self.cert, self.base = pki, cert, workdir
+        self.require_client_cert = require_client_cert
+        #: Other certificates by the server name a client asks for (TLS SNI).
+        self.sni = sni or {}
+        self._epmd: ProcessServer | None = None
+        self._node: ProcessServer | None = None
+
+    def start(self) -> SecuredRabbitmq:
+        """Start ``epmd`` and the node; return once both listeners accept connections."""
+        import json
+
+        from broker.devserver import wait_for_port
+        from tests.security.certs import CLIENT_NAME
+
+        base, host = self.base, "127.0.0.1"
+        base.mkdir(parents=True, exist_ok=True)
+        epmd_port, dist_port = free_port(), free_port()
+        definitions = base / "definitions.json"
+        definitions.write_text(json.dumps(_rabbitmq_definitions(CLIENT_NAME)))
+        pair = self.cert
+        (base / "rabbitmq.conf").write_text(
+            _RABBITMQ_CONF.format(
+                port=self.port,
+                tls_port=self.tls_port,
+                definitions=definitions,
+            )
+        )
+        options = [
+            f'{{cacertfile, "{self.pki.ca}"}}',
+            f'{{certfile, "{pair.cert}"}}',  # type: ignore[attr-defined]
+            f'{{keyfile, "{pair.key}"}}',  # type: ignore[attr-defined]
+            "{verify, verify_peer}",
+            f"{{fail_if_no_peer_cert, {str(self.require_client_cert).lower()}}}",
+        ]
+        if self.sni:  # another certificate for a client that asks for one of these names
+            hosts = ", ".join(
+                f'{{"{name}", [{{certfile, "{other.cert}"}}, {{keyfile, "{other.key}"}}]}}'  # type: ignore[attr-defined]
+                for name, other in self.sni.items()
+            )
+            options.append(f"{{sni_hosts, [{hosts}]}}")
+        (base / "advanced.config").write_text(
+            f"[{{rabbit, [{{ssl_options, [{', '.join(options)}]}}]}}, "
+            "{kernel, [{inet_dist_use_interface, {127,0,0,1}}]}].\n"
+        )
+        (base / "enabled_plugins").write_text("[rabbitmq_auth_mechanism_ssl].\n")
+        env = {
+            "HOME": str(base),
+            "ERL_EPMD_ADDRESS": host,
+            "ERL_EPMD_PORT": str(epmd_port),
+            "RABBITMQ_NODENAME": f"polybrokersec{self.port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": host,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(base / "log"),
+            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+        }
+        try:
+            self._epmd = ProcessServer(
+                [self.epmd, "-port", str(epmd_port), "-address", host],
+                url=f"epmd://{host}:{epmd_port}",
+                host=host,
+                port=epmd_port,
+                workdir=str(base),
+                env={"ERL_EPMD_ADDRESS": host},
+            ).start()
+            self._node = ProcessServer(
+                [self.script], url="", host=host, port=self.port, workdir=str(base), start_timeout=60, env=env
+            ).start()
+            wait_for_port(
+                host, self.tls_port, 30, alive=lambda: self._node is not None and self._node.running
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def log_tail(self) -> str:
+        """The node's last lines of output."""
+        return self._node.log_tail() if self._node is not None else ""
+
+    def stop(self) -> None:
+        """Stop the node, then ``epmd``. Idempotent."""
+        node, epmd, self._node, self._epmd = self._node, self._epmd, None, None
+        if node is not None:
+            node.stop(timeout=15.0)
+        if epmd is not None:
+            epmd.stop()
+
+
+@dataclass
+class RabbitmqServers:
+    """The RabbitMQ nodes: the secured one, and one whose TLS port presents bad certificates."""
+
+    main: SecuredRabbitmq
+    #: Its TLS port presents the wrong-host certificate to a client that connects to 127.0.0.1 (no
+    #: server name sent) and the expired one to a client that asks for ``localhost`` (TLS SNI).
+    bad: SecuredRabbitmq
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_servers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitmqServers]:
+    """Two rabbitmq-server nodes started at once (about 7 s in all): see :class:`RabbitmqServers`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from broker.backends.rabbitmq import RabbitmqServerNotFound
+
+    base = tmp_path_factory.mktemp("rabbitmq")
+    try:
+        servers = RabbitmqServers(
+            main=SecuredRabbitmq(pki, pki.server, base / "main"),
+            bad=SecuredRabbitmq(
+                pki, pki.wrong_host, base / "bad", require_client_cert=False, sni={"localhost": pki.expired}
+            ),
+        )
+    except RabbitmqServerNotFound as exc:
+        pytest.skip(str(exc))
+    nodes = (servers.main, servers.bad)
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        starts = [pool.submit(node.start) for node in nodes]
+    try:
+        for start in starts:
+            start.result()
+        yield servers
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+# -- Kafka (Tansu) -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tansu_authenticating() -> Iterator[ProcessServer]:
+    """Tansu with ``--authentication`` (SASL/SCRAM required), plain TCP on 127.0.0.1."""
+    from broker.backends.kafka.devserver import tansu_server
+    from broker.errors import MissingDependency
+
+    try:
+        server = tansu_server()
+    except MissingDependency as exc:
+        pytest.skip(str(exc))
+    server.command.append("--authentication")
+    with server:
+        yield server
+
+
+# -- a TLS listener that presents a chosen certificate ---------------------------------------
+
+
+class TlsStub:
+    """A TLS listener on 127.0.0.1 that presents one certificate, completes handshakes and closes.
+
+    For the refusals a client decides alone (an untrusted CA, an expired certificate, a wrong host
+    name) where the backend's test server cannot serve TLS: the client must refuse the handshake,
+    promptly and with the reason. ``handshakes`` counts completed handshakes.
+    """
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None) -> None:
+        import socket
+        import ssl
+        import threading
+
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(str(cert), str(key))
+        if client_ca is not None:  # mutual TLS: a client certificate from this CA is required
+            self.context.load_verify_locations(str(client_ca))
+            self.context.verify_mode = ssl.CERT_REQUIRED
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port: int = self.sock.getsockname()[1]
+        self.handshakes = 0
+        self._thread = threading.Thread(target=self._serve, name="tls-stub", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: object) -> None:
+        import contextlib
+        import socket
+
+        assert isinstance(conn, socket.socket)
+        conn.settimeout(5)
+        with contextlib.suppress(Exception), conn:
+            tls = self.context.wrap_socket(conn, server_side=True)
+            self.handshakes += 1
+            with tls:
+                tls.recv(1024)
+
+    def close(self) -> None:
+        """Stop listening."""
+        import contextlib
+        import socket
+
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept()
+        self.sock.close()
+        self._thread.join(2)
+
+
+@pytest.fixture(scope="session")
+def tls_stubs(pki: Pki) -> Iterator[dict[str, TlsStub]]:
+    """TLS listeners presenting the good, the expired and the wrong-host certificate, and one
+    (``mutual``) that requires a client certificate from the trusted CA."""
+    stubs = {
+        "good": TlsStub(pki.server.cert, pki.server.key),
+        "expired": TlsStub(pki.expired.cert, pki.expired.key),
+        "wrong_host": TlsStub(pki.wrong_host.cert, pki.wrong_host.key),
+        "mutual": TlsStub(pki.server.cert, pki.server.key, client_ca=pki.ca),
+    }
+    try:
+        yield stubs
+    finally:
+        for stub in stubs.values():
+            stub.close()
+
+
+# -- Service Bus (the project's test server, with a TLS listener) --------------------------
+
+
+def _tls_fake_servicebus(pair: object) -> object:
+    """The project's Service Bus test server, in this process, listening with TLS (``pair``)."""
+    import proton
+
+    import tests.servicebus_fake.server as fake
+
+    class TlsFakeServiceBus(fake.FakeServiceBus):
+        """The test server whose AMQP listener speaks TLS with ``pair``."""
+
+        def start(self) -> TlsFakeServiceBus:
+            domain = proton.SSLDomain(proton.SSLDomain.MODE_SERVER)
+            domain.set_credentials(str(pair.cert), str(pair.key), None)  # type: ignore[attr-defined]
+            domain.set_peer_authentication(proton.SSLDomain.ANONYMOUS_PEER)
+            plain = fake.Container
+
+            class TlsContainer(plain):  # type: ignore[misc, valid-type]
+                def listen(self, url: str, ssl_domain: object = None) -> object:
+                    return super().listen(url, ssl_domain=domain)
+
+            fake.Container = TlsContainer  # only while start() makes its listener
+            try:
+                super().start()
+            finally:
+                fake.Container = plain
+            return self
+
+    return TlsFakeServiceBus(0)
+
+
+@pytest.fixture(scope="session")
+def servicebus_tls(pki: Pki) -> Iterator[dict[str, Any]]:
+    """Three TLS test servers (in this process): the good, the expired and the wrong-host certificate."""
+    pytest.importorskip("proton", reason="python-qpid-proton (the Service Bus test server) is not installed")
+    servers = {
+        "good": _tls_fake_servicebus(pki.server),
+        "expired": _tls_fake_servicebus(pki.expired),
+        "wrong_host": _tls_fake_servicebus(pki.wrong_host),
+    }
+    started: list[Any] = []
+    try:
+        for server in servers.values():
+            started.append(server.start())  # type: ignore[attr-defined]
+        yield servers
+    finally:
+        for server in started:
+            server.stop()
+
+
+# -- Pulsar (pulsar-lite: no TLS, no authentication) ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pulsar_lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessServer]:
+    """pulsar-lite on 127.0.0.1 (it accepts any credentials: it checks none)."""
+    pytest.importorskip("pulsar", reason="the pulsar extra (pulsar-client) is not installed")
+    from broker.backends.pulsar.devserver import pulsar_lite
+
+    with pulsar_lite(workdir=str(tmp_path_factory.mktemp("pulsar"))) as server:
+        yield server
