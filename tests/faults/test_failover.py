@@ -14,13 +14,14 @@ import asyncio
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.faults.conftest import RESULTS
 from tests.faults.nemesis import RunResult, run_fault
 from tests.faults.servers import ControlledServer, _seaweedfs, _tansu_on_s3
-from tests.faults.test_faults import SHAPE
+from tests.faults.test_faults import SHAPE, TANSU_S3_LOSES_ACKED_RECORDS, _absent_from_the_log
 
 
 def _clients_on(port: int) -> int:
@@ -36,19 +37,26 @@ def _clients_on(port: int) -> int:
 
 
 class _Failover(ControlledServer):
-    """Two brokers; ``restart()`` kills the one the clients are connected to and starts nothing."""
+    """Two brokers: ``pids()`` is the tree of the one the clients use, ``restart()`` kills that one
+    and starts nothing (the survivor becomes ``process``)."""
 
     standby: object = None
+    killed: object = None
+
+    def _active(self) -> Any:
+        brokers = [b for b in (self.process, self.standby) if b is not None and b.running]  # type: ignore[attr-defined]
+        return max(brokers, key=lambda b: _clients_on(b.port))
+
+    def pids(self) -> list[int]:
+        return list(self._active().process_tree())
 
     def restart(self) -> None:
-        primary, standby = self.process, self.standby
-        assert standby is not None
-        if _clients_on(standby.port) > _clients_on(primary.port):  # type: ignore[attr-defined]
-            primary, standby = standby, primary
-        if _clients_on(primary.port) == 0:  # type: ignore[attr-defined]
+        victim = self._active()
+        if _clients_on(victim.port) == 0:
             raise AssertionError("no client is connected to either broker: nothing to fail over from")
-        primary.kill()  # type: ignore[attr-defined]
-        self.process, self.standby = standby, primary  # type: ignore[assignment]
+        survivor = self.standby if victim is self.process else self.process
+        victim.kill()
+        self.process, self.standby, self.killed = survivor, None, victim  # type: ignore[assignment]
 
 
 @pytest.mark.faults
@@ -75,7 +83,10 @@ async def test_kafka_failover_to_the_other_broker_loses_nothing(tmp_path: Path) 
             "kafka", "failover", result.report, result.fault_seconds, result.wall_seconds, result.topic
         )
         RESULTS.append(result)
-        assert not server.standby.running, "the broker the clients used is still running"  # type: ignore[attr-defined]
+        lost = result.report.lost
+        if lost and _absent_from_the_log(url, result.topic, lost) == set(lost):
+            pytest.xfail(f"{TANSU_S3_LOSES_ACKED_RECORDS} (this run: {sorted(lost)} acked, not in the log)")
+        assert server.killed is not None and not server.killed.running, "no broker was killed"  # type: ignore[attr-defined]
         await asyncio.sleep(0)
     report = result.report
     print(f"\nkafka failover ({time.monotonic() - started:.1f}s run): {report.summary()}")
