@@ -190,7 +190,14 @@ _ERRORS = ErrorTable(
         errors.AckError,
         "the message was already settled (its ack deadline passed: requeued)",
     ),
-    ErrorRule(amqp.ChannelInvalidStateError, errors.ClosedError, "the channel is closed"),
+    # The application's own close is caught before the SDK is called (ClosedError there); a channel
+    # the SDK finds closed under a live publisher or consumer was closed by a lost connection or a
+    # stopping broker: retryable, as the robust connection opens it again.
+    ErrorRule(
+        amqp.ChannelInvalidStateError,
+        errors.ConnectionFailed,
+        "the channel is closed (the connection to the broker was lost)",
+    ),
     ErrorRule(
         (amqp.ProbableAuthenticationError, aiormq.exceptions.AuthenticationError),
         errors.AuthenticationFailed,
@@ -214,7 +221,7 @@ _ERRORS = ErrorTable(
     ErrorRule(amqp.DeliveryError, errors.PublishError, "the broker did not take the message ({detail})"),
     ErrorRule(TimeoutError, errors.Timeout, "no answer from the broker in time"),
     ErrorRule((amqp.AMQPConnectionError, ConnectionError, OSError), errors.ConnectionFailed),
-    ErrorRule(amqp.ChannelClosed, errors.ClosedError),
+    ErrorRule(amqp.ChannelClosed, errors.ConnectionFailed, "the broker closed the channel ({detail})"),
 )
 
 

@@ -44,3 +44,19 @@ def test_translate_keeps_broker_errors_and_falls_back_to_default(backend: str) -
     error = translate(ValueError("something odd"), "acking message 7", AckError)
     assert isinstance(error, BrokerError)
     assert "acking message 7" in str(error)
+
+
+def test_rabbitmq_a_channel_closed_under_a_live_client_is_retryable() -> None:
+    """A broker restart invalidates the channels under a publisher the application never closed:
+    a retry policy must see a retryable ConnectionFailed, not ClosedError (seen in the fault suite's
+    RabbitMQ restart cell: one publish given up on)."""
+    aio_pika = pytest.importorskip("aio_pika")
+    from broker.backends.rabbitmq.mapping import translate
+    from broker.errors import ConnectionFailed
+
+    for exc in (
+        aio_pika.exceptions.ChannelInvalidStateError("No active transport in channel"),
+        aio_pika.exceptions.ChannelClosed(320, "CONNECTION_FORCED - broker forced connection closure"),
+    ):
+        error = translate(exc, "publishing")
+        assert isinstance(error, ConnectionFailed) and error.retryable, (type(exc), error)
