@@ -43,19 +43,28 @@ class _Failover(ControlledServer):
     standby: object = None
     killed: object = None
 
+    victim: object = None
+
     def _active(self) -> Any:
         brokers = [b for b in (self.process, self.standby) if b is not None and b.running]  # type: ignore[attr-defined]
         return max(brokers, key=lambda b: _clients_on(b.port))
 
     def pids(self) -> list[int]:
-        return list(self._active().process_tree())
+        """Before the fault: the tree of the broker the clients use most (chosen once, then the one
+        ``restart()`` kills); after it: the survivor's."""
+        if self.killed is None and self.victim is None:
+            self.victim = self._active()
+        target = self.victim if self.killed is None else self.process
+        return list(target.process_tree())  # type: ignore[attr-defined]
 
     def restart(self) -> None:
-        victim = self._active()
-        if _clients_on(victim.port) == 0:
-            raise AssertionError("no client is connected to either broker: nothing to fail over from")
+        if self.victim is None:
+            self.pids()
+        victim = self.victim
+        if _clients_on(victim.port) == 0:  # type: ignore[attr-defined]
+            raise AssertionError("no client is connected to the broker chosen: nothing to fail over from")
         survivor = self.standby if victim is self.process else self.process
-        victim.kill()
+        victim.kill()  # type: ignore[attr-defined]
         self.process, self.standby, self.killed = survivor, None, victim  # type: ignore[assignment]
 
 
