@@ -8,6 +8,7 @@ certificate; where a server is expensive to start (RabbitMQ), the same node offe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,10 @@ class NatsServers:
     wrong_host: ProcessServer
     #: Plain TCP, token authentication (:data:`NATS_TOKEN`).
     token: ProcessServer
+    #: Plain TCP, one user known by its NKEY public key; ``nkey_seed`` is that user's seed (made at
+    #: run time with the ``nkeys`` package, as nsc would).
+    nkey: ProcessServer
+    nkey_seed: str
 
 
 _NATS_AUTH = """
@@ -104,6 +109,9 @@ def nats_servers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         pytest.skip(str(exc))
     workdir = tmp_path_factory.mktemp("nats")
     server_tls = _tls_block(pki.server.cert, pki.server.key)
+    nkeys = pytest.importorskip("nkeys", reason="the nkeys package (test extra) makes the NKEY user")
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode()
+    public = nkeys.from_seed(seed.encode()).public_key.decode()
     servers = NatsServers(
         tls=_nats(binary, workdir, "tls", server_tls + _NATS_AUTH, jetstream=True),
         plain=_nats(binary, workdir, "plain", _NATS_AUTH, jetstream=True),
@@ -115,10 +123,12 @@ def nats_servers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             binary, workdir, "wrong", _tls_block(pki.wrong_host.cert, pki.wrong_host.key), False
         ),
         token=_nats(binary, workdir, "token", f'authorization {{ token: "{NATS_TOKEN}" }}\n', True),
+        nkey=_nats(binary, workdir, "nkey", f"authorization {{ users = [ {{nkey: {public}}} ] }}\n", True),
+        nkey_seed=seed,
     )
     started: list[ProcessServer] = []
     try:
-        for name in ("tls", "plain", "mutual", "expired", "wrong_host", "token"):
+        for name in ("tls", "plain", "mutual", "expired", "wrong_host", "token", "nkey"):
             server: ProcessServer = getattr(servers, name)
             started.append(server.start())
         yield servers

@@ -105,13 +105,6 @@ def _n(backend: str, feature: str, status: Status, note: str) -> Cell:
 #: Cells no test here proves, with the reason (the exact error where a test server refused).
 NOT_TESTED: tuple[Cell, ...] = (
     # -- NATS ----------------------------------------------------------------------------------
-    _n(
-        "jetstream",
-        "nkey",
-        "untestable",
-        "supported (`nkeys_seed`, `credentials_file`); nats-py needs the `nkeys` package for NKEY and "
-        "`.creds` logins and the test extra does not install it, so no seed can be made or used here",
-    ),
     _n("jetstream", "scram", "unsupported", "NATS has no SASL"),
     _n("jetstream", "plain", "unsupported", "NATS has no SASL (user and password: see password)"),
     _n(
@@ -134,7 +127,7 @@ NOT_TESTED: tuple[Cell, ...] = (
         "credential_provider",
         "untestable",
         "`credentials_file` is read by nats-py at every (re)connection, so a rotated file is picked "
-        "up; it needs `nkeys` (see nkey)",
+        "up; a .creds login needs an operator-mode nats-server with an account resolver, not set up here",
     ),
     # -- RabbitMQ -------------------------------------------------------------------------------
     _n(

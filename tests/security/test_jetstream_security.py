@@ -167,6 +167,32 @@ async def test_token(nats_servers: NatsServers, caplog: pytest.LogCaptureFixture
     assert_no_leak(error, caplog.text, "not-the-t0ken", NATS_TOKEN)
 
 
+@covers(
+    B,
+    "nkey",
+    "a user known by its NKEY public key logs in with its seed (nkeys_seed, signed challenge); "
+    "another user's seed: AuthenticationFailed (not retryable) within seconds; the seed stays out of "
+    "errors and logs. Credentials files (.creds: a user JWT beside the seed) need an operator-mode "
+    "server with an account resolver, not set up here",
+)
+async def test_nkey(nats_servers: NatsServers, caplog: pytest.LogCaptureFixture) -> None:
+    import os
+
+    import nkeys
+
+    port = nats_servers.nkey.port
+    other = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode()
+    with caplog.at_level(logging.DEBUG):
+        await round_trip(_settings(port, "nats", nkeys_seed=nats_servers.nkey_seed), unique("nkey."))
+        error = await expect_refusal(
+            _settings(port, "nats", nkeys_seed=other, max_reconnect_attempts=-1),
+            AuthenticationFailed,
+            "refused the credentials",
+        )
+    assert error.retryable is False
+    assert_no_leak(error, caplog.text, other, nats_servers.nkey_seed)
+
+
 async def _stream(port: int, name: str, subjects: list[str]) -> Any:
     import nats
 
