@@ -32,7 +32,7 @@ from typing import Any, Self
 from urllib.parse import unquote
 
 from broker.backends.rabbitmq.settings import ConsumerOptions, RabbitmqSettings
-from broker.devserver import ProcessServer, StartedInWith, free_port
+from broker.devserver import ProcessServer, StartedInWith, free_port, wait_for_port
 from broker.errors import ConfigError, MissingDependency
 from broker.registration import BackendRegistration, one_host
 from broker.settings import ParsedUrl
@@ -149,15 +149,30 @@ class RabbitmqDevServer(StartedInWith):
         *,
         host: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
+        config: str = "",
+        advanced: str | None = None,
+        plugins: Sequence[str] = (),
+        node_name: str = "polybroker",
+        more_ports: Sequence[int] = (),
     ) -> None:
         """``host``: where AMQP listens (a test's network namespace address; else loopback), with
         ``command_prefix`` (e.g. ``ip netns exec NS``) run before ``epmd`` and the node; the
-        node's distribution stays on the loopback of wherever it runs."""
+        node's distribution stays on the loopback of wherever it runs.
+
+        For tests that need more of the node: ``config`` is appended to its ``rabbitmq.conf``
+        (later keys win), ``advanced`` replaces its ``advanced.config``, ``plugins`` are enabled,
+        ``node_name`` prefixes the node's name, and ``start()`` also waits for ``more_ports``
+        (other listeners the configuration opens, such as TLS)."""
         self.script, self.epmd = find_rabbitmq_server()
         self.host = host
         self.command_prefix = list(command_prefix)
         self.port = port or free_port()
         self.start_timeout = start_timeout
+        self.config = config
+        self.advanced = advanced
+        self.plugins = list(plugins)
+        self.node_name = node_name
+        self.more_ports = list(more_ports)
         self._dir: Path | None = None
         self._epmd: ProcessServer | None = None
         self._server: ProcessServer | None = None
@@ -199,14 +214,14 @@ class RabbitmqDevServer(StartedInWith):
         if host != loopback:
             # guest logs in over loopback only; the other address is a test's private namespace link
             config += "loopback_users.guest = false\n"
-        (base / "rabbitmq.conf").write_text(config)
-        (base / "advanced.config").write_text(_ADVANCED)
-        (base / "enabled_plugins").write_text("[].\n")
+        (base / "rabbitmq.conf").write_text(config + self.config)
+        (base / "advanced.config").write_text(_ADVANCED if self.advanced is None else self.advanced)
+        (base / "enabled_plugins").write_text(f"[{', '.join(self.plugins)}].\n")
         env = {
             "HOME": str(base),
             "ERL_EPMD_ADDRESS": loopback,
             "ERL_EPMD_PORT": str(epmd_port),
-            "RABBITMQ_NODENAME": f"polybroker{self.port}@localhost",
+            "RABBITMQ_NODENAME": f"{self.node_name}{self.port}@localhost",
             "RABBITMQ_NODE_IP_ADDRESS": host,
             "RABBITMQ_NODE_PORT": str(self.port),
             "RABBITMQ_DIST_PORT": str(dist_port),
@@ -238,6 +253,9 @@ class RabbitmqDevServer(StartedInWith):
                 start_timeout=self.start_timeout,
                 env=env,
             ).start()
+            node = self._server
+            for port in self.more_ports:
+                wait_for_port(host, port, self.start_timeout, alive=lambda: node.running)
         except BaseException:
             self.stop()
             raise

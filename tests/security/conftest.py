@@ -183,11 +183,9 @@ def _rabbitmq_definitions(client_name: str) -> dict[str, object]:
 
 
 class SecuredRabbitmq:
-    """A rabbitmq-server node with a plain and a TLS listener, the EXTERNAL mechanism and the users above.
-
-    Started like :class:`broker.backends.rabbitmq.RabbitmqDevServer` (own ``epmd``, every port on
-    127.0.0.1, everything in a temporary directory), with its own configuration.
-    """
+    """A rabbitmq-server node with a plain and a TLS listener, the EXTERNAL mechanism and the users above:
+    a :class:`broker.backends.rabbitmq.RabbitmqDevServer` (own ``epmd``, every port on 127.0.0.1)
+    given this configuration."""
 
     def __init__(
         self,
@@ -197,37 +195,24 @@ class SecuredRabbitmq:
         require_client_cert: bool = True,
         sni: dict[str, object] | None = None,
     ) -> None:
-        from broker.backends.rabbitmq import find_rabbitmq_server
-
-        self.script, self.epmd = find_rabbitmq_server()
         self.port, self.tls_port = free_port(), free_port()
         self.pki, self.cert, self.base = pki, cert, workdir
         self.require_client_cert = require_client_cert
         #: Other certificates by the server name a client asks for (TLS SNI).
         self.sni = sni or {}
-        self._epmd: ProcessServer | None = None
-        self._node: ProcessServer | None = None
+        self._node: Any = None
 
     def start(self) -> SecuredRabbitmq:
         """Start ``epmd`` and the node; return once both listeners accept connections."""
         import json
 
-        from broker.devserver import wait_for_port
+        from broker.backends.rabbitmq import RabbitmqDevServer
         from tests.security.certs import CLIENT_NAME
 
-        base, host = self.base, "127.0.0.1"
-        base.mkdir(parents=True, exist_ok=True)
-        epmd_port, dist_port = free_port(), free_port()
-        definitions = base / "definitions.json"
+        self.base.mkdir(parents=True, exist_ok=True)
+        definitions = self.base / "definitions.json"
         definitions.write_text(json.dumps(_rabbitmq_definitions(CLIENT_NAME)))
         pair = self.cert
-        (base / "rabbitmq.conf").write_text(
-            _RABBITMQ_CONF.format(
-                port=self.port,
-                tls_port=self.tls_port,
-                definitions=definitions,
-            )
-        )
         options = [
             f'{{cacertfile, "{self.pki.ca}"}}',
             f'{{certfile, "{pair.cert}"}}',  # type: ignore[attr-defined]
@@ -241,57 +226,28 @@ class SecuredRabbitmq:
                 for name, other in self.sni.items()
             )
             options.append(f"{{sni_hosts, [{hosts}]}}")
-        (base / "advanced.config").write_text(
-            f"[{{rabbit, [{{ssl_options, [{', '.join(options)}]}}]}}, "
-            "{kernel, [{inet_dist_use_interface, {127,0,0,1}}]}].\n"
-        )
-        (base / "enabled_plugins").write_text("[rabbitmq_auth_mechanism_ssl].\n")
-        env = {
-            "HOME": str(base),
-            "ERL_EPMD_ADDRESS": host,
-            "ERL_EPMD_PORT": str(epmd_port),
-            "RABBITMQ_NODENAME": f"polybrokersec{self.port}@localhost",
-            "RABBITMQ_NODE_IP_ADDRESS": host,
-            "RABBITMQ_NODE_PORT": str(self.port),
-            "RABBITMQ_DIST_PORT": str(dist_port),
-            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(base / "log"),
-            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
-            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-            "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
-        }
-        try:
-            self._epmd = ProcessServer(
-                [self.epmd, "-port", str(epmd_port), "-address", host],
-                url=f"epmd://{host}:{epmd_port}",
-                host=host,
-                port=epmd_port,
-                workdir=str(base),
-                env={"ERL_EPMD_ADDRESS": host},
-            ).start()
-            self._node = ProcessServer(
-                [self.script], url="", host=host, port=self.port, workdir=str(base), start_timeout=60, env=env
-            ).start()
-            wait_for_port(
-                host, self.tls_port, 30, alive=lambda: self._node is not None and self._node.running
-            )
-        except BaseException:
-            self.stop()
-            raise
+        self._node = RabbitmqDevServer(
+            self.port,
+            config=_RABBITMQ_CONF.format(port=self.port, tls_port=self.tls_port, definitions=definitions),
+            advanced=(
+                f"[{{rabbit, [{{ssl_options, [{', '.join(options)}]}}]}}, "
+                "{kernel, [{inet_dist_use_interface, {127,0,0,1}}]}].\n"
+            ),
+            plugins=["rabbitmq_auth_mechanism_ssl"],
+            node_name="polybrokersec",
+            more_ports=[self.tls_port],
+        ).start()
         return self
 
     def log_tail(self) -> str:
         """The node's last lines of output."""
-        return self._node.log_tail() if self._node is not None else ""
+        return str(self._node.log_tail()) if self._node is not None else ""
 
     def stop(self) -> None:
         """Stop the node, then ``epmd``. Idempotent."""
-        node, epmd, self._node, self._epmd = self._node, self._epmd, None, None
+        node, self._node = self._node, None
         if node is not None:
-            node.stop(timeout=15.0)
-        if epmd is not None:
-            epmd.stop()
+            node.stop()
 
 
 @dataclass

@@ -192,9 +192,11 @@ def test_key_shared_delivers_each_message_once(
     time to the consumer that already has it, with the same message id and redelivery count 0,
     though it was never nacked, timed out or handed to another consumer. This is what makes the
     conformance test ``test_competing_consumers_split_the_work[key_shared]`` count a message
-    twice and another one missing. Up to 60 rounds, stopping at the first duplicate: strict.
+    twice and another one missing. Up to 60 rounds, stopping at the first duplicate. Not strict:
+    how often it shows depends on the machine's timing (a CI run under load saw none in 60
+    rounds); the conformance test, strict over up to 200 rounds, is the one that notices a fix.
     """
-    pulsar.expect_bug(request, KEY_SHARED_DUPLICATES, strict=True)
+    pulsar.expect_bug(request, KEY_SHARED_DUPLICATES, strict=False)
     logger = pulsar_client.ConsoleLogger(pulsar_client.LoggerLevel.Error)
     client = pulsar_client.Client(pulsar.url, logger=logger)
     try:
