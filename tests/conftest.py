@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import sys
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 from _pytest.nodeid import NodeId
+
+from tests.xdist_run import WATCHDOG_DIR_ENV, GroupScheduling, mark_test, report_dead_worker, watchdog_file
 
 _TESTS = Path(__file__).resolve().parent
 
@@ -49,8 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
-#: Seconds past a test's own timeout after which the watchdog below ends the worker.
-_WATCHDOG_GRACE = 180.0
+#: Seconds past a test's own timeout after which the watchdog below ends the worker (the variable is
+#: for tests/unit/test_xdist_run.py, which runs a hanging test).
+_WATCHDOG_GRACE = float(os.environ.get("POLYBROKER_WATCHDOG_GRACE", "180"))
 
 
 def _timeout_of(item: pytest.Item) -> float:
@@ -60,15 +65,58 @@ def _timeout_of(item: pytest.Item) -> float:
     return float(item.config.getini("timeout") or 120)
 
 
+_watchdog: list[IO[str]] = []  # this process's watchdog file, once made
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A watchdog behind pytest-timeout: a test still running long after its timeout is stuck where
     the timeout's SIGALRM cannot reach it (a blocking C call on the main thread, or the timeout's
     exception swallowed by an event-loop callback). Dump every thread's stack and end the worker:
     pytest-xdist reports the test as crashed and the run goes on, instead of hanging CI until it is
-    killed with no trace of where it stood."""
-    faulthandler.dump_traceback_later(_timeout_of(item) + _WATCHDOG_GRACE, exit=True, file=sys.__stderr__)
+    killed with no trace of where it stood. The dump goes to a file the controller prints
+    (``tests/xdist_run.py``): file descriptor 2 is pytest's capture file while a test runs."""
+    if not _watchdog:
+        _watchdog.append(watchdog_file())
+    seconds = _timeout_of(item) + _WATCHDOG_GRACE
+    mark_test(_watchdog[0], item.nodeid, seconds)
+    faulthandler.dump_traceback_later(seconds, exit=True, file=_watchdog[0])
     try:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controller of an xdist run: a folder for the workers' watchdog files (they inherit
+    its name through the environment)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and getattr(config.option, "numprocesses", None):
+        os.environ[WATCHDOG_DIR_ENV] = tempfile.mkdtemp(prefix="polybroker-watchdog-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's watchdog file, and on the controller the workers' folder."""
+    for file in _watchdog:
+        file.close()
+        Path(file.name).unlink(missing_ok=True)
+    folder = os.environ.get(WATCHDOG_DIR_ENV)
+    if folder and os.environ.get("PYTEST_XDIST_WORKER") is None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that cannot deadlock after a worker crash (``tests/xdist_run.py``)."""
+    if config.getvalue("dist") == "loadgroup":
+        return GroupScheduling(config, log)
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """When a worker died, print its watchdog dump (or the test it died in) into the run's output."""
+    if error is None:
+        return
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    write = reporter.write_line if reporter is not None else print
+    report_dead_worker(str(node.gateway.id), write)
