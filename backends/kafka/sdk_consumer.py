@@ -407,6 +407,13 @@ class _CoreBase(abc.ABC):
     def _after_close(self) -> None:
         """Hook: forget the assignment."""
 
+    def _close_quietly(self) -> None:
+        """The SDK consumer's close, on its thread after a stuck call returned (already closed: no-op)."""
+        try:
+            self.consumer.close()
+        except RuntimeError:  # closed by the stuck call itself
+            pass
+
     async def close(self) -> None:
         """Stop fetching, commit what is pending, leave the group, release the SDK consumer.
 
@@ -446,7 +453,9 @@ class _CoreBase(abc.ABC):
         finally:
             self.closed = True
             if stuck:  # calls queued behind the stuck one would never run: fail them now
-                self.thread.abandon(ClosedError(f"the Kafka consumer {self.name} is closed"))
+                self.thread.abandon(
+                    ClosedError(f"the Kafka consumer {self.name} is closed"), last=self._close_quietly
+                )
             else:
                 self.thread.stop()
             self._buffer, self._pos = [], 0

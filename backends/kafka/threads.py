@@ -132,11 +132,17 @@ class SdkThread:
             if self._thread is not None:
                 self._queue.put(_STOP)
 
-    def abandon(self, error: BaseException) -> None:
+    def abandon(self, error: BaseException, last: Callable[[], Any] | None = None) -> None:
         """Stop, and fail every call still queued with ``error`` (never blocks).
 
         For a worker stuck in an SDK call that will not return: the calls queued behind it would
         never run, and whoever awaits them would wait forever.
+
+        ``last`` runs on the worker once the stuck call returns, if ever (its failure is logged):
+        the place for the SDK object's own close. Until then the queue holds ``last`` and the
+        running worker holds the queue, so the SDK object is never freed elsewhere: freeing an
+        unclosed librdkafka consumer closes it, which can block whichever thread drops the last
+        reference (the event loop's, where no timeout can interrupt it) while the broker is gone.
         """
         with self._lock:
             self._stopped = True
@@ -147,6 +153,8 @@ class SdkThread:
                 except queue.Empty:
                     break
             if self._thread is not None:
+                if last is not None:
+                    self._queue.put((last, (), None, None))
                 self._queue.put(_STOP)
         for item in dropped:
             if item is _STOP or item is _WAKE:
