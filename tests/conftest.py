@@ -19,7 +19,14 @@ from typing import IO, Any
 import pytest
 from _pytest.nodeid import NodeId
 
-from tests.xdist_run import WATCHDOG_DIR_ENV, GroupScheduling, mark_test, report_dead_worker, watchdog_file
+from tests.xdist_run import (
+    REPORTED,
+    WATCHDOG_DIR_ENV,
+    GroupScheduling,
+    mark_test,
+    report_dead_worker,
+    watchdog_file,
+)
 
 _TESTS = Path(__file__).resolve().parent
 
@@ -55,7 +62,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: Seconds past a test's own timeout after which the watchdog below ends the worker (the variable is
 #: for tests/unit/test_xdist_run.py, which runs a hanging test).
-_WATCHDOG_GRACE = float(os.environ.get("POLYBROKER_WATCHDOG_GRACE", "180"))
+_WATCHDOG_GRACE = float(os.environ.get("POLYBROKER_WATCHDOG_GRACE", "60"))
 
 
 def _timeout_of(item: pytest.Item) -> float:
@@ -120,3 +127,11 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     reporter = node.config.pluginmanager.get_plugin("terminalreporter")
     write = reporter.write_line if reporter is not None else print
     report_dead_worker(str(node.gateway.id), write)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The dead workers' reports again at the end, where a CI log's tail shows them."""
+    if REPORTED:
+        terminalreporter.section("workers that died")
+        for report in REPORTED:
+            terminalreporter.write_line(report)

@@ -77,6 +77,10 @@ def mark_test(file: IO[str], nodeid: str, timeout: float) -> None:
     file.flush()
 
 
+#: What :func:`report_dead_worker` printed this run (printed again in the run's summary).
+REPORTED: list[str] = []
+
+
 def report_dead_worker(worker: str, write_line: Callable[[str], None]) -> None:
     """Print and remove the watchdog files of the dead ``worker`` (an xdist id such as ``gw1``): the
     stack dump, or, when it died of something else, the test it was running."""
@@ -87,7 +91,9 @@ def report_dead_worker(worker: str, write_line: Callable[[str], None]) -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         lines = text.splitlines() or ["running: (none recorded)"]
         if len(lines) > 1:  # the watchdog fired: every thread's stack follows the test id
-            write_line(f"[{worker}] watchdog, {text.rstrip()}")
+            report = f"[{worker}] watchdog, {text.rstrip()}"
         else:
-            write_line(f"[{worker}] died without a watchdog dump; {lines[0]}")
+            report = f"[{worker}] died without a watchdog dump; {lines[0]}"
+        REPORTED.append(report)
+        write_line(report)
         path.unlink(missing_ok=True)

@@ -83,8 +83,8 @@ def test_the_stock_scheduler_hands_out_a_finished_unit_the_deadlock_this_avoids(
 
 def _run(tmp_path: Path, test_file: str, grace: float) -> subprocess.CompletedProcess[str]:
     (tmp_path / "conftest.py").write_text(
-        "from tests.conftest import (pytest_configure, pytest_runtest_protocol, pytest_testnodedown,\n"
-        "    pytest_unconfigure, pytest_xdist_make_scheduler)\n"
+        "from tests.conftest import (pytest_configure, pytest_runtest_protocol, pytest_terminal_summary,\n"
+        "    pytest_testnodedown, pytest_unconfigure, pytest_xdist_make_scheduler)\n"
     )
     (tmp_path / "test_run.py").write_text(textwrap.dedent(test_file))
     (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 1\n")
@@ -130,3 +130,6 @@ def test_a_hung_test_is_dumped_reported_once_and_the_run_finishes(tmp_path: Path
     assert 'test_run.py", line 12 in test_hangs_where_the_timeout_cannot_reach' in out, out
     assert "died without a watchdog dump; running: test_run.py::test_dies" in out, out
     assert "crashed while running 'test_run.py::test_dies'" in out, out
+    summary = out[out.index("workers that died") :]
+    assert "watchdog, running: test_run.py::test_hangs_where_the_timeout_cannot_reach" in summary, out
+    assert "died without a watchdog dump; running: test_run.py::test_dies" in summary, out
