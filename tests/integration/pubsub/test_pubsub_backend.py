@@ -139,20 +139,27 @@ async def test_large_batch_is_published_once_each_and_the_loop_stays_responsive(
     await backend.ensure_subscription(topic, sub)
     count = 3000
     lags: list[float] = []
+    busy: list[float] = []
     done = asyncio.Event()
 
     async def ticker() -> None:
         loop = asyncio.get_running_loop()
         while not done.is_set():
-            before = loop.time()
+            before, cpu = loop.time(), time.thread_time()
             await asyncio.sleep(0.01)
             lags.append(loop.time() - before - 0.01)
+            busy.append(time.thread_time() - cpu)
 
     tick = asyncio.ensure_future(ticker())
     await backend.publisher().topic(topic).batch_publish(*(OutboundMessage(b"%d" % i) for i in range(count)))
     done.set()
     await tick
-    assert max(lags) < 0.25, f"the event loop was blocked for {max(lags):.3f}s"
+    # The loop's thread never worked for more than a quarter second between two turns: CPU time
+    # of that thread, which a loaded CI host descheduling the whole process does not inflate (it
+    # did inflate the wall-clock lag past 0.25 s once). A wait the loop's thread sleeps in (a
+    # blocking socket call) shows in the wall-clock lag, bounded more loosely for that reason.
+    assert max(busy) < 0.25, f"the event loop's thread ran {max(busy):.3f}s without a turn"
+    assert max(lags) < 1.0, f"the event loop was blocked for {max(lags):.3f}s"
     async with backend.batched_messages(topic, sub, batch_size=500) as batches:
         seen: Counter[int] = Counter()
         async with asyncio.timeout(PATIENCE * 2):
