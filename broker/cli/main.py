@@ -14,8 +14,8 @@ from broker import __version__
 from broker.cli import commands
 
 DESCRIPTION = """\
-polybroker: one Python API for Kafka, NATS JetStream, Google Pub/Sub, Pulsar, Azure Service Bus
-and an in-memory broker. A broker is chosen by URL:
+polybroker: one Python API for Kafka, NATS JetStream, Google Pub/Sub, Pulsar, Azure Service Bus,
+RabbitMQ and an in-memory broker. A broker is chosen by URL:
 
   inmem://NAME              in-memory, inside this process (the default; nothing to install)
   kafka://HOST:PORT         Kafka (pip install 'polybroker[kafka]')
@@ -23,7 +23,8 @@ and an in-memory broker. A broker is chosen by URL:
   pubsub://PROJECT          Google Cloud Pub/Sub (pip install 'polybroker[pubsub]')
   pulsar://HOST:PORT        Apache Pulsar (pip install 'polybroker[pulsar]')
   servicebus://NAMESPACE    Azure Service Bus, or a connection string (pip install 'polybroker[servicebus]')
-  rabbitmq://HOST:PORT      RabbitMQ (pip install 'polybroker[rabbitmq]')
+  rabbitmq://USER:PASSWORD@HOST:PORT/VHOST
+                            RabbitMQ (pip install 'polybroker[rabbitmq]')
 
 Settings go in the query string: kafka://localhost:9092?group_id=orders
 """
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a local broker server for development and print its URL",
         description="Start a local server for a backend (bound to 127.0.0.1) and keep it up until Ctrl-C.",
     )
-    dev.add_argument("backend", help="kafka, nats, pubsub or pulsar")
+    dev.add_argument("backend", help="kafka, nats, pubsub, pulsar or rabbitmq")
     dev.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
     dev.set_defaults(run=commands.dev)
 

@@ -25,9 +25,10 @@ EXAMPLE_URLS: Mapping[str, str] = {
     "pubsub": "pubsub://capability-matrix",
     "pulsar": "pulsar://127.0.0.1:6650",
     "servicebus": "servicebus://capability-matrix?shared_access_key_name=name&shared_access_key=key",
+    "rabbitmq": "rabbitmq://guest:guest@127.0.0.1:5672/",
 }
 
-_ORDER = ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus")
+_ORDER = ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus", "rabbitmq")
 
 
 async def _capabilities(scheme: str) -> Capabilities:

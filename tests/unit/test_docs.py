@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -128,13 +129,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         "api-overview/index.html",
         "choosing-a-broker/index.html",
         "capabilities/index.html",
-        "backends/inmem/index.html",
-        "backends/kafka/index.html",
-        "backends/jetstream/index.html",
-        "backends/pubsub/index.html",
-        "backends/pulsar/index.html",
-        "backends/servicebus/index.html",
-        "backends/rabbitmq/index.html",
+        *(f"backends/{page.stem}/index.html" for page in (DOCS / "backends").glob("*.md")),
         "kafka-queue/index.html",
         "processor/index.html",
         "spark/index.html",
@@ -156,8 +151,77 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     ):
         assert (site / page).is_file(), f"{page} is missing from the built site"
     matrix = (site / "capabilities" / "index.html").read_text()
-    for scheme in ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus"):
+    for scheme in sorted(ep.name for ep in entry_points(group="broker.backends")):
         assert f"<code>{scheme}://</code>" in matrix, f"the capability matrix lost its {scheme}:// column"
     reference = (site / "reference" / "broker" / "index.html").read_text()
     assert 'id="broker.connect.connect"' in reference and 'id="broker.Message"' in reference
     assert "<!-- generated:" not in (site / "backends" / "kafka" / "index.html").read_text()
+
+
+# -- what the pages claim about the repository and the code ---------------------------------
+_TOP_LEVEL = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
+_CITED_PATH = re.compile(r"`(/[^`\s]+|(?:" + "|".join(map(re.escape, _TOP_LEVEL)) + r")/[^`\s]*)`")
+
+
+def _exists(cited: str) -> bool:
+    """Whether ``cited`` names a file of the repository (``NAME`` and ``<name>`` parts are placeholders)."""
+    path = cited.split("::")[0].rstrip("/:")
+    pattern = re.sub(r"<[^>]+>|\b[A-Z][A-Z_]+\b", "*", path)
+    return any(ROOT.glob(pattern))
+
+
+def test_every_path_the_docs_cite_is_in_the_repository() -> None:
+    missing = []
+    for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        text = page.read_text()
+        for match in _CITED_PATH.finditer(text):
+            cited = match.group(1)
+            # an absolute path is the system's (/proc, /usr/lib/...), unless it is in someone's checkout
+            outside = cited.startswith(("/work/", "/home/", "/Users/", "/root/"))
+            if outside or (not cited.startswith("/") and not _exists(cited)):
+                line = text.count("\n", 0, match.start()) + 1
+                missing.append(f"{page.relative_to(ROOT)}:{line}: {cited}")
+    assert not missing, "the docs cite files that are not in the repository:\n" + "\n".join(missing)
+
+
+def test_changelog_header_names_the_installed_packages() -> None:
+    header = (ROOT / "CHANGELOG.md").read_text().split("\n## ", 1)[0]
+    modules = re.findall(r"`([a-z_]+(?:\.[a-z_<>]+)+)`", header)
+    outside = [name for name in modules if name.split(".")[0] != "broker"]
+    assert not outside, f"the CHANGELOG header names packages that are not installed: {outside}"
+    assert "versioning.md" in header, "the CHANGELOG header does not point to docs/versioning.md"
+
+
+def test_a_receiver_the_docs_say_has_no_stop_has_none() -> None:
+    import asyncio
+
+    import broker
+    from broker.cli.matrix import EXAMPLE_URLS
+
+    names = {
+        "pubsub": re.compile(r"Pub/Sub", re.I),
+        "inmem": re.compile(r"in-memory|inmem://", re.I),
+        "kafka": re.compile(r"Kafka"),
+        "nats": re.compile(r"JetStream|NATS"),
+        "pulsar": re.compile(r"Pulsar"),
+        "servicebus": re.compile(r"Service Bus"),
+        "rabbitmq": re.compile(r"RabbitMQ"),
+    }
+    claims = {
+        (page.relative_to(ROOT).as_posix(), scheme)
+        for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+        for paragraph in page.read_text().split("\n\n")
+        if re.search(r"receiver\b[^.]*\bhas no `stop\(\)`", paragraph)
+        for scheme, pattern in names.items()
+        if pattern.search(paragraph)
+    }
+
+    async def has_stop(scheme: str) -> bool:
+        backend = broker.connect(EXAMPLE_URLS.get(scheme, f"{scheme}://docs-claims"))
+        try:
+            return callable(getattr(backend.receiver("t", "s"), "stop", None))
+        finally:
+            await backend.close()
+
+    wrong = [(page, scheme) for page, scheme in sorted(claims) if asyncio.run(has_stop(scheme))]
+    assert not wrong, f"these pages say a receiver has no stop(), but it has one: {wrong}"
