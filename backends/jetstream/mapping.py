@@ -2,7 +2,7 @@
 
 Key and attributes travel as NATS headers:
 
-* the key goes in the ``Polybroker-Key`` header (the seed dropped it; we keep it);
+* the key goes in the ``Polybroker-Key`` header (lib-brokers drops the key; here it round-trips);
 * each attribute is a header of the same name and value;
 * what a NATS header cannot carry exactly - a name that is not an HTTP token, a value with a
   line break or leading/trailing white space, or a name we reserve - travels JSON-encoded in the

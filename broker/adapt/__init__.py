@@ -1,7 +1,7 @@
 """Adapters between the consumption styles, written once for every backend.
 
 ==========================================  ==============================================
-seed adapter                                here
+lib-brokers adapter                         here
 ==========================================  ==============================================
 iterator -> batched iterator                :func:`batched_messages`, :func:`batched_records`
 iterator -> stream                          :func:`message_stream`, :func:`record_stream`

@@ -1,4 +1,4 @@
-"""Iterator -> batched iterator, with the seed's exact semantics.
+"""Iterator -> batched iterator, with lib-brokers' semantics.
 
 Each ``next_batch()`` opens a window of ``timeout`` seconds and pulls until ``batch_size``
 items arrived or the window closed; a closed window returns the partial batch (possibly
