@@ -1,18 +1,17 @@
 """Settings of the Kafka backend: connection and security, producer defaults, consumer defaults.
 
 ``kafka://host:9092,host2:9092?group_id=orders&linger=0.005`` fills :class:`KafkaSettings`; every
-query key is a field name here. Defaults follow the seed library (lib-brokers on franz-go) where
-librdkafka has the same knob, with four documented departures:
+query key is a field name here. Defaults follow lib-brokers (on franz-go) where librdkafka has
+the same knob, except four, each for a reason (``docs/backends/kafka.md``):
 
-* ``max_buffered_records`` is librdkafka's 100,000, not the seed's 40: librdkafka refuses new
+* ``max_buffered_records`` is librdkafka's 100,000, not lib-brokers' 40: librdkafka refuses new
   records once the buffer is full, so 40 would cap every ``batch_publish`` at 40 records per
   round trip.
-* ``isolation_level`` is ``read_committed`` (librdkafka's default; the seed read uncommitted data
-  unless its consumer was transactional). An aborted transaction must never reach a portable
+* ``isolation_level`` is ``read_committed`` (librdkafka's default; lib-brokers reads uncommitted
+  data unless its consumer is transactional). An aborted transaction must never reach a portable
   consumer; the conformance suite checks it.
-* ``fetch_min_bytes`` and ``fetch_max_wait`` are librdkafka's 1 byte and 0.5 s, not the seed's
-  100 bytes and 5 s: a record must not wait seconds for company before a consumer sees it (with
-  the seed's values send->receive took 1.7 s p50 at 500 records/s on a local broker). Raise
+* ``fetch_min_bytes`` and ``fetch_max_wait`` are librdkafka's 1 byte and 0.5 s, not lib-brokers'
+  100 bytes and 5 s: a record must not wait seconds for company before a consumer sees it. Raise
   them for fewer, larger fetches.
 * ``partitioner`` is ``murmur2_random``, the Java client's (and franz-go's) key hash, so keyed records
   land where ``broker.partitioning.partition_for`` and other Kafka clients put them.
@@ -103,7 +102,7 @@ class KafkaSettings(ConsumerOptions):
     """
 
     # -- connection --------------------------------------------------------------------------
-    #: Seed brokers (the URL's hosts, ``host:port``); the rest of the cluster is discovered from
+    #: Bootstrap brokers (the URL's hosts, ``host:port``); the rest of the cluster is discovered from
     #: them. Required: there is no default host (``kafka://`` alone is a ConfigError).
     bootstrap_servers: tuple[str, ...] = ()
     #: ``client.id`` reported to the brokers.
@@ -117,7 +116,7 @@ class KafkaSettings(ConsumerOptions):
 
     # -- security (passed through to librdkafka) ---------------------------------------------
     #: ``plaintext``, ``ssl``, ``sasl_plaintext`` or ``sasl_ssl``. None: ``sasl_ssl`` when a SASL
-    #: mechanism is set (credentials never travel in clear by default, as in the seed), ``ssl``
+    #: mechanism is set (credentials never travel in clear by default, as in lib-brokers), ``ssl``
     #: when a TLS file is set, else ``plaintext``.
     security_protocol: Literal["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"] | None = None
     #: CA bundle that verifies the brokers' certificates (``ssl.ca.location``).
@@ -157,17 +156,17 @@ class KafkaSettings(ConsumerOptions):
     producer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
 
     # -- producer ----------------------------------------------------------------------------
-    #: ``linger.ms`` in seconds: how long a partition's batch waits for more records (seed: 10 ms).
+    #: ``linger.ms`` in seconds: how long a partition's batch waits for more records (lib-brokers: 10 ms).
     linger: float = 0.01
-    #: ``batch.size``: the largest record batch in bytes (seed: 5 MiB).
+    #: ``batch.size``: the largest record batch in bytes (lib-brokers: 5 MiB).
     batch_bytes: int = 5 * MiB
     #: ``queue.buffering.max.messages``: records buffered before produce waits for room.
     max_buffered_records: int = 100_000
-    #: ``all`` (every in-sync replica, the seed's default), ``leader`` or ``none``.
+    #: ``all`` (every in-sync replica, lib-brokers' default), ``leader`` or ``none``.
     acks: Literal["all", "leader", "none"] = "all"
-    #: Idempotent producer; None: on exactly when ``acks`` is ``all`` (as in the seed).
+    #: Idempotent producer; None: on exactly when ``acks`` is ``all`` (as in lib-brokers).
     idempotence: bool | None = None
-    #: ``snappy`` (the seed's first choice), ``zstd``, ``gzip``, ``lz4`` or ``none``.
+    #: ``snappy`` (lib-brokers' first choice), ``zstd``, ``gzip``, ``lz4`` or ``none``.
     compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
     #: librdkafka ``partitioner`` for keyed records.
     partitioner: str = "murmur2_random"
