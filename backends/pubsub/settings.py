@@ -1,6 +1,6 @@
 """Settings of the Google Cloud Pub/Sub backend: connection, topology, publishing and receiving.
 
-The publish and receive defaults are the seed library's (dataphos lib-brokers, Go client
+The publish and receive defaults are those of dataphos lib-brokers (on the Go client
 v1.30): a batch is sent after 50 ms, 50 messages or 50 MiB (the client clamps the byte
 threshold to the server's 10 MB request limit), a publish gives up after 15 s, at most 800
 messages / 1000 MiB are outstanding; a receiver holds at most 1000 messages / 400 MiB, extends
@@ -182,28 +182,28 @@ class PubsubSettings:
     #: Longest single pull RPC of an iterator, in seconds (an idle pull is simply renewed).
     pull_timeout: float = 30.0
 
-    #: Publish a batch after this many seconds (seed: 50 ms).
+    #: Publish a batch after this many seconds (lib-brokers: 50 ms).
     publish_delay_threshold: float = 0.05
-    #: Publish a batch when it holds this many messages (seed: 50).
+    #: Publish a batch when it holds this many messages (lib-brokers: 50).
     publish_count_threshold: int = 50
-    #: Publish a batch when it holds this many bytes (seed: 50 MiB; the client caps it at 10 MB).
+    #: Publish a batch when it holds this many bytes (lib-brokers: 50 MiB; the client caps it at 10 MB).
     publish_byte_threshold: int = 50 * _MIB
-    #: Seconds one publish may take, retries included (seed: 15 s).
+    #: Seconds one publish may take, retries included (lib-brokers: 15 s).
     publish_timeout: float = 15.0
-    #: Messages published and not yet confirmed, at most; publishing waits beyond (seed: 800).
+    #: Messages published and not yet confirmed, at most; publishing waits beyond (lib-brokers: 800).
     publish_max_outstanding_messages: int = 800
-    #: Bytes published and not yet confirmed, at most (seed: 1000 MiB).
+    #: Bytes published and not yet confirmed, at most (lib-brokers: 1000 MiB).
     publish_max_outstanding_bytes: int = 1000 * _MIB
 
-    #: Seconds a receiver keeps extending a message's lease, in total (seed: 30 min).
+    #: Seconds a receiver keeps extending a message's lease, in total (lib-brokers: 30 min).
     receive_max_extension: float = 1800.0
-    #: Longest single lease extension of a receiver, in seconds (seed: 3 min).
+    #: Longest single lease extension of a receiver, in seconds (lib-brokers: 3 min).
     receive_max_extension_period: float = 180.0
-    #: Messages a receiver holds (leased, not yet settled) at most (seed: 1000).
+    #: Messages a receiver holds (leased, not yet settled) at most (lib-brokers: 1000).
     receive_max_outstanding_messages: int = 1000
-    #: Bytes a receiver holds at most (seed: 400 MiB).
+    #: Bytes a receiver holds at most (lib-brokers: 400 MiB).
     receive_max_outstanding_bytes: int = 400 * _MIB
-    #: Handlers a receiver runs at once unless ``receiver(concurrency=...)`` says (seed: 10).
+    #: Handlers a receiver runs at once unless ``receiver(concurrency=...)`` says (lib-brokers: 10).
     receive_concurrency: int = 10
 
     #: Seconds ``close()`` waits for in-flight publishes and for the streaming pull to stop.
