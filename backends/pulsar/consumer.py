@@ -14,7 +14,7 @@ through the client:
   policy sets (``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID``) and acknowledges it.
 
 Closing a consumer closes it on the broker and keeps its subscription, with every message not yet
-acknowledged (the lib-brokers seed unsubscribed, deleting them). ``unsubscribe()`` deletes the
+acknowledged (lib-brokers unsubscribes instead, deleting them). ``unsubscribe()`` deletes the
 subscription explicitly.
 """
 

@@ -1,28 +1,21 @@
 """Settings of the Pulsar backend: the connection, the producers and the consumers.
 
-Defaults follow the lib-brokers seed (connection timeout 5 s, operation timeout 30 s, send timeout
-30 s, nack redelivery delay 30 s, receiver queue 1000) with these deliberate differences:
+Defaults follow lib-brokers (connection timeout 5 s, operation timeout 30 s, send timeout 30 s,
+nack redelivery delay 30 s), except these, each for a reason (``docs/backends/pulsar.md`` has the
+details):
 
-* ``subscription_type`` is mapped to the Pulsar type of the same name (the seed turned
-  ``Exclusive`` into ``KeyShared``), and defaults to ``shared``: competing consumers with
-  per-message acknowledgement, which is what a message queue needs.
-* ``receiver_queue_size`` (the messages a consumer prefetches) defaults to 100 instead of 1000,
-  to bound what a crash costs: when a consumer dies, Pulsar redelivers every message it had
-  dispatched to it - also those only prefetched, which no handler ever saw - and counts each as a
-  redelivery. Pulsar's redelivery count cannot tell the two apart, so after a crash up to
-  ``2 * receiver_queue_size`` messages (the client's queue plus at most as many again on the event
-  loop) can show ``delivery_attempt > 1`` and move one step closer to ``max_attempts`` without
-  having been handed out. With an ack deadline (``ack_deadline``/``ack_timeout``) the consumer takes
-  messages from the client only while a caller waits, so only the client's queue counts. Raise it
-  for throughput where that is acceptable (``bench/pulsar.py`` measures with 1000).
-* ``max_pending_messages`` defaults to 1000 instead of the seed's 1, which allowed a single
-  message in flight per producer and so serialized every batch publish.
-* ``batching`` (the client's producer batching) is off by default. With batching on, Pulsar
-  stores a batch as one entry and tracks acknowledgements per entry: when one message of a batch
-  is nacked, or a consumer stops with part of a batch unacknowledged, the messages of the batch
-  that were already acknowledged are delivered again. Turn it on for throughput when duplicates
-  are acceptable, and add ``batch_index_ack`` where the broker enables batch-index
-  acknowledgement (``acknowledgmentAtBatchIndexLevelEnabled``).
+* ``subscription_type`` maps to the Pulsar type of the same name (lib-brokers turns ``Exclusive``
+  into ``KeyShared``) and defaults to ``shared``: competing consumers with per-message
+  acknowledgement, which is what a message queue needs.
+* ``receiver_queue_size`` (the messages a consumer prefetches) is 100, not lib-brokers' 1000, to
+  bound what a crash costs: Pulsar redelivers, and counts as a redelivery, every message it had
+  dispatched to a consumer that dies, also those only prefetched.
+* ``max_pending_messages`` is 1000, not lib-brokers' 1, which allows one message in flight per
+  producer and so serializes every batch publish.
+* ``batching`` (the client's producer batching) is off: Pulsar tracks acknowledgements per batch,
+  so a nack redelivers the messages of its batch that were already acknowledged. Turn it on for
+  throughput when duplicates are acceptable (with ``batch_index_ack`` where the broker enables
+  batch-index acknowledgement).
 
 Consumers take their defaults from :class:`PulsarSettings`; ``backend.messages(topic, sub,
 **options)`` overrides them per consumer with the fields of :class:`ConsumerOptions`.
