@@ -189,23 +189,10 @@ class KafkaBackend(BackendBase):
         ``delay``, ``in_progress()`` a KEEPALIVE; a message neither settled nor kept alive for
         ``ack_deadline`` seconds (default 60) is redelivered by a tracker. Each consumer runs one
         (``embedded_tracker=False`` to run them apart: ``queue_tracker()`` / ``broker queue
-        tracker``). Other options: ``marker_topic`` (default ``<topic>.markers``),
-        ``max_attempts`` + ``dead_letter_topic``, ``marker_format`` (``"batched"``, or kafka-mq-go's
-        ``"per-message"``), and the rest of :class:`~broker.backends.kafka.queue.QueueSettings`.
-        ``batched_messages()`` hands out batches of what the consumer has buffered (up to
-        ``batch_size``, default 100).
-
-        Prefetch and crashes: a consumer STARTs whole fetched batches before it hands them out, and
-        marks messages handed out (a KEEPALIVE written a little ahead of the application: about four
-        marker round trips of messages, at most ``handout_window`` = 1,000) before the application
-        sees them. If it crashes, the tracker redelivers every message it had STARTed and not
-        settled; only marked ones count a delivery attempt, so ``max_attempts`` still stops a
-        message that crashes its handler, never one no handler saw. An application that takes
-        messages faster than marks can be written ahead of it (``handout_window`` messages per four
-        marker round trips; a handler doing no I/O on a local broker) gets its batches counted at
-        START instead, as with ``handout_window=0`` or ``marker_format="per-message"``: then at most
-        ``receive_buffer_capacity + batches_in_flight * max_messages_per_poll`` (5,000) messages
-        no handler saw move one step closer to ``max_attempts`` per crash.
+        tracker``). The other options are the fields of
+        :class:`~broker.backends.kafka.queue.QueueSettings`. ``batched_messages()`` hands out
+        batches of what the consumer has buffered (up to ``batch_size``, default 100). What a
+        crash costs in delivery attempts is on ``docs/kafka-queue.md``.
         """
         if not subscription:
             raise ConfigError("a subscription name is needed")
