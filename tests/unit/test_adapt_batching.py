@@ -1,4 +1,4 @@
-"""iterator -> batched iterator: the seed's exact semantics."""
+"""iterator -> batched iterator: lib-brokers' exact semantics."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ async def test_publish_errors(backend: JetStreamBackend, nats_server: ProcessSer
 
 async def test_publisher_close_is_safe_before_and_after_use(backend: JetStreamBackend) -> None:
     unused = backend.publisher()
-    await unused.close()  # never connected: nothing to close (the seed dereferenced a nil connection)
+    await unused.close()  # never connected: nothing to close (lib-brokers dereferences a nil connection here)
     await unused.close()
     used = backend.publisher()
     handle = used.topic(unique("closing"))

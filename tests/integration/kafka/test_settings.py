@@ -65,7 +65,7 @@ def test_defaults_follow_the_seed_except_where_documented() -> None:
     assert producer["acks"] == "all" and producer["enable.idempotence"] is True
     assert producer["compression.type"] == "snappy" and producer["partitioner"] == "murmur2_random"
     consumer = consumer_config(settings, settings.consumer_options(), "g")
-    # librdkafka's fetch defaults, not the seed's 100 B / 5 s: a lone record is seen at once.
+    # librdkafka's fetch defaults, not lib-brokers' 100 B / 5 s: a lone record is seen at once.
     assert consumer["fetch.min.bytes"] == 1 and consumer["fetch.wait.max.ms"] == 500
     assert consumer["fetch.max.bytes"] == consumer["max.partition.fetch.bytes"] == 10 * 1024 * 1024
     assert consumer["enable.auto.commit"] is False and consumer["enable.auto.offset.store"] is False

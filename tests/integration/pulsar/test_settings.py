@@ -21,7 +21,7 @@ from broker.settings import describe, parse_url
         ("shared", _pulsar.ConsumerType.Shared),
         ("key_shared", _pulsar.ConsumerType.KeyShared),
         ("failover", _pulsar.ConsumerType.Failover),
-        ("exclusive", _pulsar.ConsumerType.Exclusive),  # the seed made this KeyShared
+        ("exclusive", _pulsar.ConsumerType.Exclusive),  # lib-brokers makes this KeyShared
     ],
 )
 def test_subscription_types_map_to_the_same_pulsar_type(kind: str, expected: object) -> None:
