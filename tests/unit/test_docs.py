@@ -225,3 +225,79 @@ def test_a_receiver_the_docs_say_has_no_stop_has_none() -> None:
 
     wrong = [(page, scheme) for page, scheme in sorted(claims) if asyncio.run(has_stop(scheme))]
     assert not wrong, f"these pages say a receiver has no stop(), but it has one: {wrong}"
+
+
+# -- docstrings: what the code does and why, in the present tense ----------------------------
+#: The packages whose docstrings and ``#:`` attribute docs are read (``broker/backends`` and
+#: ``broker/contrib`` are symlinks to the last two).
+DOCSTRING_ROOTS = ("broker", "backends", "contrib")
+#: A function's or method's docstring longer than this belongs, in part, on a docs page.
+MAX_FUNCTION_DOCSTRING_LINES = 15
+#: The same for a class.
+MAX_CLASS_DOCSTRING_LINES = 25
+#: "Seed" as the Go library a default or a behaviour comes from: name the library instead
+#: (lib-brokers, kafka-mq-go, kefka, goka). NKey seeds, hash seeds and seeding a table are other words.
+_SEED = re.compile(r"\bseeds?\b|\bseed's\b", re.I)
+_OTHER_SEEDS = re.compile(r"nkeys?[ _]seeds?|\bseed 0x|\bseeds its\b|\bseed a key\b", re.I)
+#: Narration of what an earlier version did.
+_HISTORY = re.compile(
+    r"\b(used to|previously|formerly|earlier versions?|in the past|until now|we now)\b", re.I
+)
+
+
+_TRIPLE_QUOTED = re.compile(r'"""(.*?)"""', re.S)
+
+
+def _sources() -> dict[str, str]:
+    """The package's Python files (relative path -> text), each once."""
+    found = {}
+    for root in DOCSTRING_ROOTS:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            if path.relative_to(ROOT).parts[:2] not in (("broker", "backends"), ("broker", "contrib")):
+                found[path.relative_to(ROOT).as_posix()] = path.read_text()
+    return found
+
+
+SOURCES = _sources()
+
+
+def test_docstrings_name_the_library_and_tell_no_history() -> None:
+    """Every docstring (every triple-quoted text) and ``#:`` attribute doc of the package."""
+    wrong = []
+    for relative, source in SOURCES.items():
+        if not (_SEED.search(source) or _HISTORY.search(source)):
+            continue
+        texts = [(m.start(), m.group(1)) for m in _TRIPLE_QUOTED.finditer(source)]
+        texts += [(m.start(), m.group(1)) for m in re.finditer(r"^[ \t]*#:(.*)$", source, re.M)]
+        for start, text in texts:
+            for offset, line in enumerate(text.splitlines()):
+                if _SEED.search(_OTHER_SEEDS.sub("", line)) or _HISTORY.search(line):
+                    number = source.count("\n", 0, start) + 1 + offset
+                    wrong.append(f"{relative}:{number}: {line.strip()}")
+    assert not wrong, "docstrings that speak of 'the seed' or narrate history:\n" + "\n".join(wrong)
+
+
+def test_function_and_class_docstrings_are_short() -> None:
+    import ast
+
+    limit = min(MAX_FUNCTION_DOCSTRING_LINES, MAX_CLASS_DOCSTRING_LINES)
+    long = []
+    for relative, source in SOURCES.items():
+        indented_and_long = (
+            m.group(1).count("\n") >= limit
+            and source[source.rfind("\n", 0, m.start()) + 1 : m.start()].isspace()
+            for m in _TRIPLE_QUOTED.finditer(source)
+        )
+        if not any(indented_and_long):
+            continue  # no class or function docstring long enough (they are indented): nothing to parse
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                most = (
+                    MAX_CLASS_DOCSTRING_LINES
+                    if isinstance(node, ast.ClassDef)
+                    else MAX_FUNCTION_DOCSTRING_LINES
+                )
+                lines = len((ast.get_docstring(node) or "").splitlines())
+                if lines > most:
+                    long.append(f"{relative}:{node.lineno} {node.name}: {lines} lines (at most {most})")
+    assert not long, "docstrings to shorten (move the rationale to its docs page):\n" + "\n".join(long)
