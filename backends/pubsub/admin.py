@@ -20,7 +20,7 @@ from google.pubsub_v1.types import DeadLetterPolicy, Subscription
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.settings import ConsumerOptions
-from broker.errors import BrokerError, UnknownTopic
+from broker.errors import BrokerError, ConfigError, UnknownTopic
 
 __all__ = ["Admin", "SubscriptionInfo"]
 
@@ -113,14 +113,22 @@ class Admin:
         return path
 
     async def ensure_subscription(self, topic: str, name: str, options: ConsumerOptions) -> SubscriptionInfo:
-        """The subscription as the server has it; created (with ``options``) when missing."""
+        """The subscription as the server has it; created (with ``options``) when missing.
+
+        Subscription names are project-wide: a subscription of another topic is a
+        :class:`~broker.errors.ConfigError` naming that topic (renaming it here would orphan the
+        existing subscription and its backlog)."""
         path = self.clients.subscription_path(name)
         info = await self._once(
             self._subscriptions, path, lambda: self._ensure_subscription(topic, path, options)
         )
         topic_path = self.clients.topic_path(topic)
         if info.topic != topic_path:
-            raise BrokerError(f"subscription {path} belongs to topic {info.topic}, not to {topic_path}")
+            raise ConfigError(
+                f"subscription {name!r} belongs to topic {info.topic}, not to {topic_path}: Pub/Sub "
+                f"subscription names are project-wide, so give topic {topic!r} a subscription name of "
+                "its own (the existing subscription and its backlog are left as they are)"
+            )
         return info
 
     async def _ensure_subscription(self, topic: str, path: str, options: ConsumerOptions) -> SubscriptionInfo:

@@ -70,6 +70,7 @@ class SchemaBinding(Binding[T], Generic[T]):
         "_serialization",
         "_serializer",
         "_to_dict",
+        "_unreachable",
         "_warm",
         "auto_register",
         "field",
@@ -168,6 +169,8 @@ class SchemaBinding(Binding[T], Generic[T]):
         self._prefixed: dict[bytes, formats.PrefixedReader] = {}
         self._header = KEY_SCHEMA_ID if field == "key" else VALUE_SCHEMA_ID
         self._failed: dict[int | str, BrokerError] = {}
+        #: schema id or GUID -> the retryable error of its last lookup in a worker thread (resolve).
+        self._unreachable: dict[int | str, BrokerError] = {}
         self._warm: set[str] = set()
         #: topic -> value -> payload, once confluent-kafka's serializer resolved the topic's schema id.
         self._fast: dict[str, Callable[[Any], bytes]] = {}
@@ -314,18 +317,27 @@ class SchemaBinding(Binding[T], Generic[T]):
         )
         with self._lock:
             self._readers[key] = built
+            self._unreachable.pop(key, None)
             if isinstance(key, int):
                 self._prefixed[bytes([MAGIC_ID]) + key.to_bytes(4, "big")] = formats.prefixed_reader(built)
         return built
 
     def reader_for(self, key: int | str) -> formats.Reader:
-        """The reader of schema ``key``: cached, else looked up now (blocking the calling thread)."""
+        """The reader of schema ``key``: cached, else looked up now (blocking the calling thread).
+
+        A schema whose last lookup in a worker thread (:meth:`resolve`) failed with a retryable
+        error raises that error at once, without asking the registry again: the consumers of
+        :mod:`broker.schemas` decode on the event loop, which must not wait on a registry just
+        found unreachable. The next :meth:`resolve` of that schema tries again, off the loop."""
         found = self._readers.get(key)
         if found is not None:
             return found
         failed = self._failed.get(key)
         if failed is not None:
             raise failed
+        unreachable = self._unreachable.get(key)
+        if unreachable is not None:
+            raise unreachable.with_traceback(None)
         try:
             return self._build_reader(key)
         except BrokerError as exc:
@@ -405,7 +417,9 @@ class SchemaBinding(Binding[T], Generic[T]):
     async def resolve(self, items: Iterable[Any], *, keys: bool = False) -> None:
         """Look up, in a worker thread, the writer schemas of ``items`` (received messages or records)
         not seen before, so decoding them is pure CPU. Never raises: a schema that cannot be had
-        fails the decoding of its items only (``DecodeError``, or the registry's retryable error)."""
+        fails the decoding of its items only (``DecodeError``, or the registry's retryable error).
+        A retryable failure is kept until the schema's next lookup here, so decoding raises it
+        without a second, blocking attempt in the decoding thread."""
         wanted: set[int | str] = set()
         readers, failed, prefixed = self._readers, self._failed, self._prefixed
         for item in items:
@@ -429,7 +443,10 @@ class SchemaBinding(Binding[T], Generic[T]):
             try:
                 await asyncio.to_thread(self._build_reader, key)
             except BrokerError as exc:
-                if not exc.retryable:
+                if exc.retryable:
+                    self._unreachable[key] = exc
+                else:
+                    self._unreachable.pop(key, None)
                     failed[key] = exc
             except Exception:
                 continue

@@ -170,6 +170,27 @@ async def test_large_batch_is_published_once_each_and_the_loop_stays_responsive(
     assert set(seen) == set(range(count)) and max(seen.values()) == 1
 
 
+# -- subscriptions ---------------------------------------------------------------------------
+async def test_a_subscription_name_taken_by_another_topic_is_a_config_error(backend: PubsubBackend) -> None:
+    # Pub/Sub subscription names are project-wide: the name of one topic's subscription cannot
+    # name another topic's. The error names the owning topic, and the owner's subscription and
+    # its backlog stay as they were.
+    owner, other, sub = name("topic"), name("topic"), name("sub")
+    await backend.ensure_subscription(owner, sub)
+    sent = [OutboundMessage(f"m{i}".encode()) for i in range(3)]
+    await backend.publisher().topic(owner).batch_publish(*sent)
+    with pytest.raises(ConfigError, match=owner) as caught:
+        async with backend.messages(other, sub):
+            pass
+    assert sub in str(caught.value) and other in str(caught.value)
+    with pytest.raises(ConfigError, match=owner):
+        await backend.ensure_subscription(other, sub)
+    async with backend.messages(owner, sub) as consumer:
+        got = await collect(consumer, 3, PATIENCE)
+        await broker.ack_all(got)
+    assert sorted(m.data for m in got) == [m.data for m in sent]
+
+
 # -- ordering keys ---------------------------------------------------------------------------
 async def test_ordering_keys_keep_per_key_order_through_a_concurrent_receiver(ordered: PubsubBackend) -> None:
     topic, sub = name("topic"), name("sub")

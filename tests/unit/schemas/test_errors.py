@@ -5,12 +5,27 @@ The stub (tests/schema_registry_stub.py) answers canned responses; it is not a r
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from broker import schemas
-from broker.errors import AuthenticationFailed, ConnectionFailed, DecodeError, PermissionDenied, Throttled
+import broker
+from broker import OutboundMessage, schemas
+from broker.errors import (
+    AuthenticationFailed,
+    ConnectionFailed,
+    DecodeError,
+    PermissionDenied,
+    Throttled,
+    Timeout,
+)
 from tests.schema_registry_stub import registry_stub
 from tests.unit.schemas.support import ORDER_V1
 
@@ -76,3 +91,83 @@ def test_unreachable_registry_is_retryable_connection_failed() -> None:
     # decoding: the registry's retryable error as it is, not a DecodeError
     with pytest.raises(ConnectionFailed):
         binding.decode(b"\x00\x00\x00\x00\x01\x02")
+
+
+@contextmanager
+def silent_registry() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A registry URL whose server accepts connections and never answers; the accepted sockets."""
+    accepted: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, name="silent-registry", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+        for conn in accepted:
+            conn.close()
+
+
+async def loop_lag(read: Callable[[], object], error: type[Exception], reads: int) -> float:
+    """The event loop's longest stall (seconds) while ``read()`` is called ``reads`` times, each
+    call raising ``error`` (a retryable one), measured by a task ticking every 5 ms."""
+    lags: list[float] = []
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            lags.append(now - last - 0.005)
+            last = now
+
+    ticker = asyncio.ensure_future(tick())
+    await asyncio.sleep(0.02)
+    for _ in range(reads):
+        with pytest.raises(error) as caught:
+            read()
+        assert getattr(caught.value, "retryable", False)
+        await asyncio.sleep(0.02)
+    ticker.cancel()
+    await asyncio.gather(ticker, return_exceptions=True)
+    return max(lags)
+
+
+async def test_silent_registry_fails_decoded_without_blocking_the_loop() -> None:
+    # Reading ``decoded`` after the consumer's off-loop lookup failed raises the registry's
+    # retryable error at once: no second request from the event-loop thread, no loop lag; the
+    # next fetch looks the schema up again (off the loop), and no message is lost.
+    timeout = 0.5
+    payloads = [b"\x00\x00\x00\x00\x07" + bytes([i]) for i in range(2)]
+    with silent_registry() as (url, accepted):
+        registry = schemas.Registry(url, timeout=timeout, max_retries=0)
+        binding = schemas.avro(registry, ORDER_V1)
+        async with broker.connect(f"inmem://silent-{uuid.uuid4().hex}") as backend:
+            async with schemas.messages(backend.messages("orders", "s"), binding) as consumer:
+                for data in payloads:
+                    await backend.publisher().topic("orders").publish(OutboundMessage(data))
+                got: list[Any] = []
+                for expected_requests in (1, 2):
+                    message = await consumer.next_message(timeout=30)
+                    got.append(message)
+                    async with asyncio.timeout(10):  # the accepting thread may lag on a loaded host
+                        while len(accepted) < expected_requests:  # noqa: ASYNC110 - counting connections
+                            await asyncio.sleep(0.01)
+                    assert len(accepted) == expected_requests  # the lookup, made off the loop
+                    lag = await loop_lag(lambda m=message: m.decoded, Timeout, reads=2)
+                    assert len(accepted) == expected_requests, "decoded asked the registry on the loop"
+                    assert lag < timeout, f"the event loop stalled {lag:.2f} s"
+                assert [m.data for m in got] == payloads
+                assert len({m.id for m in got}) == 2
