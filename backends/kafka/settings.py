@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, options_from, secret
+from broker.settings import (
+    check_at_least,
+    check_positive,
+    field_values,
+    normalize_choices,
+    options_from,
+    secret,
+)
 
 __all__ = ["ConsumerOptions", "KafkaSettings"]
 
@@ -40,6 +47,10 @@ MiB = 1024 * 1024
 
 Start = Literal["earliest", "latest"]
 Isolation = Literal["read_committed", "read_uncommitted"]
+#: librdkafka's ``partitioner`` values.
+Partitioner = Literal[
+    "random", "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random"
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +85,7 @@ class ConsumerOptions:
     consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         check_at_least(1, batch_size=self.batch_size, fetch_min_bytes=self.fetch_min_bytes)
         check_at_least(0, fetch_max_wait=self.fetch_max_wait)
         check_positive(
@@ -170,7 +182,7 @@ class KafkaSettings(ConsumerOptions):
     #: ``snappy`` (the seed's first choice), ``zstd``, ``gzip``, ``lz4`` or ``none``.
     compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
     #: librdkafka ``partitioner`` for keyed records.
-    partitioner: str = "murmur2_random"
+    partitioner: Partitioner = "murmur2_random"
     #: Default ``transactional.id`` of ``transactional_publisher()`` (None: a unique one each time).
     transactional_id: str | None = None
     #: ``transaction.timeout.ms`` in seconds.
@@ -179,6 +191,7 @@ class KafkaSettings(ConsumerOptions):
     replication_factor: int = -1
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.bootstrap_servers or not all(self.bootstrap_servers):
             raise ConfigError("kafka needs at least one bootstrap server (kafka://host:port)")
         for server in self.bootstrap_servers:
