@@ -52,6 +52,18 @@ Partitioner = Literal[
     "random", "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random"
 ]
 
+#: librdkafka's ``partition.assignment.strategy`` names.
+ASSIGNMENT_STRATEGIES = ("range", "roundrobin", "cooperative-sticky")
+
+
+def _strategies(value: str) -> str:
+    """``value`` (a comma-separated list of assignors, in any case) as librdkafka spells it."""
+    names = [name.strip().lower() for name in value.split(",")]
+    if not all(name in ASSIGNMENT_STRATEGIES for name in names):
+        choices = ", ".join(map(repr, ASSIGNMENT_STRATEGIES))
+        raise ConfigError(f"assignment_strategy is a comma-separated list of {choices}, got {value!r}")
+    return ",".join(names)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions:
@@ -79,7 +91,8 @@ class ConsumerOptions:
     heartbeat_interval: float = 3.0
     #: ``max.poll.interval.ms`` in seconds.
     max_poll_interval: float = 300.0
-    #: ``partition.assignment.strategy`` (None: librdkafka's ``range,roundrobin``).
+    #: ``partition.assignment.strategy``: a comma-separated list of ``range``, ``roundrobin`` and
+    #: ``cooperative-sticky``, in any case (None: librdkafka's ``range,roundrobin``).
     assignment_strategy: str | None = None
     #: Raw librdkafka consumer settings applied last (may hold credentials: never shown).
     consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
@@ -99,6 +112,8 @@ class ConsumerOptions:
                 f"heartbeat_interval ({self.heartbeat_interval}s) must be below "
                 f"session_timeout ({self.session_timeout}s)"
             )
+        if self.assignment_strategy is not None:
+            object.__setattr__(self, "assignment_strategy", _strategies(self.assignment_strategy))
 
     @property
     def cooperative(self) -> bool:
@@ -226,6 +241,8 @@ class KafkaSettings(ConsumerOptions):
                 raise ConfigError(
                     f"oauth_token_provider is for OAUTHBEARER, not sasl_mechanism={self.sasl_mechanism}"
                 )
+        if self.assignment_strategy is not None:
+            object.__setattr__(self, "assignment_strategy", _strategies(self.assignment_strategy))
         self.consumer_options()  # validates the consumer defaults
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:

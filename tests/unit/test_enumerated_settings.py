@@ -168,3 +168,14 @@ def test_the_kafka_queue_marker_format_is_accepted_in_any_case() -> None:
             assert queue_settings_for_topic("t", {"marker_format": written}).marker_format == canonical
     with pytest.raises(ConfigError, match=r"marker_format.*got 'compact'"):
         queue_settings_for_topic("t", {"marker_format": "compact"})
+
+
+def test_the_kafka_assignment_strategy_list_is_accepted_in_any_case() -> None:
+    settings = _build("kafka", "assignment_strategy", "Cooperative-Sticky")
+    assert settings.assignment_strategy == "cooperative-sticky"
+    assert settings.consumer_options().cooperative
+    assert (
+        _build("kafka", "assignment_strategy", "RANGE, RoundRobin").assignment_strategy == "range,roundrobin"
+    )
+    with pytest.raises(ConfigError, match=r"assignment_strategy .*got 'sticky'"):
+        _build("kafka", "assignment_strategy", "sticky")
