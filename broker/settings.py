@@ -315,7 +315,7 @@ def check_positive(unit: str = "", /, **values: float) -> None:
     """
     suffix = f" {unit}" if unit else ""
     for name, value in values.items():
-        if value <= 0:
+        if not value > 0:  # also NaN, which no comparison holds for
             raise ConfigError(f"{name} must be > 0{suffix}, got {value}")
 
 
@@ -327,7 +327,7 @@ def check_at_least(minimum: float, unit: str = "", /, **values: float) -> None:
     """
     suffix = f" {unit}" if unit else ""
     for name, value in values.items():
-        if value < minimum:
+        if not value >= minimum:  # also NaN, which no comparison holds for
             raise ConfigError(f"{name} must be >= {minimum}{suffix}, got {value}")
 
 

@@ -155,3 +155,16 @@ async def test_the_check_runs_before_anything_is_opened() -> None:
             with pytest.raises(ConfigError):
                 _call(backend, factory, options)
         assert backend.broker.topics == {}  # no topic, subscription or group was made
+
+
+def test_settings_made_directly_refuse_nan() -> None:
+    """NaN passes every comparison, so the shared range checks test for it (not only URLs do)."""
+    from broker.backends.inmem.settings import ConsumerOptions
+    from broker.settings import check_at_least, check_positive
+
+    with pytest.raises(ConfigError, match="ack_deadline must be > 0 seconds, got nan"):
+        ConsumerOptions(ack_deadline=NAN)
+    with pytest.raises(ConfigError, match="linger must be >= 0 seconds, got nan"):
+        check_at_least(0, "seconds", linger=NAN)
+    with pytest.raises(ConfigError, match="close_timeout must be > 0, got nan"):
+        check_positive(close_timeout=NAN)
