@@ -28,6 +28,7 @@ from broker.interfaces import (
     RecordIterator,
     TransactionalPublisher,
 )
+from broker.options import check_batching, check_receiver_options
 from broker.publishing import DriverPublisher
 from broker.resources import AsyncResource
 from broker.retry import DeadLetterTopic, RetryPolicy
@@ -273,10 +274,6 @@ class BackendBase(AsyncResource):
         return group
 
     def _batching(self, options: Any, batch_size: int, batch_timeout: float) -> Batching:
-        if batch_size < 0:
-            raise ConfigError(f"batch_size must be >= 0 (0: the backend's default), got {batch_size}")
-        if batch_timeout < 0:
-            raise ConfigError(f"batch_timeout must be >= 0, got {batch_timeout}")
         # every backend's consumer options name their default batch size ``batch_size``
         return Batching(batch_size or getattr(options, "batch_size", None) or 100, batch_timeout)
 
@@ -301,6 +298,7 @@ class BackendBase(AsyncResource):
         per-message consumer from its hook.)
         """
         self._check_open()
+        check_batching(batch_size, batch_timeout)
         opts = self._message_options(options)
         batching = self._batching(opts, batch_size, batch_timeout)
         return self._track(self._open_messages(topic, subscription, opts, batching))  # type: ignore[no-any-return]
@@ -323,7 +321,12 @@ class BackendBase(AsyncResource):
         ``retry`` a :class:`broker.RetryPolicy` decides instead (retries, dead-lettering, error
         threshold; a ``DeadLetterTopic`` without a publisher uses this backend's). ``stop()`` on the
         receiver drains it, letting running handlers finish for up to ``drain_timeout`` seconds.
+        Bad values raise :class:`~broker.errors.ConfigError` here
+        (:func:`broker.options.check_receiver_options`).
         """
+        check_receiver_options(
+            concurrency=concurrency, nack_delay=nack_delay, drain_timeout=drain_timeout, retry=retry
+        )
         publisher = self._publisher_for_retry(retry)
         return adapt.receiver(
             self.messages(topic, subscription, **options),
@@ -365,6 +368,7 @@ class BackendBase(AsyncResource):
     ) -> BatchedIterator:
         """Batches of up to ``batch_size`` records (0: the backend's default) within ``batch_timeout``."""
         self._check_open()
+        check_batching(batch_size, batch_timeout)
         names = topics_tuple(topics)
         group = self._group_name(group)
         opts = self._record_options(options)

@@ -13,13 +13,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from broker.backoff import Backoff
 from broker.errors import ConfigError
+from broker.retry import RetryPolicy
 from broker.settings import build_settings, field_values
 
 __all__ = [
     "PORTABLE_OPTIONS",
     "PortableOption",
     "build_consumer_options",
+    "check_batching",
+    "check_count",
+    "check_receiver_options",
+    "check_seconds",
     "portable_option",
     "rename_portable",
 ]
@@ -129,3 +135,58 @@ def build_consumer_options(
     values = field_values(cls, settings)
     values.update(rename_portable(overrides, native_names))
     return build_settings(cls, values, backend=backend)
+
+
+# -- the factory arguments every backend checks the same way, before it opens anything ----------
+
+
+def check_count(name: str, value: object, minimum: int = 1) -> None:
+    """Raise :class:`~broker.errors.ConfigError` unless ``value`` is an integer >= ``minimum``.
+
+    ``True``, ``2.5`` and ``"3"`` are refused: a count given as anything but an ``int`` is a
+    mistake the caller should see now, not a surprise when the consumer runs.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_seconds(name: str, value: object, *, optional: bool = False) -> None:
+    """Raise :class:`~broker.errors.ConfigError` unless ``value`` is a number of seconds >= 0
+    (or None, when ``optional``): NaN, negative numbers, booleans and strings are refused."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        what = "a number of seconds >= 0" + (" or None" if optional else "")
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def check_batching(batch_size: object, batch_timeout: object, *, minimum_size: int = 0) -> None:
+    """Check a batched consumer's ``batch_size`` (0: the backend's default, where ``minimum_size``
+    is 0) and ``batch_timeout`` (seconds)."""
+    check_count("batch_size", batch_size, minimum_size)
+    check_seconds("batch_timeout", batch_timeout)
+
+
+def check_receiver_options(
+    *,
+    concurrency: object,
+    nack_delay: object,
+    drain_timeout: object,
+    retry: object,
+    default_concurrency: bool = False,
+) -> None:
+    """Check the arguments of ``receiver()`` (and ``batched_receiver()``) where they are given.
+
+    ``concurrency`` is an integer >= 1 (or None where ``default_concurrency``: the backend's
+    setting); ``nack_delay`` a :class:`~broker.backoff.Backoff`, seconds >= 0 or None;
+    ``drain_timeout`` seconds >= 0 or None (wait for running handlers without limit); ``retry``
+    a :class:`~broker.retry.RetryPolicy` or None. Every backend calls this first, so a bad value
+    raises :class:`~broker.errors.ConfigError` from the call, never later from ``receive()``.
+    """
+    if not (concurrency is None and default_concurrency):
+        check_count("concurrency", concurrency)
+    if not isinstance(nack_delay, Backoff):
+        check_seconds("nack_delay", nack_delay, optional=True)
+    check_seconds("drain_timeout", drain_timeout, optional=True)
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")

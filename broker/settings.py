@@ -26,6 +26,7 @@ __all__ = [
     "check_positive",
     "describe",
     "field_values",
+    "normalize_choices",
     "options_from",
     "parse_url",
     "redact_url",
@@ -172,6 +173,12 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         allowed = typing.get_args(hint)
         if value in allowed:
             return value
+        if isinstance(value, str):
+            # enumerated values are matched in any case, as librdkafka does (``SASL_SSL``, ``plain``),
+            # and kept in the spelling the SDK wants
+            for choice in allowed:
+                if isinstance(choice, str) and choice.casefold() == value.casefold():
+                    return choice
         raise ConfigError(f"setting {name!r} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     if origin in (tuple, list):
         if isinstance(value, str):
@@ -199,9 +206,13 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"setting {name!r} must be {what}, got {value!r}")
         try:
-            return hint(value)
+            number = hint(value)
         except (TypeError, ValueError):
             raise ConfigError(f"setting {name!r} must be {what}, got {value!r}") from None
+        if number != number or (hint is int and isinstance(value, float) and value != number):
+            # NaN passes every comparison check; 2.5 is not silently cut to 2
+            raise ConfigError(f"setting {name!r} must be {what}, got {value!r}")
+        return number
     if hint is str:
         if isinstance(value, str):
             return value
@@ -211,6 +222,43 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     if isinstance(hint, type) and isinstance(value, hint):
         return value
     raise ConfigError(f"setting {name!r}: cannot use {value!r} as {hint!r}")
+
+
+_CHOICE_FIELDS: dict[type[Any], tuple[tuple[str, Any], ...]] = {}
+
+
+def _choice_fields(cls: type[Any]) -> tuple[tuple[str, Any], ...]:
+    """The fields of the dataclass ``cls`` whose values are enumerated (``Literal``), with their hints."""
+    found = _CHOICE_FIELDS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        found = _CHOICE_FIELDS[cls] = tuple(
+            (f.name, hints[f.name]) for f in fields if _is_choice(hints[f.name])
+        )
+    return found
+
+
+def _is_choice(hint: Any) -> bool:
+    if typing.get_origin(hint) is typing.Literal:
+        return True
+    return any(_is_choice(arg) for arg in typing.get_args(hint) if arg is not type(None))
+
+
+def normalize_choices(settings: Any) -> None:
+    """Check every enumerated (``Literal``) field of the frozen dataclass ``settings`` and store
+    the canonical spelling of its value.
+
+    A value is accepted in any case (``SASL_SSL`` for ``sasl_ssl``), as librdkafka accepts it;
+    anything else raises :class:`~broker.errors.ConfigError` naming the field and its choices.
+    Settings dataclasses call it first in ``__post_init__``, so settings made directly are held
+    to what :func:`build_settings` accepts.
+    """
+    for name, hint in _choice_fields(type(settings)):
+        value = getattr(settings, name)
+        chosen = _coerce(name, value, hint)
+        if chosen is not value:
+            object.__setattr__(settings, name, chosen)
 
 
 def build_settings(cls: type[T], values: Mapping[str, Any], *, backend: str) -> T:
@@ -267,7 +315,7 @@ def check_positive(unit: str = "", /, **values: float) -> None:
     """
     suffix = f" {unit}" if unit else ""
     for name, value in values.items():
-        if value <= 0:
+        if not value > 0:  # also NaN, which no comparison holds for
             raise ConfigError(f"{name} must be > 0{suffix}, got {value}")
 
 
@@ -279,7 +327,7 @@ def check_at_least(minimum: float, unit: str = "", /, **values: float) -> None:
     """
     suffix = f" {unit}" if unit else ""
     for name, value in values.items():
-        if value < minimum:
+        if not value >= minimum:  # also NaN, which no comparison holds for
             raise ConfigError(f"{name} must be >= {minimum}{suffix}, got {value}")
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, options_from
+from broker.settings import check_at_least, check_positive, field_values, normalize_choices, options_from
 
 __all__ = ["ConsumerOptions", "InmemSettings"]
 
@@ -30,6 +30,7 @@ class ConsumerOptions:
     batch_size: int = 100
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         check_positive("seconds", ack_deadline=self.ack_deadline)
         if self.max_attempts is not None:
             check_at_least(1, max_attempts=self.max_attempts)
@@ -49,9 +50,10 @@ class InmemSettings(ConsumerOptions):
     #: Partition count of topics this connection creates implicitly (on first publish or consume).
     partitions: int = 1
     #: ``murmur2`` (Kafka's default) or ``fnv1a`` (goka's).
-    partitioner: str = "murmur2"
+    partitioner: Literal["murmur2", "fnv1a"] = "murmur2"
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         check_at_least(1, partitions=self.partitions)
         if not self.name:
             raise ConfigError("the in-memory broker needs a non-empty name")

@@ -46,6 +46,7 @@ from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSetting
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ConfigError
 from broker.message import Message, OutboundMessage
+from broker.options import check_batching
 from broker.settings import describe
 
 __all__ = ["CAPABILITIES", "JetStreamBackend"]
@@ -203,6 +204,7 @@ class JetStreamBackend(BackendBase):
         **options: Any,
     ) -> JetStreamBatchedRecordIterator:
         """Like :meth:`records`, in batches of up to ``batch_size`` (one pull request each)."""
+        check_batching(batch_size, batch_timeout)
         return self._records(
             JetStreamBatchedRecordIterator, topics, group, batch_size, batch_timeout, options
         )

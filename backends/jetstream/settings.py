@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options, rename_portable
-from broker.settings import check_at_least, check_positive, parse_url, redact_url, secret
+from broker.settings import check_at_least, check_positive, normalize_choices, parse_url, redact_url, secret
 
 __all__ = [
     "MSG_ID_HEADER",
@@ -132,6 +132,7 @@ class ConsumerOptions:
     update_consumers: bool = False
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if self.stream is not None:
             check_name(self.stream, "stream")
         check_positive("seconds", ack_wait=self.ack_wait)
@@ -223,6 +224,7 @@ class JetStreamSettings(ConsumerOptions):
     publish_retries: int = 2
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.servers:
             raise ConfigError("at least one NATS server URL is needed")
         for server in self.servers:

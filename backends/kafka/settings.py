@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, options_from, secret
+from broker.settings import (
+    check_at_least,
+    check_positive,
+    field_values,
+    normalize_choices,
+    options_from,
+    secret,
+)
 
 __all__ = ["ConsumerOptions", "KafkaSettings"]
 
@@ -39,6 +46,22 @@ MiB = 1024 * 1024
 
 Start = Literal["earliest", "latest"]
 Isolation = Literal["read_committed", "read_uncommitted"]
+#: librdkafka's ``partitioner`` values.
+Partitioner = Literal[
+    "random", "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random"
+]
+
+#: librdkafka's ``partition.assignment.strategy`` names.
+ASSIGNMENT_STRATEGIES = ("range", "roundrobin", "cooperative-sticky")
+
+
+def _strategies(value: str) -> str:
+    """``value`` (a comma-separated list of assignors, in any case) as librdkafka spells it."""
+    names = [name.strip().lower() for name in value.split(",")]
+    if not all(name in ASSIGNMENT_STRATEGIES for name in names):
+        choices = ", ".join(map(repr, ASSIGNMENT_STRATEGIES))
+        raise ConfigError(f"assignment_strategy is a comma-separated list of {choices}, got {value!r}")
+    return ",".join(names)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,12 +90,14 @@ class ConsumerOptions:
     heartbeat_interval: float = 3.0
     #: ``max.poll.interval.ms`` in seconds.
     max_poll_interval: float = 300.0
-    #: ``partition.assignment.strategy`` (None: librdkafka's ``range,roundrobin``).
+    #: ``partition.assignment.strategy``: a comma-separated list of ``range``, ``roundrobin`` and
+    #: ``cooperative-sticky``, in any case (None: librdkafka's ``range,roundrobin``).
     assignment_strategy: str | None = None
     #: Raw librdkafka consumer settings applied last (may hold credentials: never shown).
     consumer_config: dict[str, Any] | None = field(default=None, repr=False, metadata={"secret": True})
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         check_at_least(1, batch_size=self.batch_size, fetch_min_bytes=self.fetch_min_bytes)
         check_at_least(0, fetch_max_wait=self.fetch_max_wait)
         check_positive(
@@ -86,6 +111,8 @@ class ConsumerOptions:
                 f"heartbeat_interval ({self.heartbeat_interval}s) must be below "
                 f"session_timeout ({self.session_timeout}s)"
             )
+        if self.assignment_strategy is not None:
+            object.__setattr__(self, "assignment_strategy", _strategies(self.assignment_strategy))
 
     @property
     def cooperative(self) -> bool:
@@ -169,7 +196,7 @@ class KafkaSettings(ConsumerOptions):
     #: ``snappy`` (lib-brokers' first choice), ``zstd``, ``gzip``, ``lz4`` or ``none``.
     compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
     #: librdkafka ``partitioner`` for keyed records.
-    partitioner: str = "murmur2_random"
+    partitioner: Partitioner = "murmur2_random"
     #: Default ``transactional.id`` of ``transactional_publisher()`` (None: a unique one each time).
     transactional_id: str | None = None
     #: ``transaction.timeout.ms`` in seconds.
@@ -178,6 +205,7 @@ class KafkaSettings(ConsumerOptions):
     replication_factor: int = -1
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.bootstrap_servers or not all(self.bootstrap_servers):
             raise ConfigError("kafka needs at least one bootstrap server (kafka://host:port)")
         for server in self.bootstrap_servers:
@@ -212,6 +240,8 @@ class KafkaSettings(ConsumerOptions):
                 raise ConfigError(
                     f"oauth_token_provider is for OAUTHBEARER, not sasl_mechanism={self.sasl_mechanism}"
                 )
+        if self.assignment_strategy is not None:
+            object.__setattr__(self, "assignment_strategy", _strategies(self.assignment_strategy))
         self.consumer_options()  # validates the consumer defaults
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:

@@ -33,6 +33,7 @@ from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, 
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.errors import ConfigError
+from broker.options import check_batching, check_receiver_options
 from broker.retry import RetryPolicy
 from broker.settings import build_settings, describe
 
@@ -132,10 +133,7 @@ class PubsubBackend(BackendBase):
         **options: Any,
     ) -> PubsubBatchedMessageIterator:
         """Batches of up to ``batch_size``: each is what one pull returned within ``batch_timeout``."""
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        if batch_timeout < 0:
-            raise ConfigError(f"batch_timeout must be >= 0, got {batch_timeout}")
+        check_batching(batch_size, batch_timeout, minimum_size=1)
         return self._pull(
             PubsubBatchedMessageIterator,
             topic,
@@ -180,6 +178,13 @@ class PubsubBackend(BackendBase):
         applies a :class:`broker.RetryPolicy` to failed handlers (instead of ``nack_delay``);
         ``drain_timeout`` is how long :meth:`PubsubReceiver.stop` lets running handlers finish.
         """
+        check_receiver_options(
+            concurrency=concurrency,
+            nack_delay=nack_delay,
+            drain_timeout=drain_timeout,
+            retry=retry,
+            default_concurrency=True,
+        )
         if retry is not None and nack_delay is not DEFAULT_BACKOFF:
             raise ConfigError("give either retry= or nack_delay=, not both")
         retrier = None
@@ -210,6 +215,14 @@ class PubsubBackend(BackendBase):
         **options: Any,
     ) -> PubsubReceiver:
         """Streaming pull calling a handler with batches (``receive_batch``)."""
+        check_batching(batch_size, batch_timeout, minimum_size=1)
+        check_receiver_options(
+            concurrency=concurrency,
+            nack_delay=None,
+            drain_timeout=drain_timeout,
+            retry=None,
+            default_concurrency=True,
+        )
         return self._receiver(
             topic,
             subscription,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from broker.errors import ConfigError, NotSupported
-from broker.settings import check_at_least, check_positive, secret
+from broker.settings import check_at_least, check_positive, normalize_choices, secret
 
 __all__ = [
     "DEFAULT_DELIVERY_ATTEMPTS",
@@ -96,9 +96,10 @@ class ConsumerOptions:
     batch_size: int | None = None
     #: Portable: where a new subscription starts. Only ``"latest"``: a Pub/Sub subscription gets
     #: what is published after it was created; ``"earliest"`` raises ``NotSupported``.
-    start: str | None = None
+    start: Literal["earliest", "latest"] | None = None
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         _check_ack_deadline(self.ack_deadline)
         attempts = self.max_delivery_attempts
         if self.max_attempts is not None:
@@ -214,6 +215,7 @@ class PubsubSettings:
     rpc_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.project:
             raise ConfigError("the pubsub backend needs a project: pubsub://PROJECT_ID")
         if (

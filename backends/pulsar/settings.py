@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options, rename_portable
-from broker.settings import check_at_least, check_positive, parse_url, redact_url, secret
+from broker.settings import check_at_least, check_positive, normalize_choices, parse_url, redact_url, secret
 
 __all__ = [
     "MIN_ACK_TIMEOUT",
@@ -88,6 +88,7 @@ class ConsumerOptions:
     batch_size: int = 100
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         check_at_least(1, receiver_queue_size=self.receiver_queue_size)
         check_at_least(0, "seconds", nack_redelivery_delay=self.nack_redelivery_delay)
         if self.ack_timeout is not None and self.ack_timeout < MIN_ACK_TIMEOUT:
@@ -173,6 +174,7 @@ class PulsarSettings(ConsumerOptions):
     compression: Compression = "none"
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ConfigError(
                 f"service_url must start with pulsar:// or pulsar+ssl://, got {self.service_url!r}"

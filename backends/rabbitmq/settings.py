@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from broker.errors import ConfigError
 from broker.options import build_consumer_options
-from broker.settings import check_at_least, check_positive, secret
+from broker.settings import check_at_least, check_positive, normalize_choices, secret
 
 __all__ = ["ConsumerOptions", "RabbitmqSettings", "check_name", "queue_name"]
 
@@ -61,6 +61,7 @@ class ConsumerOptions:
     prefetch: int = 100
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if self.ack_deadline is not None and self.ack_deadline <= 0:
             raise ConfigError(f"ack_deadline must be > 0 seconds (or None), got {self.ack_deadline}")
         if self.max_attempts is not None and self.max_attempts < 1:
@@ -131,6 +132,7 @@ class RabbitmqSettings(ConsumerOptions):
     close_timeout: float = 5.0
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.host:
             raise ConfigError("the RabbitMQ host must be non-empty")
         if not 1 <= self.port <= 65535:

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, options_from, parse_url, secret
+from broker.settings import (
+    check_at_least,
+    check_positive,
+    field_values,
+    normalize_choices,
+    options_from,
+    parse_url,
+    secret,
+)
 
 __all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
 
@@ -178,6 +186,7 @@ class ConsumerOptions:
     dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         check_at_least(0, prefetch=self.prefetch)
         check_positive("seconds", max_wait=self.max_wait)
         check_at_least(0, "seconds", lock_renewal=self.lock_renewal)
@@ -244,6 +253,7 @@ class ServiceBusSettings(ConsumerOptions):
     management_endpoint: str | None = None
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if self.connection_string is not None:
             check_connection_string(self.connection_string)
             if self.namespace is not None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from broker.errors import ConfigError
+from broker.settings import normalize_choices
 
 __all__ = [
     "GO_TRACKER_GROUP",
@@ -133,7 +134,7 @@ class QueueSettings:
     #: "Could not unmarshal marker") and so never redelivers them.
     #: ``"per-message"``: kafka-mq-go's one marker per message with the payload in START.
     #: Trackers here read both. None: ``"per-message"`` with ``go_fleet``, else ``"batched"``.
-    marker_format: str | None = None
+    marker_format: Literal["batched", "per-message"] | None = None
     #: Share the queue with a kafka-mq-go fleet (its producers, consumers or trackers on the same
     #: topics): per-message markers, trackers in kafka-mq-go's group ``kafka-mq-redelivery`` (two
     #: groups would each redeliver every message), and queue mode only (topic mode, several
@@ -161,6 +162,7 @@ class QueueSettings:
     close_timeout: float = 10.0
 
     def __post_init__(self) -> None:
+        normalize_choices(self)
         if not self.message_topic or not self.marker_topic:
             raise ConfigError("the queue needs a message_topic and a marker_topic")
         if self.message_topic == self.marker_topic:
