@@ -15,8 +15,10 @@ share its queue: competing consumers.
   expires; ``in_progress()`` restarts the timer. A consumer that dies loses its channel, and the
   broker returns its unsettled messages at once.
 
-After a lost connection aio-pika reopens the channel and consumes again; deliveries of the old
-channel not yet handed out are dropped (the broker requeued them).
+After a lost connection (also a server that died) aio-pika reopens the channel and consumes again
+once the broker is back; deliveries of the old channel not yet handed out are dropped, never handed
+out (nothing can settle them; the broker requeues them), so meanwhile ``next_message`` raises
+``Timeout``.
 
 Closing a consumer closes its channel: the broker returns every message it held (delivered but
 not handed out, or handed out and unsettled). Settling such a message afterwards raises ``AckError``.
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.exceptions import ChannelInvalidStateError
 
 from broker.backends.rabbitmq.mapping import (
     close_quietly,
@@ -51,7 +54,16 @@ __all__ = [
     "RabbitmqBatchedMessageIterator",
     "RabbitmqMessageIterator",
     "RabbitmqSubscription",
+    "channel_gone",
 ]
+
+
+def channel_gone(delivery: AbstractIncomingMessage) -> bool:
+    """True when the channel ``delivery`` came on is closed (aio-pika raises from ``.channel`` then)."""
+    try:
+        return bool(delivery.channel.is_closed)
+    except ChannelInvalidStateError:
+        return True
 
 
 class RabbitmqAcker:
@@ -105,7 +117,7 @@ class RabbitmqAcker:
     async def _requeue(self, message: Message) -> None:
         raw: AbstractIncomingMessage = message.raw
         tag = self._tag(message)
-        if raw.processed or raw.channel.is_closed or tag in self._busy:
+        if raw.processed or channel_gone(raw) or tag in self._busy:
             return  # settled meanwhile (or being settled), or the broker requeues it anyway
         self._busy[tag] = "returning"  # before the await: an ack from now on must fail
         try:
@@ -229,8 +241,12 @@ class RabbitmqSubscription:
         self._channel = channel
 
     def stale(self, delivery: AbstractIncomingMessage) -> bool:
-        """A delivery of a channel closed since (after a reconnect): the broker requeued it."""
-        return bool(delivery.channel.is_closed)
+        """A delivery of a channel closed since (a lost connection): it is dropped, not handed out.
+
+        Nothing can settle it any more, and the broker puts it back in the queue (at once, or
+        when it starts again after it died); the reopened channel delivers it again.
+        """
+        return channel_gone(delivery)
 
     def message(self, delivery: AbstractIncomingMessage, now: float) -> Message:
         """The delivery as a Message; its ack-deadline timer starts now."""

@@ -19,6 +19,7 @@ import pytest
 from broker.backend import Backend
 from broker.connect import connect
 from broker.errors import BrokerError
+from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage, Record
 from broker.testing.harness import Harness, collect, collect_records, need
 
@@ -61,17 +62,70 @@ def _numbered(count: int) -> list[OutboundMessage]:
     return [OutboundMessage(str(i).encode(), key=f"k{i % 3}") for i in range(count)]
 
 
+#: The prefetch scenario: this many published, the first ``_ACKED`` pulled and acked, then the
+#: server dies while the rest sit in the consumer's prefetch buffer (or still in the broker).
+_PUBLISHED, _ACKED = 20, 5
+#: Pulls after the death, and each one's timeout: a review saw every one of three
+#: ``next_message(timeout=5)`` raise an SDK exception; the outcome does not depend on the timeout,
+#: a short one keeps the test cheap.
+_PULLS, _PULL_TIMEOUT = 3, 0.2
+
+
+async def _pulls_after_the_death(
+    consumer: MessageIterator, acked: set[bytes], bound: float
+) -> dict[str, str]:
+    """``_PULLS`` pulls on a consumer that had prefetched messages when its server died.
+
+    Each pull hands out a message that was published and not acked (at most once), or raises a
+    broker error (``Timeout`` once nothing is left to hand out), within its timeout plus
+    ``bound``; settling a message handed out now, and closing the consumer, return or raise a
+    broker error within ``bound``. Failures by what failed.
+    """
+    # The client notices its connection went (an event-loop client reads the EOF at once): from
+    # then on the buffered deliveries belong to a dead connection.
+    await asyncio.sleep(0.2)
+    scenario = f"{_ACKED} of {_PUBLISHED} acked, then the server died"
+    failures: dict[str, str] = {}
+    handed: list[Message] = []
+    for pull in range(1, _PULLS + 1):
+        taken: list[Message] = []
+
+        async def take(into: list[Message] = taken) -> None:
+            into.append(await consumer.next_message(timeout=_PULL_TIMEOUT))
+
+        outcome = await _outcome(take, _PULL_TIMEOUT + bound)
+        if outcome is not None:
+            failures[f"next_message #{pull} ({scenario})"] = outcome
+        handed += taken
+    data = [m.data for m in handed]
+    if set(data) & acked or len(set(data)) < len(data):
+        failures[f"next_message ({scenario})"] = (
+            f"handed out {sorted(data)} after {sorted(acked)} were acked: acked again or twice"
+        )
+    acks = await asyncio.gather(*(_outcome(m.ack, bound) for m in handed))
+    for message, outcome in zip(handed, acks, strict=True):
+        if outcome is not None:
+            failures[f"ack of {message.data!r}, handed out after the server died"] = outcome
+    outcome = await _outcome(consumer.close, bound)  # while the other operations run: cheaper
+    if outcome is not None:
+        failures[f"close ({scenario})"] = outcome
+    return failures
+
+
 class ServerGoneSuite:
     """Every public operation after the server was SIGKILLed: a typed error or a return, in time."""
 
     async def test_every_operation_after_the_server_died(self, harness: Harness) -> None:
         """Publish, pull, settle, commit and close after a SIGKILL: each returns or raises a typed
-        error within ``Harness.dead_server_bound`` (pulls first hand out what was buffered)."""
+        error within ``Harness.dead_server_bound`` (pulls first hand out what was buffered, where
+        it can still be handed out). A consumer that had 5 of 20 messages acked and the rest
+        prefetched is pulled three times (:func:`_pulls_after_the_death`)."""
         need(harness, "messages")
         if harness.own_server is None:
             pytest.skip("the harness cannot start a server of its own to kill")
         bound = harness.dead_server_bound
         topic, sub, batch_sub = harness.name("gone"), harness.name("sub"), harness.name("sub")
+        prefetched_topic, prefetched_sub = harness.name("prefetched"), harness.name("sub")
         failures: dict[str, str] = {}
         pending: asyncio.Future[None] | None = None
         with harness.own_server() as server:
@@ -82,11 +136,17 @@ class ServerGoneSuite:
                     batched = await stack.enter_async_context(
                         backend.batched_messages(topic, batch_sub, batch_size=5, batch_timeout=0.2)
                     )
+                    prefetching = await stack.enter_async_context(
+                        backend.messages(prefetched_topic, prefetched_sub)
+                    )
                     records = None
                     if harness.capabilities.records:
                         records = await stack.enter_async_context(backend.records(topic, harness.name("g")))
-                    publisher = backend.publisher().topic(topic)
+                    publishing = backend.publisher()
+                    publisher = publishing.topic(topic)
                     await publisher.batch_publish(*_numbered(10))
+                    await publishing.topic(prefetched_topic).batch_publish(*_numbered(_PUBLISHED))
+                    acked = {m.data for m in await collect(prefetching, _ACKED, harness.patience)}
                     held = await collect(consumer, 4, harness.patience, ack=False)
                     async with asyncio.timeout(harness.patience):
                         taken: list[Message] = []
@@ -118,8 +178,10 @@ class ServerGoneSuite:
                             lambda: records.next_record(timeout=1.0)
                         )
                     names = list(operations)
+                    pulls = asyncio.ensure_future(_pulls_after_the_death(prefetching, acked, bound))
                     results = await asyncio.gather(*(_outcome(operations[n], bound) for n in names))
                     failures.update((n, r) for n, r in zip(names, results, strict=True) if r is not None)
+                    failures.update(await pulls)
                     closes = [
                         ("close the message consumer", consumer.close),
                         ("close batched", batched.close),
