@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -90,6 +91,9 @@ async def run(
     stop = stop if stop is not None else asyncio.Event()
     force = asyncio.Event()
     installed: list[int] = []
+    #: The handlers (``signal.signal``) in place before the run: restored after it, and called on
+    #: a signal, so a hosting server that installed one (uvicorn) still learns of its signal.
+    previous: dict[int, Any] = {}
 
     def on_signal(signum: int) -> None:
         if stop.is_set():
@@ -98,13 +102,16 @@ async def run(
         else:
             log.info("signal %s: draining (up to %ss)", signum, drain_timeout)
             stop.set()
+        _chain(previous.get(signum), signum)
 
     for signum in signals:
         try:
+            prior = signal.getsignal(signum)
             loop.add_signal_handler(signum, on_signal, signum)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
             continue
         installed.append(signum)
+        previous[signum] = prior
 
     tasks = [loop.create_task(_consume(r, h)) for r, h in consumers]
     exit_code = 0
@@ -149,9 +156,30 @@ async def run(
             await asyncio.shield(asyncio.gather(*tasks, *waiters, return_exceptions=True))
         for signum in installed:
             loop.remove_signal_handler(signum)
+            if previous.get(signum) is not None:
+                signal.signal(signum, previous[signum])
         if not await _close(backends, close_timeout):
             exit_code = 1
     return exit_code
+
+
+def _chain(handler: Any, signum: int) -> None:
+    """Call ``handler``, a ``signal.signal`` handler that was in place before the run, with ``signum``.
+
+    Python's own defaults (``SIG_DFL``, ``SIG_IGN``, the ``KeyboardInterrupt`` of SIGINT) and the
+    SIGINT handler of ``asyncio.run`` (which cancels the main task) are not called: they would end
+    the process, or the run's loop, instead of letting it drain.
+    """
+    if not callable(handler) or handler is signal.default_int_handler:
+        return
+    if isinstance(handler, functools.partial) and isinstance(
+        getattr(handler.func, "__self__", None), asyncio.Runner
+    ):
+        return
+    try:
+        handler(signum, None)
+    except Exception:
+        log.exception("the signal handler in place before broker.run failed on signal %s", signum)
 
 
 async def _close(backends: Sequence[Backend], close_timeout: float) -> bool:
