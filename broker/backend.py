@@ -18,7 +18,7 @@ from broker import adapt
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
-from broker.errors import ClosedError, ConfigError, NotSupported
+from broker.errors import BrokerError, ClosedError, ConfigError, ConnectionFailed, NotSupported
 from broker.interfaces import (
     BatchedIterator,
     BatchedMessageIterator,
@@ -34,7 +34,18 @@ from broker.resources import AsyncResource
 from broker.retry import DeadLetterTopic, RetryPolicy
 from broker.settings import ParsedUrl
 
-__all__ = ["Backend", "BackendBase", "BackendFactory", "Backlog", "Batching", "QueueTracking"]
+__all__ = [
+    "DEFAULT_PING_TIMEOUT",
+    "Backend",
+    "BackendBase",
+    "BackendFactory",
+    "Backlog",
+    "Batching",
+    "QueueTracking",
+]
+
+#: Seconds :meth:`Backend.ping` waits for the broker's answer unless told otherwise.
+DEFAULT_PING_TIMEOUT = 10.0
 
 
 @runtime_checkable
@@ -89,6 +100,16 @@ class Backend(Protocol):
         **options: Any,
     ) -> BatchedIterator:
         """Like :meth:`records`, in batches of up to ``batch_size``."""
+
+    async def ping(self, timeout: float = DEFAULT_PING_TIMEOUT) -> None:
+        """Dial the broker, authenticate and get an answer within ``timeout`` seconds.
+
+        Returns when the broker answered (nothing is created or published). Raises
+        :class:`~broker.errors.AuthenticationFailed` when the broker refuses the credentials and
+        :class:`~broker.errors.ConnectionFailed` when it cannot be reached or does not answer in
+        time, so a wrong host or password shows at start (or in a readiness check), not at the
+        first publish.
+        """
 
     async def close(self) -> None:
         """Close every publisher and consumer handed out, then the connection."""
@@ -383,6 +404,32 @@ class BackendBase(AsyncResource):
         """
         self._check_open()
         return None
+
+    async def ping(self, timeout: float = DEFAULT_PING_TIMEOUT) -> None:
+        """Dial the broker, authenticate and get an answer within ``timeout`` seconds (see :class:`Backend`).
+
+        The backend's :meth:`_ping` does the round trip; a broker that gives no answer within
+        ``timeout`` is unreachable as far as the caller can tell: ``ConnectionFailed`` (retryable),
+        with the backend's last error chained. Errors of the broker pass through typed
+        (``AuthenticationFailed`` for refused credentials, a subclass of ``ConnectionFailed``).
+        """
+        if not timeout > 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
+        self._check_open()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._ping(timeout)
+        except ConnectionFailed:
+            raise
+        except TimeoutError as exc:  # the deadline, or a backend's own Timeout inside it
+            detail = f": {exc}" if isinstance(exc, BrokerError) else ""
+            raise ConnectionFailed(
+                f"the {self.name} broker gave no answer within {timeout}s{detail}"
+            ) from exc
+
+    async def _ping(self, timeout: float) -> None:
+        """Hook: one round trip to the broker that needs the credentials (the default has no broker
+        to ask and returns at once); :meth:`ping` bounds it by ``timeout`` seconds."""
 
     async def _close_connection(self) -> None:
         """Close the backend's own connection, after every resource was closed."""

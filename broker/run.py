@@ -13,18 +13,32 @@ left is nacked for redelivery. Then the backends are closed, in the order given,
 code is returned: 0 after a clean stop, 1 if a receiver failed or a backend did not close
 cleanly. A second signal cuts the drain short (running handlers are cancelled and their messages
 nacked). Receivers without ``stop()`` are cancelled, which also nacks what they hold.
+
+Before any receiver starts, every backend in ``backends`` is pinged (:meth:`broker.Backend.ping`):
+a wrong host or password raises its ``ConnectionFailed`` / ``AuthenticationFailed`` from ``run``
+at start (the backends closed), instead of showing at the first message.
+
+Inside a hosting server (uvicorn, hypercorn, gunicorn workers), which owns SIGTERM and SIGINT,
+pass ``signals=()`` and a ``stop`` event the server's shutdown sets, then await the run::
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(broker.run((orders, handle), backends=[backend], signals=(), stop=stop))
+    ...  # on the server's shutdown (an ASGI lifespan "shutdown" event):
+    stop.set()
+    exit_code = await task  # receivers drained, backends closed
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from broker.backend import Backend
+from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.errors import ConfigError
 
 __all__ = ["run"]
@@ -49,14 +63,19 @@ async def run(
     stop: asyncio.Event | None = None,
     signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
     close_timeout: float = 30.0,
+    ping_timeout: float | None = DEFAULT_PING_TIMEOUT,
 ) -> int:
     """Run ``(receiver, handler)`` pairs until a signal (or ``stop`` is set); drain; close; exit code.
 
-    ``backends`` are closed after every receiver has returned, in the order given. ``stop`` lets
-    the application end the run itself (``stop.set()``). ``signals`` are handled with
-    ``loop.add_signal_handler`` for the duration of the call (where the platform allows it).
-    The run also ends when every receiver has returned on its own; a receiver that raises stops
-    the others and makes the exit code 1.
+    ``backends`` are pinged first (``ping_timeout`` seconds each, all at once; None: no ping): a
+    backend that does not answer makes ``run`` raise its error (``ConnectionFailed``,
+    ``AuthenticationFailed``) before any receiver starts, after closing ``backends``. They are
+    closed after every receiver has returned, in the order given. ``stop`` lets the application
+    end the run itself (``stop.set()``). ``signals`` are handled with ``loop.add_signal_handler``
+    for the duration of the call (where the platform allows it); ``signals=()`` leaves them to a
+    hosting server, which then ends the run through ``stop``. The run also ends when every
+    receiver has returned on its own; a receiver that raises stops the others and makes the exit
+    code 1.
     """
     if drain_timeout < 0:
         raise ConfigError(f"drain_timeout must be >= 0, got {drain_timeout}")
@@ -66,10 +85,15 @@ async def run(
         receiver = pair[0]
         if not (hasattr(receiver, "receive") or hasattr(receiver, "receive_batch")):
             raise ConfigError(f"{receiver!r} is not a receiver")
+    if ping_timeout is not None:
+        await _ping_or_close(backends, ping_timeout, close_timeout)
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
     force = asyncio.Event()
     installed: list[int] = []
+    #: The handlers (``signal.signal``) in place before the run: restored after it, and called on
+    #: a signal, so a hosting server that installed one (uvicorn) still learns of its signal.
+    previous: dict[int, Any] = {}
 
     def on_signal(signum: int) -> None:
         if stop.is_set():
@@ -78,13 +102,16 @@ async def run(
         else:
             log.info("signal %s: draining (up to %ss)", signum, drain_timeout)
             stop.set()
+        _chain(previous.get(signum), signum)
 
     for signum in signals:
         try:
+            prior = signal.getsignal(signum)
             loop.add_signal_handler(signum, on_signal, signum)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
             continue
         installed.append(signum)
+        previous[signum] = prior
 
     tasks = [loop.create_task(_consume(r, h)) for r, h in consumers]
     exit_code = 0
@@ -129,13 +156,57 @@ async def run(
             await asyncio.shield(asyncio.gather(*tasks, *waiters, return_exceptions=True))
         for signum in installed:
             loop.remove_signal_handler(signum)
-        for backend in backends:
-            try:
-                await asyncio.wait_for(backend.close(), close_timeout)
-            except Exception as exc:
-                log.error("closing the %s backend failed: %r", getattr(backend, "name", "?"), exc)
-                exit_code = 1
+            if previous.get(signum) is not None:
+                signal.signal(signum, previous[signum])
+        if not await _close(backends, close_timeout):
+            exit_code = 1
     return exit_code
+
+
+def _chain(handler: Any, signum: int) -> None:
+    """Call ``handler``, a ``signal.signal`` handler that was in place before the run, with ``signum``.
+
+    Python's own defaults (``SIG_DFL``, ``SIG_IGN``, the ``KeyboardInterrupt`` of SIGINT) and the
+    SIGINT handler of ``asyncio.run`` (which cancels the main task) are not called: they would end
+    the process, or the run's loop, instead of letting it drain.
+    """
+    if not callable(handler) or handler is signal.default_int_handler:
+        return
+    if isinstance(handler, functools.partial) and isinstance(
+        getattr(handler.func, "__self__", None), asyncio.Runner
+    ):
+        return
+    try:
+        handler(signum, None)
+    except Exception:
+        log.exception("the signal handler in place before broker.run failed on signal %s", signum)
+
+
+async def _close(backends: Sequence[Backend], close_timeout: float) -> bool:
+    """Close ``backends`` in order; False when one of them failed to (logged)."""
+    clean = True
+    for backend in backends:
+        try:
+            await asyncio.wait_for(backend.close(), close_timeout)
+        except Exception as exc:
+            log.error("closing the %s backend failed: %r", getattr(backend, "name", "?"), exc)
+            clean = False
+    return clean
+
+
+async def _ping_or_close(backends: Sequence[Backend], timeout: float, close_timeout: float) -> None:
+    """Ping every backend at once; on a failure close them all and raise the first error.
+
+    A backend without ``ping`` (one not built on :class:`broker.backend.BackendBase`) is not asked.
+    """
+    pings = [backend.ping(timeout) for backend in backends if callable(getattr(backend, "ping", None))]
+    results = await asyncio.gather(*pings, return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in failures:
+        log.error("a backend did not answer its ping: %s", failure)
+    if failures:
+        await _close(backends, close_timeout)
+        raise failures[0]
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:

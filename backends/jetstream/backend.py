@@ -322,6 +322,16 @@ class JetStreamBackend(BackendBase):
             self.connection, topic, self._consumer_name(subscription), self.settings.stream
         )
 
+    # -- ping ----------------------------------------------------------------------------------
+    async def _ping(self, timeout: float) -> None:
+        """Connect (or reuse the connection; the server checks the credentials when it connects)
+        and ask the JetStream API for the account's info: an answer means JetStream is there."""
+        connection = self.connection
+        await connection.client(fail_fast=True)
+        jsm = connection.jsm
+        assert jsm is not None  # set by client()
+        await connection.request_api(lambda: jsm.account_info(), "asking NATS for the JetStream account info")
+
     # -- closing -------------------------------------------------------------------------------
     async def _close_connection(self) -> None:
         try:

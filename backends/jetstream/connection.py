@@ -107,6 +107,8 @@ class Connection:
         self._closed = False
         self._refused: Exception | None = None  # the last refusal of the credentials (error callback)
         self._connecting = False  # the first connection is being made: a refusal ends it
+        #: While a fail-fast first connection is made: how many connection attempts were refused.
+        self._unreachable: int | None = None
         self._listeners: set[Callable[[], None]] = set()
         self._denial_listeners: set[Callable[[str, str, str], None]] = set()
         self.js: JetStreamContext | None = None
@@ -143,8 +145,12 @@ class Connection:
         self._denial_listeners.add(listener)
         return lambda: self._denial_listeners.discard(listener)
 
-    async def client(self) -> Client:
-        """The connected client, connecting first if needed."""
+    async def client(self, *, fail_fast: bool = False) -> Client:
+        """The connected client, connecting first if needed.
+
+        ``fail_fast``: a first connection that every server refused once (nothing listens there)
+        ends with ``ConnectionFailed`` at once instead of being retried for ``connect_timeout``.
+        """
         client = self._client
         if client is not None and self._loop is asyncio.get_running_loop() and not client.is_closed:
             return client
@@ -162,14 +168,14 @@ class Connection:
             if self._closed:
                 raise ClosedError("the NATS connection is closed")
             if self._client is None or self._client.is_closed:
-                self._client = await self._connect()
+                self._client = await self._connect(fail_fast)
                 self.js = self._client.jetstream(
                     timeout=self.settings.request_timeout, domain=self.settings.domain
                 )
                 self.jsm = self._client.jsm(timeout=self.settings.request_timeout, prefix=self.api_prefix)
             return self._client
 
-    async def _connect(self) -> Client:
+    async def _connect(self, fail_fast: bool = False) -> Client:
         settings = self.settings
         options: dict[str, Any] = {
             "servers": list(settings.servers),
@@ -199,6 +205,7 @@ class Connection:
         self._refused = None
         servers = ", ".join(redact_url(s) for s in settings.servers)
         self._connecting = True
+        self._unreachable = 0 if fail_fast else None
         try:
             # nats-py retries the first connection forever when reconnection is unlimited; bound it.
             # A refusal (a certificate, the credentials) ends it at once through the error callback.
@@ -210,8 +217,7 @@ class Connection:
                 async with asyncio.timeout(0.2 if isinstance(exc, _Refused) else 1):
                     await client.close()
             if isinstance(exc, _Refused):
-                refusal = _connect_refusal(exc.error)
-                assert refusal is not None
+                refusal = _connect_refusal(exc.error) or ConnectionFailed(f"nothing answers: {exc.error}")
                 raise type(refusal)(f"NATS at {servers}: {refusal}") from exc.error
             refused = self._refused
             if isinstance(exc, nats.errors.AuthorizationError) or refused is not None:
@@ -227,12 +233,17 @@ class Connection:
             raise
         finally:
             self._connecting = False
+            self._unreachable = None
         log.debug("connected to NATS at %s", servers)
         return client
 
     async def _on_error(self, exc: Exception) -> None:
         if self._connecting and _connect_refusal(exc) is not None:
             raise _Refused(exc)  # ends nats-py's connection loop: no retrying what cannot succeed
+        if self._connecting and self._unreachable is not None and isinstance(exc, ConnectionRefusedError):
+            self._unreachable += 1
+            if self._unreachable >= len(self.settings.servers):  # every server refused: fail fast
+                raise _Refused(exc)
         denied = _DENIED.search(str(exc).lower())
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
             self._refused = exc

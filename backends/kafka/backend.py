@@ -11,6 +11,7 @@ from broker.backend import BackendBase, Batching, topics_tuple
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
 from broker.backends.kafka.log import KafkaLog
+from broker.backends.kafka.ping import ping
 from broker.backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
 from broker.backends.kafka.queue import (
     QueueMessageIterator,
@@ -98,6 +99,10 @@ class KafkaBackend(BackendBase):
         for result in results:
             if isinstance(result, Exception):
                 raise result
+
+    async def _ping(self, timeout: float) -> None:
+        """A metadata request on a client of its own (see :mod:`broker.backends.kafka.ping`)."""
+        await ping(common_config(self.settings), timeout)
 
     async def _close_connection(self) -> None:
         if self._admin is not None:

@@ -20,9 +20,9 @@ from google.pubsub_v1.types import DeadLetterPolicy, Subscription
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.settings import ConsumerOptions
-from broker.errors import BrokerError, ConfigError, UnknownTopic
+from broker.errors import BrokerError, ConfigError, ConnectionFailed, UnknownTopic
 
-__all__ = ["Admin", "SubscriptionInfo"]
+__all__ = ["Admin", "SubscriptionInfo", "ping"]
 
 T = TypeVar("T")
 
@@ -171,3 +171,21 @@ class Admin:
         if options.dead_letter_topic is not None and info.dead_letter_topic is None:
             log.warning("subscription %s exists without a dead-letter policy; none is added", info.path)
         return info
+
+
+async def ping(clients: Clients, timeout: float) -> None:
+    """Ask for the first topic of the project, once, within ``timeout`` seconds.
+
+    Not retried (the SDK's default policy retries an unreachable server for a minute): a refused
+    or unreachable endpoint is an error at once (``ConnectionFailed``, or ``AuthenticationFailed``
+    for refused credentials).
+    """
+    project = f"projects/{clients.settings.project}"
+    try:
+        pager = await clients.admin_publisher().list_topics(
+            request={"project": project, "page_size": 1}, retry=None, timeout=timeout
+        )
+        async for _ in pager:
+            break
+    except Exception as exc:
+        raise translate(exc, f"pinging Pub/Sub (listing the topics of {project})", ConnectionFailed) from exc

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backend import BackendBase
-from broker.backends.pubsub.admin import Admin, SubscriptionInfo
+from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionTarget
 from broker.backends.pubsub.publisher import PubsubPublisher
@@ -261,6 +261,11 @@ class PubsubBackend(BackendBase):
         """
         self._check_open()
         return None
+
+    async def _ping(self, timeout: float) -> None:
+        """List one topic of the project, once (no retry): the call needs the credentials and the
+        project, and creates nothing. See :func:`broker.backends.pubsub.admin.ping`."""
+        await ping(self.clients, timeout)
 
     async def _close_connection(self) -> None:
         await self.clients.close()

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from broker import adapt
 from broker.backend import BackendBase, Batching
-from broker.backends.pulsar.callbacks import settle, wait
+from broker.backends.pulsar.callbacks import outcome, settle, wait
 from broker.backends.pulsar.client import create_client
 from broker.backends.pulsar.consumer import (
     CLOSE_TIMEOUT,
@@ -23,7 +23,7 @@ from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
 from broker.backends.pulsar.registration import PulsarFactory
 from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
 from broker.capabilities import Capabilities
-from broker.errors import BrokerError, ConnectionFailed
+from broker.errors import BrokerError, ConnectionFailed, PermissionDenied, UnknownTopic
 from broker.message import OutboundMessage
 
 __all__ = ["MAX_MESSAGE_BYTES", "PulsarBackend", "capabilities_for"]
@@ -44,6 +44,31 @@ def capabilities_for(settings: PulsarSettings) -> Capabilities:
         competing_consumers=kind in ("shared", "key_shared"),
         max_message_bytes=MAX_MESSAGE_BYTES,
     )
+
+
+#: The topic whose partitions ``ping()`` looks up (it need not exist; nothing is created).
+PING_TOPIC: Final = "persistent://public/default/polybroker-ping"
+
+
+async def _dial(service_url: str) -> None:
+    """Open (and close) a TCP connection to one of the service URL's hosts.
+
+    The client retries a refused connection until its operation timeout; when every host refuses
+    (nothing listens there) this raises ``ConnectionFailed`` at once.
+    """
+    scheme, _, rest = service_url.partition("://")
+    default_port = 6651 if scheme == "pulsar+ssl" else 6650
+    refusals: list[str] = []
+    for host_port in rest.split("/", 1)[0].split(","):
+        host, _, port = host_port.strip().rpartition(":") if ":" in host_port else (host_port, "", "")
+        try:
+            _, writer = await asyncio.open_connection(host.strip("[]"), int(port or default_port))
+        except OSError as exc:
+            refusals.append(f"{host_port.strip()}: {exc.strerror or exc}")
+            continue
+        writer.close()
+        return
+    raise ConnectionFailed(f"pinging Pulsar: no broker of {service_url} answers ({'; '.join(refusals)})")
 
 
 class PulsarBackend(BackendBase):
@@ -149,6 +174,21 @@ class PulsarBackend(BackendBase):
         """
         self._check_open()
         return None
+
+    async def _ping(self, timeout: float) -> None:
+        """Look up the partitions of :data:`PING_TOPIC` (a lookup creates nothing).
+
+        The client connects and authenticates first; a broker that then refuses the lookup
+        (no permission on the namespace, or no such namespace) has answered an authenticated
+        client, which is what a ping asks.
+        """
+        await _dial(self.settings.url)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._client.get_topic_partitions_async(PING_TOPIC, outcome(future))
+        try:
+            await wait(future, "pinging Pulsar (a topic lookup)", ConnectionFailed, timeout)
+        except (PermissionDenied, UnknownTopic):
+            return
 
     async def _close_connection(self) -> None:
         """Close the client on a thread of its own, waiting at most :data:`CLOSE_TIMEOUT`.

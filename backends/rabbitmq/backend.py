@@ -127,6 +127,12 @@ class RabbitmqBackend(BackendBase):
         self._check_open()
         return await queue_backlog(self.connection, topic, subscription)
 
+    async def _ping(self, timeout: float) -> None:
+        """Open (or reuse) the connection, which logs in, and open and close a channel on it: a
+        round trip the broker answers only to a client it let in."""
+        channel = await self.connection.channel()
+        await close_quietly(channel, min(timeout, self.settings.close_timeout))
+
     async def _close_connection(self) -> None:
         await self.connection.close()
 

@@ -33,6 +33,7 @@ from broker.backends.servicebus.consumer import (
     ServiceBusBatchedMessageIterator,
     ServiceBusMessageIterator,
 )
+from broker.backends.servicebus.ping import ping
 from broker.backends.servicebus.publisher import ServiceBusPublisher
 from broker.backends.servicebus.registration import ServiceBusFactory
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
@@ -122,6 +123,10 @@ class ServiceBusBackend(BackendBase):
         self._check_open()
         entity = self._entity(topic, subscription)
         return await self._backlog.backlog(entity.topic, entity.subscription)
+
+    async def _ping(self, timeout: float) -> None:
+        """Open a link, once (see :mod:`broker.backends.servicebus.ping`)."""
+        await ping(self.settings, self._shutdowns)
 
     async def _close_connection(self) -> None:
         """Wait (bounded) for the SDK receivers, senders and connections to finish closing."""

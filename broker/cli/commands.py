@@ -452,6 +452,8 @@ async def _consume_messages(backend: Backend, args: argparse.Namespace) -> int:
     print(f"consuming {args.topic!r} as {args.subscription!r} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
         code = await run((receiver, handler), backends=[backend], drain_timeout=drain_timeout, stop=stop)
+    except BrokerError as exc:  # the backend's ping at start: a wrong host or password
+        raise CommandFailed(str(exc)) from exc
     finally:
         if watchdog is not None:
             watchdog.cancel()

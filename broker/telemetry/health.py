@@ -4,9 +4,10 @@ An instrumented backend (:func:`broker.telemetry.instrument`) keeps a :class:`Co
 for every consumer it hands out: whether its last call to the broker worked (``connected``),
 whether it is being consumed (``consuming``), since when no message came (``idle_since``), its
 last error, and its backlog as the broker reports it (``backlog``; ``lagging`` when it is above
-the instrumented backend's ``lag_threshold``). :meth:`HealthState.report` sums them up into a
-:class:`HealthReport` an application can serve from its own liveness and readiness endpoints.
-Nothing here talks to a broker.
+the instrumented backend's ``lag_threshold``). It also keeps the outcome of the backend's last
+ping (:meth:`broker.Backend.ping`: ``reachable``). :meth:`HealthState.report` sums them up into a
+:class:`HealthReport` an application can serve from its own liveness and readiness endpoints
+(``await backend.check_health()`` pings, then reports). Nothing here talks to a broker.
 """
 
 from __future__ import annotations
@@ -88,16 +89,19 @@ class ConsumerHealth:
 class HealthReport:
     """A snapshot of an instrumented backend's health.
 
-    ``live``: the backend is open (restart the process when False). ``ready``: live, and no open
-    consumer's last call to the broker failed (stop sending work when False). ``lagging``: some
-    open consumer's backlog is above the lag threshold (scale out, or look; it does not change
-    ``ready``).
+    ``live``: the backend is open (restart the process when False). ``ready``: live, the last
+    ping (if any) was answered, and no open consumer's last call to the broker failed (stop
+    sending work when False). ``lagging``: some open consumer's backlog is above the lag threshold
+    (scale out, or look; it does not change ``ready``). ``reachable``: the outcome of the last
+    ping (None: never pinged), with its error in ``ping_error``.
     """
 
     live: bool
     ready: bool
     consumers: tuple[ConsumerHealth, ...]
     lagging: bool = False
+    reachable: bool | None = None
+    ping_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (for a health endpoint)."""
@@ -105,6 +109,8 @@ class HealthReport:
             "live": self.live,
             "ready": self.ready,
             "lagging": self.lagging,
+            "reachable": self.reachable,
+            "ping_error": self.ping_error,
             "consumers": [c.as_dict() for c in self.consumers],
         }
 
@@ -115,6 +121,17 @@ class HealthState:
     def __init__(self) -> None:
         self.consumers: list[ConsumerHealth] = []
         self.closed = False
+        #: The outcome of the last ping (None: never pinged) and its error.
+        self.reachable: bool | None = None
+        self.ping_error: str | None = None
+        #: When the last ping ended (POSIX seconds; None: never).
+        self.pinged_at: float | None = None
+
+    def pinged(self, exc: BaseException | None = None) -> None:
+        """A ping ended: answered (``exc`` None) or failed with ``exc``."""
+        self.reachable = exc is None
+        self.ping_error = None if exc is None else f"{type(exc).__name__}: {exc}"
+        self.pinged_at = clock.time()
 
     def consumer(self, system: str, destination: str, subscription: str, kind: str) -> ConsumerHealth:
         """A new entry for a consumer being handed out."""
@@ -126,6 +143,7 @@ class HealthState:
         """The health now; closed consumers are left out."""
         self.consumers = [c for c in self.consumers if not c.closed]
         live = not self.closed
-        ready = live and all(c.healthy for c in self.consumers)
+        ready = live and self.reachable is not False and all(c.healthy for c in self.consumers)
         lagging = any(c.lagging for c in self.consumers)
-        return HealthReport(live, ready, tuple(replace(c) for c in self.consumers), lagging)
+        consumers = tuple(replace(c) for c in self.consumers)
+        return HealthReport(live, ready, consumers, lagging, self.reachable, self.ping_error)

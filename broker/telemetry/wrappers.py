@@ -25,7 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
 
-from broker.backend import Backend, topics_tuple
+from broker.backend import DEFAULT_PING_TIMEOUT, Backend, topics_tuple
 from broker.capabilities import Capabilities
 from broker.errors import BrokerError, ClosedError, Timeout
 from broker.interfaces import BatchHandler, Handler, Publisher, TransactionalPublisher
@@ -420,6 +420,27 @@ class InstrumentedBackend(AsyncResource):
     def health(self) -> HealthReport:
         """Liveness, readiness and every open consumer's state (see :mod:`broker.telemetry.health`)."""
         return self.telemetry.health.report()
+
+    async def ping(self, timeout: float = DEFAULT_PING_TIMEOUT) -> None:
+        """The wrapped backend's :meth:`~broker.Backend.ping`; its outcome is kept for :meth:`health`."""
+        try:
+            await self.wrapped.ping(timeout)
+        except BrokerError as exc:
+            self.telemetry.health.pinged(exc)
+            raise
+        self.telemetry.health.pinged()
+
+    async def check_health(self, timeout: float = DEFAULT_PING_TIMEOUT) -> HealthReport:
+        """Ping the broker (``timeout`` seconds at most), then report: what a readiness endpoint serves.
+
+        A broker that does not answer, or refuses the credentials, makes the report not ``ready``
+        (``reachable`` False, the error in ``ping_error``); nothing is raised for it. A closed
+        backend reports ``live`` False without a ping.
+        """
+        if not self.telemetry.health.closed:
+            with contextlib.suppress(BrokerError):
+                await self.ping(timeout)
+        return self.health()
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """The wrapped backend's backlog (see :class:`broker.backend.Backlog`; None without it)."""

@@ -29,6 +29,7 @@ from broker.testing.backlog import BacklogSuite
 from broker.testing.cloudevents import CloudEventsSuite
 from broker.testing.harness import Harness, collect, collect_records, drain, need
 from broker.testing.lifecycle import LifecycleSuite
+from broker.testing.ping import PingSuite
 from broker.testing.retry import RetrySuite
 from broker.testing.server_gone import ServerGoneSuite
 from broker.testing.telemetry import TelemetrySuite
@@ -50,7 +51,14 @@ async def _open(
 
 
 class ConformanceSuite(
-    BacklogSuite, TelemetrySuite, RetrySuite, LifecycleSuite, ServerGoneSuite, TypedSuite, CloudEventsSuite
+    BacklogSuite,
+    TelemetrySuite,
+    RetrySuite,
+    LifecycleSuite,
+    ServerGoneSuite,
+    TypedSuite,
+    CloudEventsSuite,
+    PingSuite,
 ):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 

@@ -14,7 +14,7 @@ import broker
 from broker import OutboundMessage
 from broker.errors import BrokerError
 
-__all__ = ["assert_no_leak", "expect_refusal", "round_trip", "unique"]
+__all__ = ["assert_no_leak", "expect_ping_refusal", "expect_refusal", "round_trip", "unique"]
 
 
 def unique(prefix: str) -> str:
@@ -60,6 +60,20 @@ async def expect_refusal(
                 await backend.publisher().topic(topic).publish(OutboundMessage(b"x"), timeout=bound + 5)
     elapsed = time.monotonic() - started
     assert elapsed < bound, f"the refusal took {elapsed:.1f}s (bound {bound}s): {caught.value!r}"
+    return caught.value
+
+
+async def expect_ping_refusal(
+    connect: str | Mapping[str, Any], error: type[BrokerError], match: str | None, *, bound: float = 5.0
+) -> BrokerError:
+    """``backend.ping(timeout=...)`` must raise ``error`` matching ``match`` within ``bound`` seconds,
+    well before the ping's own timeout (twice ``bound``): the refusal itself, not a timeout."""
+    started = time.monotonic()
+    async with broker.connect(connect) as backend:  # type: ignore[arg-type]
+        with pytest.raises(error, match=match) as caught:
+            await backend.ping(timeout=2 * bound)
+    elapsed = time.monotonic() - started
+    assert elapsed < bound, f"the refused ping took {elapsed:.1f}s (bound {bound}s): {caught.value!r}"
     return caught.value
 
 

@@ -16,7 +16,7 @@ from broker import OutboundMessage
 from broker.errors import AuthenticationFailed, ConnectionFailed, PermissionDenied
 from tests.security.certs import Pki
 from tests.security.conftest import NATS_TOKEN, NATS_USERS, NatsServers
-from tests.security.helpers import assert_no_leak, expect_refusal, round_trip, unique
+from tests.security.helpers import assert_no_leak, expect_ping_refusal, expect_refusal, round_trip, unique
 from tests.security.matrix import covers
 
 B = "jetstream"
@@ -149,6 +149,21 @@ async def test_user_and_password(
             port, scheme, **tls, user="admin", password="wr0ng-pw-4711", max_reconnect_attempts=-1
         )
         error = await expect_refusal(wrong, AuthenticationFailed, "refused the credentials")
+    assert error.retryable is False
+    assert_no_leak(error, caplog.text, "wr0ng-pw-4711", NATS_USERS["admin"])
+
+
+async def test_ping_logs_in_and_refuses_a_wrong_password(
+    nats_servers: NatsServers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ping()`` connects with the credentials: the right password answers, a wrong one is
+    AuthenticationFailed at once (even with unlimited reconnection)."""
+    port = nats_servers.plain.port
+    async with broker.connect(_settings(port, "nats", **_user("admin"))) as backend:
+        await backend.ping(timeout=10)
+    wrong = _settings(port, "nats", user="admin", password="wr0ng-pw-4711", max_reconnect_attempts=-1)
+    with caplog.at_level(logging.DEBUG):
+        error = await expect_ping_refusal(wrong, AuthenticationFailed, "refused the credentials")
     assert error.retryable is False
     assert_no_leak(error, caplog.text, "wr0ng-pw-4711", NATS_USERS["admin"])
 

@@ -20,7 +20,7 @@ from broker.devserver import ProcessServer
 from broker.errors import AuthenticationFailed, ConnectionFailed, Timeout
 from tests.security.certs import Pki
 from tests.security.conftest import TlsStub
-from tests.security.helpers import assert_no_leak, expect_refusal, unique
+from tests.security.helpers import assert_no_leak, expect_ping_refusal, expect_refusal, unique
 from tests.security.matrix import covers
 
 B = "kafka"
@@ -128,6 +128,23 @@ async def test_a_refused_scram_login_is_authentication_failed(
     assert closed - refused < 3 and everything < 5, (
         f"closing took {closed - refused:.1f}s (the consumer) and {everything:.1f}s (everything)"
     )
+
+
+async def test_ping_refuses_a_wrong_scram_login_at_once(
+    tansu_authenticating: ProcessServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ping()`` logs in: a SCRAM login Tansu refuses is AuthenticationFailed at once, not after
+    librdkafka's retries up to the ping's timeout."""
+    settings = _settings(
+        tansu_authenticating,
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="nobody",
+        sasl_password="pw-never-shown",
+    )
+    with caplog.at_level(logging.DEBUG):
+        error = await expect_ping_refusal(settings, AuthenticationFailed, "SASL")
+    assert error.retryable is False
+    assert_no_leak(error, caplog.text, "pw-never-shown")
 
 
 @covers(

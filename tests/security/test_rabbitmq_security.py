@@ -13,7 +13,7 @@ from broker import OutboundMessage
 from broker.errors import AuthenticationFailed, ConnectionFailed, PermissionDenied
 from tests.security.certs import Pki
 from tests.security.conftest import RABBITMQ_USERS, RabbitmqServers
-from tests.security.helpers import assert_no_leak, expect_refusal, round_trip, unique
+from tests.security.helpers import assert_no_leak, expect_ping_refusal, expect_refusal, round_trip, unique
 from tests.security.matrix import covers
 
 B = "rabbitmq"
@@ -112,6 +112,21 @@ async def test_user_and_password(rabbitmq_servers: RabbitmqServers, caplog: pyte
         await round_trip(_settings(port), unique("pw."))
         wrong = {**_settings(port), "password": "wr0ng-pw-4711"}
         error = await expect_refusal(wrong, AuthenticationFailed, "refused")
+    assert error.retryable is False
+    assert_no_leak(error, caplog.text, "wr0ng-pw-4711", RABBITMQ_USERS["admin"])
+
+
+async def test_ping_logs_in_and_refuses_a_wrong_password(
+    rabbitmq_servers: RabbitmqServers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ping()`` logs in: the right password answers, a wrong one is AuthenticationFailed at once."""
+    port = rabbitmq_servers.main.port
+    async with broker.connect(_settings(port)) as backend:
+        await backend.ping(timeout=10)
+    with caplog.at_level(logging.DEBUG):
+        error = await expect_ping_refusal(
+            {**_settings(port), "password": "wr0ng-pw-4711"}, AuthenticationFailed, None
+        )
     assert error.retryable is False
     assert_no_leak(error, caplog.text, "wr0ng-pw-4711", RABBITMQ_USERS["admin"])
 

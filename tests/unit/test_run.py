@@ -11,7 +11,7 @@ import pytest
 
 import broker
 from broker import adapt
-from broker.errors import ConfigError, ReceiveError
+from broker.errors import ClosedError, ConfigError, ConnectionFailed, ReceiveError
 from broker.message import Message, OutboundMessage
 from broker.testing.harness import drain, wait_until
 from tests.unit.scripted import ScriptedIterator
@@ -149,3 +149,36 @@ async def test_all_receivers_ending_ends_the_run() -> None:
     async with asyncio.timeout(5):
         assert await broker.run((adapt.receiver(source), handler)) == 0
     await wait_until(lambda: source.acker.acked == ["1"], 1)
+
+
+async def test_a_backend_at_a_wrong_host_fails_the_run_at_start() -> None:
+    """``run`` pings its backends before any receiver starts: one at a wrong host (here the
+    publishing side, which no receiver would ever touch) raises ConnectionFailed at once, every
+    backend is closed, and the waiting message is left for the next run (nothing taken, nothing lost)."""
+    from broker.testing.ping import unreachable
+
+    name = f"inmem://run-ping-{uuid.uuid4().hex}"
+    consuming = broker.connect(name)
+    wrong = unreachable("rabbitmq://guest:guest@127.0.0.1:5672/")
+    assert isinstance(wrong, str)
+    publishing = broker.connect(wrong)
+    await consuming.publisher().topic("orders").publish(OutboundMessage(b"o1"))
+    handled: list[bytes] = []
+
+    async def handle(message: Message) -> None:
+        handled.append(message.data)
+        await message.ack()
+
+    receiver = consuming.receiver("orders", "s")
+    async with asyncio.timeout(5):  # without the ping the run would go on until stopped
+        with pytest.raises(ConnectionFailed, match=r"127\.0\.0\.1"):
+            await broker.run(
+                (receiver, handle), backends=[consuming, publishing], signals=(), stop=asyncio.Event()
+            )
+    assert handled == []
+    with pytest.raises(ClosedError):
+        consuming.publisher()
+    with pytest.raises(ClosedError):
+        publishing.publisher()
+    async with broker.connect(name) as again, again.messages("orders", "s") as messages:
+        assert [m.data for m in await drain(messages, 0.1)] == [b"o1"]

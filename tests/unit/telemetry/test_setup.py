@@ -136,3 +136,24 @@ async def test_health_records_a_broker_failure_and_recovers(otel: Otel) -> None:
     await failing.close()
     assert backend.health().ready
     await backend.close()
+
+
+async def test_check_health_pings_the_broker_for_readiness(otel: Otel) -> None:
+    """A readiness endpoint's ``check_health()`` pings the broker: a reachable one is ready; one at a
+    wrong host is live but not ready, with the ping's error in the report (and ``ping()`` raises it)."""
+    from broker.testing.ping import unreachable
+
+    reachable = instrument(broker.connect(f"inmem://ping-{uuid.uuid4().hex}"), opentelemetry=False)
+    report = await reachable.check_health(timeout=5)
+    assert report.live and report.ready and report.reachable is True
+    wrong = unreachable("rabbitmq://127.0.0.1:5672/")
+    assert wrong is not None
+    backend = instrument(broker.connect(wrong), opentelemetry=False)
+    report = await backend.check_health(timeout=5)
+    assert report.live and not report.ready and report.reachable is False
+    assert report.as_dict()["reachable"] is False
+    assert report.ping_error is not None and report.ping_error.startswith("ConnectionFailed: ")
+    with pytest.raises(ConnectionFailed):
+        await backend.ping(timeout=5)
+    await backend.close()
+    await reachable.close()
