@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol, TypeGuard, runtime_checkable
 
+from broker.clock import clock
 from broker.errors import AckError, NotSupported
 
 __all__ = [
@@ -33,8 +34,11 @@ __all__ = [
     "claim_ack",
     "claim_acks",
     "has_native_properties",
+    "late_ack_error",
+    "late_acks",
     "own_acker",
     "release_claim",
+    "start_ack_deadline",
 ]
 
 #: A shared, read-only empty attribute mapping (avoids one dict per message).
@@ -184,6 +188,10 @@ class Message:
     raw: Any = field(default=None, repr=False, compare=False)
     acker: Acker = field(default=_DETACHED, repr=False, compare=False)
     _state: int = field(default=_PENDING, repr=False, compare=False)
+    # The ack deadline as the client sees it (start_ack_deadline): seconds, and the monotonic time
+    # it passes; 0.0 where the backend names none (the broker extends leases on its own).
+    _ack_deadline: float = field(default=0.0, repr=False, compare=False)
+    _due: float = field(default=0.0, repr=False, compare=False)
     # Set by a typed consumer (broker.typed) only, never by __init__: untyped messages pay nothing.
     _binding: Any = field(init=False, repr=False, compare=False)
     _decoded: Any = field(init=False, repr=False, compare=False)
@@ -216,18 +224,32 @@ class Message:
         return self._state != _PENDING
 
     async def ack(self) -> None:
-        """Acknowledge successful handling; the broker will not deliver it again."""
+        """Acknowledge successful handling; the broker will not deliver it again.
+
+        An ack after the message's ack deadline (counted from its delivery or its last
+        :meth:`in_progress`, on the client's clock) is still sent, then raises
+        :class:`~broker.errors.AckError` naming the deadline: the broker may have redelivered the
+        message meanwhile. The message stays acked (acking again is a no-op).
+        """
         state = self._state
         if state == _ACKED:
             return
         if state != _PENDING:
             raise AckError(f"cannot ack message {self.id!r}: it was already {_STATE_NAMES[state]}")
         self._state = _ACKED
+        due = self._due
+        # Late by when the ack is sent, not when the broker answers; no clock read without a deadline.
+        sent = clock.monotonic() if due else 0.0
+        late = due and sent > due
         try:
             await self.acker.ack(self)
-        except BaseException:
+        except BaseException as exc:
             self._state = _PENDING
+            if late and isinstance(exc, AckError):
+                raise late_ack_error([self], sent, refused=exc) from exc
             raise
+        if late:
+            raise late_ack_error([self], sent)
 
     async def nack(self, delay: float | None = None) -> None:
         """Report failed handling: the broker redelivers it (after ``delay`` seconds where it can)."""
@@ -250,6 +272,8 @@ class Message:
         if self._state != _PENDING:
             raise AckError(f"message {self.id!r} is already {_STATE_NAMES[self._state]}")
         await self.acker.in_progress(self)
+        if self._due:
+            self._due = clock.monotonic() + self._ack_deadline
 
     async def dead_letter(self, reason: str | None = None) -> None:
         """Stop redelivering a poison message (dead-letter queue where configured, else drop it).
@@ -291,6 +315,7 @@ class LazyMessage(Message):
         self.acker = acker
         self.ingestion_time = ingestion_time
         self._state = _PENDING
+        self._ack_deadline = self._due = 0.0
 
     @classmethod
     def many(
@@ -312,6 +337,7 @@ class LazyMessage(Message):
             message.acker = acker
             message.ingestion_time = ingestion_time
             message._state = _PENDING
+            message._ack_deadline = message._due = 0.0
             append(message)
         return out
 
@@ -323,6 +349,50 @@ class LazyMessage(Message):
         value = decode(self.raw)
         object.__setattr__(self, name, value)
         return value
+
+
+def start_ack_deadline(
+    messages: Iterable[Message], seconds: float | None, since: float | None = None
+) -> None:
+    """For a backend: the ack deadline of ``messages`` is ``seconds``, running from ``since``.
+
+    ``since`` is a :data:`broker.clock.clock` monotonic time (default: now), when the broker
+    started counting (the delivery, or the client's own timer). From then on the portable layer
+    knows when the deadline passes on the client's clock: :meth:`Message.in_progress` restarts it,
+    and an ack after it raises :class:`~broker.errors.AckError` once sent (:func:`late_ack_error`).
+    ``None`` (the broker or its SDK extends the lease on its own) leaves the messages without one.
+    """
+    if not seconds:
+        return
+    due = (clock.monotonic() if since is None else since) + seconds
+    for message in messages:
+        message._ack_deadline = seconds
+        message._due = due
+
+
+def late_ack_error(
+    messages: Sequence[Message], now: float | None = None, refused: BaseException | None = None
+) -> AckError:
+    """The error of acks sent (at ``now``, default: now) after the messages' ack deadline passed;
+    the first one is named. ``refused``: the broker's answer when it refused the ack."""
+    first = messages[0]
+    late = (clock.monotonic() if now is None else now) - first._due
+    more = f" (and {len(messages) - 1} more acked late)" if len(messages) > 1 else ""
+    outcome = (
+        f"the broker refused the ack ({refused}) and redelivers the message"
+        if refused is not None
+        else "the ack was sent, but the broker may have redelivered the message already"
+    )
+    return AckError(
+        f"message {first.id!r} was acked {late:.3g}s after its ack deadline of {first._ack_deadline:g}s "
+        f"(from its delivery or last in_progress()) passed by the client's clock{more}: {outcome} "
+        "(extend the deadline with in_progress() while handling takes longer)"
+    )
+
+
+def late_acks(messages: Iterable[Message], now: float) -> list[Message]:
+    """The acked messages among ``messages`` whose ack deadline had passed at ``now`` (monotonic)."""
+    return [m for m in messages if m._due and m._state == _ACKED and now > m._due]
 
 
 def claim_ack(message: Message) -> bool:

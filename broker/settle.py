@@ -1,37 +1,72 @@
-"""Settle many messages or records at once, using a backend's bulk path where it has one."""
+"""Settle many messages or records at once, using a backend's bulk path where it has one; and
+warn about handlers that leave their messages unsettled."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from broker.message import Message, Record, RecordBatch, acks_in_bulk, claim_ack, release_claim
+from broker.clock import clock
+from broker.message import (
+    Message,
+    Record,
+    RecordBatch,
+    acks_in_bulk,
+    claim_ack,
+    late_ack_error,
+    late_acks,
+    release_claim,
+)
 
-__all__ = ["ack_all", "ack_in_turn", "commit_highest_offsets", "nack_all"]
+__all__ = [
+    "UnsettledWarnings",
+    "ack_all",
+    "ack_in_turn",
+    "commit_highest_offsets",
+    "handler_name",
+    "nack_all",
+]
+
+#: Where :class:`UnsettledWarnings` logs.
+log = logging.getLogger("broker.settle")
 
 
 async def ack_all(messages: Sequence[Message]) -> None:
     """Ack every unsettled message, one bulk call per backend where it supports bulk acks.
 
     A :class:`~broker.message.BulkAcker` offers ``ack_many(messages) -> others``: it acks the
-    pending messages that are its own and returns the rest.
+    pending messages that are its own and returns the rest. Acks after a message's ack deadline
+    are sent like the others; then :class:`~broker.errors.AckError` names the deadline (as
+    :meth:`Message.ack <broker.message.Message.ack>` does).
     """
+    pending = [m for m in messages if not m.settled and m._due]
+    sent_at = clock.monotonic()
     remaining: Sequence[Message] = messages
-    calls: list[Coroutine[Any, Any, None]] = []
+    calls: list[Message] = []
     while remaining:
         acker = remaining[0].acker
         if not acks_in_bulk(acker):
-            calls.extend(m.ack() for m in remaining if m.acker is acker and not m.settled)
+            calls.extend(m for m in remaining if m.acker is acker and not m.settled)
             remaining = [m for m in remaining if m.acker is not acker]
         else:
             others = await acker.ack_many(remaining)
             if len(others) >= len(remaining):  # the acker claimed none of them: settle one by one
-                calls.extend(m.ack() for m in remaining if m.acker is acker and not m.settled)
+                calls.extend(m for m in remaining if m.acker is acker and not m.settled)
                 others = [m for m in remaining if m.acker is not acker]
             remaining = others
     if calls:
-        await asyncio.gather(*calls)
+        results = await asyncio.gather(*(m.ack() for m in calls), return_exceptions=True)
+        for message, result in zip(calls, results, strict=True):
+            # A message that stays acked had its ack sent (a late one: raised below, once for all).
+            if isinstance(result, BaseException) and not message.state == "acked":
+                raise result
+    late = late_acks(pending, sent_at)
+    if late:
+        raise late_ack_error(late, sent_at)
 
 
 async def ack_in_turn(
@@ -100,3 +135,85 @@ async def _ack_each(records: Collection[Record]) -> None:
             await record.ack()
     elif records:
         await asyncio.gather(*(r.ack() for r in records))
+
+
+def handler_name(handler: Callable[..., Any]) -> str:
+    """``module.qualified.name`` of a handler: the function beneath decorators (``__wrapped__``) and
+    ``functools.partial``; the class of a callable object."""
+    target: Any = handler
+    for _ in range(16):  # wrappers of wrappers, never a cycle
+        if isinstance(target, functools.partial):
+            target = target.func
+        elif hasattr(target, "__wrapped__"):
+            target = inspect.unwrap(target)
+        else:
+            break
+    qualname = getattr(target, "__qualname__", None)
+    module = getattr(target, "__module__", None)
+    if not isinstance(qualname, str):  # a callable object: name its class
+        qualname, module = type(target).__qualname__, type(target).__module__
+    return f"{module}.{qualname}" if module else qualname
+
+
+class UnsettledWarnings:
+    """Warns when a receiver's handler returns and leaves a message unsettled.
+
+    A handler that neither acks, nacks nor dead-letters its message (and does not raise) leaves
+    it in flight: the broker redelivers it after its ack deadline, and again each time the handler
+    does the same, with nothing in the application's logs. A receiver calls :meth:`check` after
+    each handler call that returned; one WARNING is logged per message id (redeliveries of an id
+    already named stay quiet), at most :attr:`limit` per :attr:`window` seconds, the rest counted
+    in the next warning. The receiver does not settle the message itself: the ack policy is the
+    application's.
+    """
+
+    #: Most warnings logged per :attr:`window`.
+    limit = 10
+    #: Seconds of the rate limit's window.
+    window = 60.0
+    #: Message ids remembered as warned about (the oldest are forgotten first).
+    remember = 4096
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        #: The handler's qualified name, as the warnings give it.
+        self.handler = handler_name(handler)
+        self._warned: dict[str, None] = {}
+        self._window_start = float("-inf")
+        self._in_window = 0
+        self._suppressed = 0
+
+    def check(self, unit: Any) -> None:
+        """After the handler returned from ``unit`` (a Message or a batch): warn about what it left
+        unsettled."""
+        if isinstance(unit, Message):
+            if not unit.settled:
+                self._warn(unit)
+        elif isinstance(unit, list):
+            for message in unit:
+                if isinstance(message, Message) and not message.settled:
+                    self._warn(message)
+
+    def _warn(self, message: Message) -> None:
+        warned = self._warned
+        key = message.id
+        if key in warned:
+            return
+        warned[key] = None
+        if len(warned) > self.remember:
+            del warned[next(iter(warned))]
+        now = clock.monotonic()
+        if now - self._window_start >= self.window:
+            self._window_start, self._in_window = now, 0
+        if self._in_window >= self.limit:
+            self._suppressed += 1
+            return
+        self._in_window += 1
+        suppressed, self._suppressed = self._suppressed, 0
+        log.warning(
+            "handler %s returned without settling message %s (no ack(), nack() or dead_letter()): the "
+            "broker redelivers it after its ack deadline, and again each time this happens; settle "
+            "every message the handler is given%s",
+            self.handler,
+            key,
+            f" ({suppressed} more messages left unsettled were not logged)" if suppressed else "",
+        )

@@ -12,7 +12,8 @@ def backlog(broker: InmemBroker, topic: str, subscription: str) -> int:
     """Messages of ``subscription`` (a queue subscription, else a ``records()`` group) not yet acked.
 
     A queue subscription counts what it has not delivered yet, what waits for redelivery (now or
-    after a nack's delay) and what is in flight (delivered, not settled, lease not expired). A
+    after a nack's delay) and what is in flight (delivered, not settled, lease not expired; a
+    lease that lapsed is expired first, so its messages count as waiting for redelivery). A
     consumer group counts, per partition, the records after its committed offset (all retained
     records where it committed nothing). Raises ``UnknownTopic`` for an unknown topic or name.
     """
@@ -21,6 +22,7 @@ def backlog(broker: InmemBroker, topic: str, subscription: str) -> int:
         raise UnknownTopic(f"the in-memory broker has no topic {topic!r}")
     queue = state.subscriptions.get(subscription)
     if queue is not None:
+        queue.expire()  # a lapsed lease waits for redelivery now, whether or not a consumer polls
         undelivered = sum(
             max(0, part.high - max(cursor, part.base))
             for part, cursor in zip(state.partitions, queue.cursors, strict=True)

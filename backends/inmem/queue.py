@@ -20,7 +20,7 @@ from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.clock import clock
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
-from broker.message import Message, OutboundMessage, claim_acks
+from broker.message import Message, OutboundMessage, claim_acks, start_ack_deadline
 from broker.partitioning import Partitioner
 from broker.pulled import PulledBatchedMessageIteration
 from broker.resources import AsyncResource
@@ -106,6 +106,12 @@ class Subscription:
         while delayed and delayed[0][0] <= now:
             self.ready.append(heapq.heappop(delayed)[2])
 
+    def expire(self) -> None:
+        """Queue for redelivery what passed its ack deadline, as a broker does on its own clock
+        (a take does it too; :func:`~broker.backends.inmem.backlog.backlog` before counting)."""
+        if self.leases or self.delayed:
+            self._expire(clock.monotonic())
+
     def next_due(self) -> float | None:
         """The monotonic time of the next deadline or delayed redelivery (None: nothing pending)."""
         due = None
@@ -147,6 +153,8 @@ class Subscription:
                 lease,
                 self,
             )
+            message._ack_deadline = self.ack_deadline
+            message._due = lease.deadline
             single.append(message)
             lease.pending = 1
             self.leases.append(lease)
@@ -196,6 +204,7 @@ class Subscription:
                     break
         if not out:
             return out
+        start_ack_deadline(out, self.ack_deadline, now)
         lease.pending = len(out)
         self.leases.append(lease)
         return list(out)
@@ -248,9 +257,28 @@ class Subscription:
         lease.settle(1)
         return True
 
+    def _withdraw(self, message: Message) -> None:
+        """A late ack of ``message``, whose lease expired: as a broker that gets an ack before it
+        redelivers, take the message out of redelivery where it waits (ready, or delayed). A copy
+        handed out again meanwhile is left to its consumer (the ack came too late for it)."""
+        ready = self.ready
+        for index, waiting in enumerate(ready):
+            if waiting is message:
+                del ready[index]
+                return
+        delayed = self.delayed
+        for index, entry in enumerate(delayed):
+            if entry[2] is message:
+                delayed[index] = delayed[-1]
+                delayed.pop()
+                heapq.heapify(delayed)
+                return
+
     async def ack(self, message: Message) -> None:
-        """Settle ``message`` for good (an ack of an expired, redelivered copy is ignored)."""
-        self._release(message)
+        """Settle ``message`` for good; an ack after its lease expired takes it out of redelivery
+        unless it was handed out again (``Message.ack`` then says the deadline had passed)."""
+        if not self._release(message):
+            self._withdraw(message)
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Ack this subscription's pending messages among ``messages``; returns the others."""
@@ -258,6 +286,9 @@ class Subscription:
         lease: Lease | None = None
         count = 0
         for message in claimed:  # a batch shares one lease: settle it once per run of messages
+            if message.raw.expired:
+                self._withdraw(message)
+                continue
             if message.raw is not lease:
                 if lease is not None and not lease.expired:
                     lease.settle(count)

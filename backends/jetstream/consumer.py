@@ -24,7 +24,7 @@ from broker.backends.jetstream.mapping import to_messages, to_records
 from broker.backends.jetstream.pull import PullEngine
 from broker.batch_limits import check_batch_limits
 from broker.errors import Timeout
-from broker.message import Message, Record
+from broker.message import Message, Record, start_ack_deadline
 from broker.resources import (
     AsyncResource,
     BatchedMessageIteration,
@@ -88,6 +88,13 @@ class _Batches(_Consumer):
         return await self._engine.pull(size, size, self.batch_timeout if timeout is None else timeout)
 
 
+def _ack_wait(acker: JetStreamAcker) -> float | None:
+    """The ack deadline the client counts for a handed-out message: ``ack_wait`` (None with a
+    ``backoff``, whose waits differ per delivery)."""
+    options = acker.options
+    return None if options.backoff else options.ack_wait
+
+
 class JetStreamMessageIterator(_Consumer, MessageIteration):
     """A MessageIterator on a durable pull consumer."""
 
@@ -99,7 +106,9 @@ class JetStreamMessageIterator(_Consumer, MessageIteration):
     async def next_message(self, timeout: float | None = None) -> Message:
         """The next message; ``Timeout`` when none arrives within ``timeout`` seconds."""
         msgs = await self._pull_one(self.prefetch, timeout, "message")
-        return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)[0]
+        messages = to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)
+        start_ack_deadline(messages, _ack_wait(self.acker))
+        return messages[0]
 
 
 class JetStreamBatchedMessageIterator(_Batches, BatchedMessageIteration):
@@ -117,7 +126,9 @@ class JetStreamBatchedMessageIterator(_Batches, BatchedMessageIteration):
         msgs = await self._pull_batch(timeout)
         if not msgs:
             return []
-        return to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)
+        messages = to_messages(msgs, self.acker, time.time(), self._msg_id_attribute)
+        start_ack_deadline(messages, _ack_wait(self.acker))
+        return messages
 
 
 class _RecordReader(_Batches):

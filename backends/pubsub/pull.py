@@ -41,7 +41,7 @@ from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.mapping import from_received
 from broker.backends.pubsub.settings import MAX_ACK_DEADLINE
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
-from broker.message import Message, claim_acks, release_claim
+from broker.message import Message, claim_acks, release_claim, start_ack_deadline
 from broker.pulled import PulledBatchedMessageIteration, PulledMessageIteration
 
 __all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
@@ -345,7 +345,9 @@ class _PullConsumer(SubscriptionConsumer):
                 await asyncio.gather(*(self.settler._queue(self._lease, r.ack_id) for r in received))
         now = time.time()
         settler = self.settler
-        return pulled_at, [from_received(r, settler, now) for r in received]
+        messages = [from_received(r, settler, now) for r in received]
+        start_ack_deadline(messages, self._lease)  # the client counts from the pull's answer
+        return pulled_at, messages
 
     def _from_buffer(self, limit: int) -> list[Message]:
         buffer = self._buffer
@@ -405,6 +407,7 @@ class _PullConsumer(SubscriptionConsumer):
                 buffer.append((pulled_at, message))
         self._buffer = buffer
         if renewed:
+            start_ack_deadline(renewed, self._lease)
             self._background(_set_deadlines(self.settler, self._lease, renewed))
         self._arm_release()
 

@@ -48,6 +48,7 @@ from broker.errors import ReceiveError
 from broker.interfaces import BatchHandler, Handler
 from broker.message import Message
 from broker.retry import Retrier
+from broker.settle import UnsettledWarnings
 
 __all__ = ["LoopScheduler", "PubsubReceiver", "StreamSettler"]
 
@@ -182,6 +183,7 @@ class _Run:
         retrier: Retrier | None = None,
     ) -> None:
         self._handler = handler
+        self._unsettled = UnsettledWarnings(handler)
         self._retrier = retrier
         self._settler = settler
         self._nack_delay = nack_delay
@@ -229,6 +231,11 @@ class _Run:
         self._partial = True
         self._spawn()
 
+    async def _checked(self, unit: Any) -> None:
+        """The handler, then the warning about what it returned from unsettled."""
+        await self._handler(unit)
+        self._unsettled.check(unit)
+
     def _retry_delay(self, message: Message) -> float | None:
         """The nack delay for a message whose handler failed (a backoff by attempt by default)."""
         delay = self._nack_delay
@@ -253,9 +260,9 @@ class _Run:
             retrier = self._retrier
             if retrier is not None:
                 if single:
-                    await retrier.handle(unit[0], self._handler)
+                    await retrier.handle(unit[0], self._checked)
                 else:
-                    await retrier.handle_batch(unit, self._handler)
+                    await retrier.handle_batch(unit, self._checked)
                 del self._held[task]
                 await retrier.wait_if_paused()
                 continue
@@ -267,6 +274,8 @@ class _Run:
                     if not message.settled:
                         with contextlib.suppress(Exception):
                             await message.nack(self._retry_delay(message))
+            else:
+                self._unsettled.check(unit)
             del self._held[task]
         if not self._stopping and self._ready:
             self._loop.call_soon(self._spawn)

@@ -37,7 +37,7 @@ from broker.backends.pulsar.mapping import to_message, to_messages
 from broker.backends.pulsar.settings import ConsumerOptions
 from broker.batch_limits import check_batch_limits
 from broker.errors import AckError, ClosedError, NotSupported, ReceiveError
-from broker.message import Message, OutboundMessage
+from broker.message import Message, OutboundMessage, start_ack_deadline
 from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 from broker.settle import ack_in_turn
 
@@ -339,7 +339,9 @@ class PulsarMessageIterator(_Consuming, MessageIteration):
         raw = fetcher.ready()  # the common case under load: no coroutine to wait in
         if raw is None:
             raw = await fetcher.take(timeout)
-        return to_message(raw, self._acker, time.time())
+        message = to_message(raw, self._acker, time.time())
+        start_ack_deadline((message,), self.options.ack_timeout)
+        return message
 
 
 class PulsarBatchedMessageIterator(_Consuming, BatchedMessageIteration):
@@ -370,4 +372,6 @@ class PulsarBatchedMessageIterator(_Consuming, BatchedMessageIteration):
         raws = await self._fetcher.take_many(self.batch_size, wait_for)
         if not raws:
             return []
-        return to_messages(raws, self._acker, time.time())
+        messages = to_messages(raws, self._acker, time.time())
+        start_ack_deadline(messages, self.options.ack_timeout)
+        return messages

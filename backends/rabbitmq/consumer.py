@@ -43,7 +43,7 @@ from broker.backends.rabbitmq.mapping import (
 )
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
 from broker.errors import AckError
-from broker.message import Message
+from broker.message import Message, start_ack_deadline
 from broker.pushed import PushedBatchedMessageIterator, PushedMessageIterator
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class RabbitmqAcker:
     def handed_out(self, message: Message) -> None:
         """Start the ack-deadline timer of a message just handed out."""
         if self.ack_deadline is not None:
+            start_ack_deadline((message,), self.ack_deadline)
             self._arm(message, self.ack_deadline)
 
     def _arm(self, message: Message, delay: float) -> None:

@@ -59,7 +59,7 @@ from broker.backends.servicebus.mapping import (
 )
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
-from broker.message import Message, own_acker
+from broker.message import Message, own_acker, start_ack_deadline
 from broker.pulled import PulledBatchedMessageIteration
 from broker.resources import AsyncResource, MessageIteration
 from broker.settle import ack_in_turn
@@ -417,6 +417,7 @@ class _Receiving(AsyncResource):
                     if self.options.max_attempts is not None:
                         messages = await self._dead_letter_used_up(settler, messages)
                     if self.options.ack_deadline is not None:
+                        start_ack_deadline(messages, self.options.ack_deadline)
                         self._start_renewing(messages, self.options.ack_deadline, abandon=True)
                     elif self.options.lock_renewal:
                         self._start_renewing(messages, self.options.lock_renewal, abandon=False)
@@ -575,9 +576,14 @@ class _Receiving(AsyncResource):
             await asyncio.sleep(pause)
 
     async def _deadline_passed(self, settler: _Settler, message: Message) -> None:
-        """``ack_deadline`` passed with ``message`` unsettled: redeliver it (or dead-letter the last try)."""
+        """``ack_deadline`` passed with ``message`` unsettled: redeliver it (or dead-letter the last try).
+
+        The message is abandoned through its acker, not ``message.nack()``: the application did not
+        nack it, so it stays pending, and a late ``ack()`` is still sent (the broker refuses it, the
+        lock being gone) and raises the AckError that names the deadline, as on every backend.
+        """
         try:
-            await message.nack()
+            await settler.nack(message, None)
         except Exception as exc:  # settled meanwhile, or the lock is gone: Service Bus redelivers it
             log.debug("ack deadline of %s: could not abandon it: %r", message.id, exc)
 

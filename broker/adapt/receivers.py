@@ -42,6 +42,7 @@ from broker.interfaces import (
 )
 from broker.message import Message
 from broker.retry import Retrier, RetryPolicy
+from broker.settle import UnsettledWarnings
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",
@@ -84,15 +85,23 @@ async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounte
 def _caller(
     handler: Callable[[Any], Awaitable[None]], nack_delay: NackDelay, retrier: Retrier | None
 ) -> Callable[[Any], Awaitable[None]]:
-    """``call(unit)``: the handler with the failure rules applied; never raises the handler's error."""
+    """``call(unit)``: the handler with the failure rules applied; never raises the handler's error.
+
+    A handler that returns leaving a message unsettled is warned about (:class:`UnsettledWarnings`).
+    """
+    unsettled = UnsettledWarnings(handler)
     if retrier is not None:
         bound = retrier
 
+        async def checked(unit: Any) -> None:
+            await handler(unit)
+            unsettled.check(unit)
+
         async def call_with_policy(unit: Any) -> None:
             if isinstance(unit, list):
-                await bound.handle_batch(unit, handler)
+                await bound.handle_batch(unit, checked)
             else:
-                await bound.handle(unit, handler)
+                await bound.handle(unit, checked)
 
         return call_with_policy
     failures = FailureCounter()
@@ -105,6 +114,8 @@ def _caller(
         except Exception:
             log.exception("message handler failed; nacking its unsettled messages")
             await _nack_failed(unit, nack_delay, failures)
+        else:
+            unsettled.check(unit)
 
     return call
 

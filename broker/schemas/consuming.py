@@ -10,6 +10,7 @@ receiver dead-letters the message), the registry's retryable error when it canno
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -157,7 +158,7 @@ class SchemaReceiver(TypedReceiver[T]):
             await binding.resolve([message])  # type: ignore[attr-defined]
             await handler(message)
 
-        await super().receive(resolved)
+        await super().receive(functools.update_wrapper(resolved, handler))  # logs name the user's handler
 
 
 class SchemaBatchedReceiver(TypedBatchedReceiver[T]):
@@ -171,4 +172,4 @@ class SchemaBatchedReceiver(TypedBatchedReceiver[T]):
             await binding.resolve(batch)  # type: ignore[attr-defined]
             await handler(batch)
 
-        await super().receive_batch(resolved)
+        await super().receive_batch(functools.update_wrapper(resolved, handler))

@@ -10,6 +10,7 @@ version :data:`SEMCONV_VERSION` (status "Development"; see ``docs/observability.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -480,7 +481,7 @@ class ConsumerTelemetry:
         async def traced_handler(message: Message) -> None:
             await self._handled(self.begin(message), 1, handler(message))
 
-        return traced_handler
+        return functools.update_wrapper(traced_handler, handler)  # logs name the user's handler
 
     def wrap_batch_handler(self, handler: BatchHandler) -> BatchHandler:
         """A batch ``handler`` inside one process span linked to the messages' contexts."""
@@ -488,7 +489,7 @@ class ConsumerTelemetry:
         async def traced_batch_handler(messages: list[Message]) -> None:
             await self._handled(self.begin_batch(messages), len(messages), handler(messages))
 
-        return traced_batch_handler
+        return functools.update_wrapper(traced_batch_handler, handler)
 
     async def _handled(self, span: Any, count: int, call: Awaitable[None]) -> None:
         """Await a handler's ``call`` with ``span`` current; time it and count how it ended."""

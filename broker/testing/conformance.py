@@ -7,6 +7,7 @@ only where the guarantee allows them.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Sequence
 
@@ -27,7 +28,16 @@ from broker.message import Message, OutboundMessage
 from broker.publishing import DriverPublisher
 from broker.testing.backlog import BacklogSuite
 from broker.testing.cloudevents import CloudEventsSuite
-from broker.testing.harness import Harness, collect, collect_records, drain, need
+from broker.testing.harness import (
+    Harness,
+    clock_ahead,
+    collect,
+    collect_records,
+    drain,
+    need,
+    subscribed_topic,
+    wait_until,
+)
 from broker.testing.lifecycle import LifecycleSuite
 from broker.testing.ping import PingSuite
 from broker.testing.retry import RetrySuite
@@ -293,6 +303,74 @@ class ConformanceSuite(
             await message.ack()
             with pytest.raises(TimeoutError):
                 await consumer.next_message(timeout=deadline * 2)
+
+    async def test_an_ack_after_the_deadline_is_sent_and_raises_naming_it(self, harness: Harness) -> None:
+        """An ack that comes after the message's ack deadline (counted from its delivery or its last
+        ``in_progress()``) on the client's clock is still sent, then raises AckError naming the
+        deadline; the message stays acked. The client's clock runs ahead here: the broker's own
+        deadline has not passed, so the ack that was sent is the one that settles the message."""
+        need(harness, "messages", "ack_deadline")
+        deadline = harness.short_ack_deadline
+        extends = harness.capabilities.in_progress
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
+            await (
+                harness.backend.publisher()
+                .topic(topic)
+                .batch_publish(OutboundMessage(b"kept"), OutboundMessage(b"late"))
+            )
+            kept, late = sorted(await collect(consumer, 2, harness.patience, ack=False), key=lambda m: m.data)
+            assert (kept.data, late.data) == (b"kept", b"late")
+            with clock_ahead(deadline * 0.5):
+                if extends:
+                    await kept.in_progress()  # its deadline now runs from here
+                with clock_ahead(deadline * 0.75):  # 1.25 deadlines after the delivery
+                    if extends:
+                        await kept.ack()  # 0.75 of a deadline after its in_progress(): in time
+                    with pytest.raises(broker.errors.AckError, match=f"ack deadline of {deadline:g}s"):
+                        await late.ack()
+            assert late.state == "acked", "a late ack is sent: the message is acked"
+            await late.ack()  # acking again is a no-op
+            if not extends:
+                await kept.ack()
+            assert kept.state == "acked"
+        if harness.backend.name == "inmem":
+            assert await harness.backend.backlog(topic, sub) == 0  # type: ignore[attr-defined]
+
+    async def test_a_handler_that_returns_without_settling_is_warned_about(
+        self, harness: Harness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """``backend.receiver(...)``: a handler that returns without acking, nacking or dead-lettering
+        its message gets one WARNING naming it and the message (the broker would redeliver the
+        message after its deadline, again and again, with nothing in the logs)."""
+        need(harness, "messages")
+        topic, sub = await subscribed_topic(harness, "unsettled")
+        caplog.set_level(logging.WARNING, logger="broker.settle")
+        handed: list[Message] = []
+
+        async def forgetful_handler(message: Message) -> None:
+            handed.append(message)
+
+        receiver = harness.backend.receiver(topic, sub)
+        task = asyncio.ensure_future(receiver.receive(forgetful_handler))
+        try:
+            await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"forgotten"))
+
+            def warned() -> bool:
+                return any(r.name == "broker.settle" for r in caplog.records) or task.done()
+
+            await wait_until(warned, harness.patience)
+            assert not task.done(), task
+            await handed[0].ack()  # settled now: nothing left for the broker to redeliver
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert [m.data for m in handed] == [b"forgotten"]
+        warnings = [r for r in caplog.records if r.name == "broker.settle"]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        assert warnings[0].levelno == logging.WARNING
+        text = warnings[0].getMessage()
+        assert forgetful_handler.__qualname__ in text and handed[0].id in text, text
 
     async def test_dead_letter_after_max_attempts(self, harness: Harness) -> None:
         need(harness, "messages", "dead_letter", "nack_redelivers")

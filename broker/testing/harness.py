@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from broker.backend import Backend
 from broker.capabilities import Capabilities
+from broker.clock import clock
 from broker.interfaces import MessageIterator, RecordIterator
 from broker.message import Message, Record
 
 __all__ = [
     "Harness",
     "KillableServer",
+    "clock_ahead",
     "collect",
     "drain",
     "killable",
@@ -202,3 +204,28 @@ async def subscribed_topic(harness: Harness, prefix: str) -> tuple[str, str]:
     async with harness.backend.messages(topic, sub):
         pass  # the subscription exists from here on
     return topic, sub
+
+
+@contextmanager
+def clock_ahead(seconds: float) -> Iterator[None]:
+    """Make the client's clock (:data:`broker.clock.clock`) read ``seconds`` ahead while the block runs.
+
+    The client then sees ack deadlines pass that the broker, on its own clock, does not: what a
+    slow handler sees, without waiting for it. Blocks nest (their offsets add up). Only the
+    portable layer and ``inmem://`` read this clock; SDK threads, loop timers and servers do not.
+    """
+    if clock.virtual:
+        raise RuntimeError("clock_ahead() cannot move a clock that follows a virtual event loop")
+    monotonic, wall = clock.monotonic, clock.time
+
+    def ahead_monotonic() -> float:
+        return monotonic() + seconds
+
+    def ahead_wall() -> float:
+        return wall() + seconds
+
+    clock.monotonic, clock.time = ahead_monotonic, ahead_wall
+    try:
+        yield
+    finally:
+        clock.monotonic, clock.time = monotonic, wall

@@ -17,6 +17,7 @@ nacked and redelivered, so one bad payload costs nothing else.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, Self, TypeVar
@@ -268,7 +269,7 @@ class TypedReceiver(Generic[T]):
                     raise
                 await settle_undecodable(typed, exc, hook=hook, retrier=retrier)
 
-        await self.source.receive(call)
+        await self.source.receive(functools.update_wrapper(call, handler))  # logs name the user's handler
 
     def stop(self, drain_timeout: float | None = None) -> None:
         """Stop the source receiver gracefully (where it can be: ``broker.adapt`` receivers)."""
@@ -314,7 +315,7 @@ class TypedBatchedReceiver(Generic[T]):
                         exc
                     )
 
-        await self.source.receive_batch(call)
+        await self.source.receive_batch(functools.update_wrapper(call, handler))
 
     def stop(self, drain_timeout: float | None = None) -> None:
         """Stop the source receiver gracefully (where it can be: ``broker.adapt`` receivers)."""

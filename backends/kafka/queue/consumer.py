@@ -46,7 +46,7 @@ from broker.backends.kafka.queue.producer import MessageSender
 from broker.backends.kafka.queue.source import QueueSource
 from broker.errors import AckError, AuthenticationFailed, BrokerError, ClosedError, PermissionDenied, Timeout
 from broker.log import TopicPartition
-from broker.message import Message, claim_ack, own_acker
+from broker.message import Message, claim_ack, own_acker, start_ack_deadline
 from broker.resources import AsyncResource
 
 __all__ = ["QueueConsumer"]
@@ -565,6 +565,8 @@ class QueueConsumer(AsyncResource):
         if self._marking:
             self._unmark(1)
         self._space.set()
+        if not self.keepalive_received:  # kept alive until handed out: the deadline runs from here
+            start_ack_deadline((message,), self.config.redelivery_timeout)
         return message
 
     def receive_ready(self, limit: int) -> list[Message]:
@@ -585,6 +587,8 @@ class QueueConsumer(AsyncResource):
         else:
             out = [buffer.popleft() for _ in range(limit)]
         self._space.set()
+        if not self.keepalive_received:
+            start_ack_deadline(out, self.config.redelivery_timeout)
         return out
 
     def interrupt(self, message: Message) -> None:

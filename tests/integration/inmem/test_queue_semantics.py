@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from broker.backends.inmem import InmemBackend
 from broker.errors import AckError, ClosedError, ConfigError, TransactionError
 from broker.log import TopicPartition
 from broker.message import Message, OutboundMessage
+from broker.testing.virtual_time import virtual_time
 
 
 @pytest.fixture
@@ -51,7 +53,8 @@ async def test_expired_deliveries_ignore_stale_acks_and_refuse_in_progress(backe
     assert second.delivery_attempt == 2
     with pytest.raises(AckError):
         await first.in_progress()
-    await first.ack()  # stale: ignored, the live delivery stays in flight
+    with pytest.raises(AckError, match="ack deadline"):
+        await first.ack()  # late: sent, but the live delivery stays in flight with its consumer
     await asyncio.sleep(0.15)
     third = await consumer.next_message(timeout=1)
     assert third.delivery_attempt == 3
@@ -177,3 +180,56 @@ async def test_a_receiver_without_backoff_does_not_starve_new_messages(backend: 
         receiver.stop(drain_timeout=1)
         await asyncio.wait_for(task, 5)
     assert len(calls) == 10, f"messages never handed to the handler: {sorted(calls)}"
+
+
+async def test_an_ack_after_the_deadline_takes_the_message_out_of_redelivery() -> None:
+    """What a broker does with an ack that comes after the deadline, before it redelivered the
+    message: the ack is sent and settles it (the backlog drops to 0, nothing comes back), and the
+    client, whose clock says the deadline passed, raises AckError naming it."""
+    with virtual_time():
+        async with broker.connect(f"inmem://late-{uuid.uuid4().hex}?ack_deadline=30") as backend:
+            await backend.publisher().topic("t").publish(OutboundMessage(b"slow"))
+            async with backend.messages("t", "s") as consumer:
+                message = await consumer.next_message(timeout=1)
+                await asyncio.sleep(31)  # the handler takes longer than the deadline
+                assert await backend.backlog("t", "s") == 1  # waits for redelivery
+                with pytest.raises(AckError, match="acked 1s after its ack deadline of 30s"):
+                    await message.ack()
+                assert message.state == "acked"
+                assert await backend.backlog("t", "s") == 0
+                with pytest.raises(broker.errors.Timeout):
+                    await consumer.next_message(timeout=120)
+
+
+async def test_a_handler_that_never_settles_is_warned_about_once_per_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redeliveries of a message the handler left unsettled log no new warning; warnings about
+    many messages are rate-limited (those left out are counted in the next one)."""
+    caplog.set_level(logging.WARNING, logger="broker.settle")
+    with virtual_time():
+        async with broker.connect(f"inmem://unsettled-{uuid.uuid4().hex}?ack_deadline=30") as backend:
+            calls: list[str] = []
+
+            async def handle(message: Message) -> None:
+                calls.append(message.id)
+
+            topic = backend.publisher().topic("t")
+            await topic.publish(OutboundMessage(b"first"))
+            task = asyncio.ensure_future(backend.receiver("t", "s").receive(handle))
+            await asyncio.sleep(100)  # delivered at 0 s, redelivered at 30, 60 and 90 s: 1 warning
+            assert len(calls) == 4 and len(set(calls)) == 1
+            await topic.batch_publish(*(OutboundMessage(str(i).encode()) for i in range(15)))
+            await asyncio.sleep(1)  # 15 more within a minute: 10 warnings, 5 left out
+            assert len(set(calls)) == 16
+            await asyncio.sleep(60)
+            await topic.publish(OutboundMessage(b"last"))  # the next minute: counts the 5
+            await asyncio.sleep(1)
+            assert len(set(calls)) == 17
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    texts = [r.getMessage() for r in caplog.records if r.name == "broker.settle"]
+    assert len(texts) == 12, texts
+    assert all(f"{handle.__qualname__} returned without settling message" in t for t in texts), texts
+    assert "(5 more messages left unsettled were not logged)" in texts[-1]
+    assert "not logged" not in "".join(texts[:-1])

@@ -21,7 +21,7 @@ import broker
 from broker.backends.pubsub.backend import PubsubBackend
 from broker.backends.pubsub.receiver import PubsubReceiver
 from broker.devserver import ProcessServer
-from broker.errors import ClosedError, ConfigError, MessageTooLarge, UnknownTopic
+from broker.errors import AckError, ClosedError, ConfigError, MessageTooLarge, UnknownTopic
 from broker.message import Message, OutboundMessage
 from broker.settings import describe
 from broker.testing import collect, drain
@@ -290,7 +290,8 @@ async def test_ack_deadline_expiry_redelivers_to_a_competing_consumer(pubsub_emu
             assert again.id == taken.id and again.data == b"slow"
             assert (taken.delivery_attempt, again.delivery_attempt) == (1, 2)
             assert 8.0 <= waited <= 14.0, f"redelivered after {waited:.1f}s with a 10s deadline"
-            await taken.ack()  # a stale copy's ack is harmless
+            with pytest.raises(AckError, match="ack deadline of 10s"):
+                await taken.ack()  # late: sent (a stale copy's ack is harmless), and said so
             with pytest.raises(TimeoutError):
                 await first.next_message(timeout=1.0)
 
