@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -103,16 +104,24 @@ class ReceiveTarget:
 _SETTLE_ERRORS = (ServiceBusError, ValueError)
 
 
+#: How many messages abandoned at their deadline a settler remembers (see ``_Settler.returned``).
+_RETURNED_KEPT = 4096
+
+
 class _Settler:
     """The :class:`~broker.message.Acker` of the messages one SDK receiver delivered."""
 
-    __slots__ = ("_consumer", "outstanding", "receiver", "sessions")
+    __slots__ = ("_consumer", "outstanding", "receiver", "returned", "sessions")
 
     def __init__(self, consumer: _Receiving, receiver: ServiceBusReceiver, sessions: bool) -> None:
         self._consumer = consumer
         self.receiver = receiver
         self.sessions = sessions
         self.outstanding = 0  # messages received and not settled yet
+        #: The SDK messages abandoned at their ack deadline, by ``id()``, held weakly (a dead entry
+        #: matches no later object of the same ``id``): they left ``outstanding`` then, so a late
+        #: settlement of one does not count again. Bounded: the oldest entries go first.
+        self.returned: dict[int, weakref.ref[Any]] = {}
 
     async def _settle(self, operation: Awaitable[Any], message: Message, what: str) -> None:
         consumer = self._consumer
@@ -125,7 +134,10 @@ class _Settler:
         finally:
             consumer.settling_ended()
             consumer.stop_renewing(message)
-            if self.outstanding > 0:
+            returned = self.returned.get(id(message.raw))
+            if returned is not None and returned() is message.raw:
+                del self.returned[id(message.raw)]  # counted when it was abandoned at its deadline
+            elif self.outstanding > 0:
                 self.outstanding -= 1
 
     def native_properties(self, message: Message) -> dict[str, Any]:
@@ -586,6 +598,11 @@ class _Receiving(AsyncResource):
             await settler.nack(message, None)
         except Exception as exc:  # settled meanwhile, or the lock is gone: Service Bus redelivers it
             log.debug("ack deadline of %s: could not abandon it: %r", message.id, exc)
+        finally:
+            returned = settler.returned
+            if len(returned) >= _RETURNED_KEPT:
+                del returned[next(iter(returned))]
+            returned[id(message.raw)] = weakref.ref(message.raw)
 
     async def dead_letter_sender(self) -> ServiceBusSender:
         """A sender to ``dead_letter_topic`` (opened once)."""

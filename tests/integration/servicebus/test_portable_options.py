@@ -19,8 +19,10 @@ import pytest
 
 import broker
 from broker import OutboundMessage
+from broker.backends.servicebus.consumer import _Settler
 from broker.backends.servicebus.settings import ConsumerOptions
-from broker.errors import ConfigError, UnknownSetting
+from broker.errors import AckError, ConfigError, UnknownSetting
+from broker.message import own_acker
 from broker.testing.harness import collect
 from tests.servicebus_fake import FakeServiceBus
 
@@ -122,3 +124,27 @@ async def test_max_attempts_dead_letters_a_message_whose_lock_expired_on_the_las
         (letter,) = await collect(letters, 1, 10)
     assert letter.data == b"poison"
     assert letter.attributes["DeadLetterReason"] == "MaxDeliveryCountExceeded"
+
+
+async def test_a_late_ack_of_a_message_returned_at_its_deadline_is_counted_once(
+    fake_servicebus: FakeServiceBus, backend: broker.Backend
+) -> None:
+    """The receiver's count of unsettled messages (which decides when a session is released) stays
+    right when a message abandoned at its deadline is acked late: the late ack raises, and the
+    redelivered copy still counts as unsettled until it is acked."""
+    queue = _name("q")
+    fake_servicebus.create_queue(queue, lock_duration=1.0)
+    await backend.publisher().topic(queue).batch_publish(OutboundMessage(b"a"), OutboundMessage(b"b"))
+    async with backend.messages(queue, "", ack_deadline=1.0) as consumer:
+        first, second = await collect(consumer, 2, 10, ack=False)
+        settler = own_acker(first)
+        assert isinstance(settler, _Settler) and own_acker(second) is settler
+        await second.ack()
+        (again,) = await collect(consumer, 1, 10, ack=False)  # ``first``, back after its deadline
+        assert again.data == first.data and again.delivery_attempt == 2
+        assert own_acker(again) is settler and settler.outstanding == 1
+        with pytest.raises(AckError, match="deadline"):
+            await first.ack()
+        assert settler.outstanding == 1, "the late ack counted the returned message a second time"
+        await again.ack()
+        assert settler.outstanding == 0
