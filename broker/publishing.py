@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -133,7 +134,7 @@ class ClosingDriver:
 class DriverTopic:
     """A publishing handle for one topic (``broker.Topic``), the same on every backend."""
 
-    __slots__ = ("_publisher", "name")
+    __slots__ = ("__weakref__", "_publisher", "name")
 
     def __init__(self, publisher: DriverPublisher, name: str) -> None:
         self._publisher = publisher
@@ -190,7 +191,9 @@ class DriverPublisher(AsyncResource):
         self._send_now: Callable[[str, Sequence[OutboundMessage]], None] | None = getattr(
             driver, "send_now", None
         )
-        self._topics: dict[str, DriverTopic] = {}
+        #: Held weakly: a handle refers to its publisher, so a strong cache would make every
+        #: publisher with a handle a reference cycle, freed by the cycle collector only, late.
+        self._topics: weakref.WeakValueDictionary[str, DriverTopic] = weakref.WeakValueDictionary()
         self._closed = False
         self._shared = shared
         self._close_timeout = close_timeout
@@ -235,7 +238,7 @@ class DriverPublisher(AsyncResource):
         self.middleware.append(middleware)
 
     def topic(self, name: str) -> DriverTopic:
-        """The handle for topic ``name`` (one per name, cached)."""
+        """The handle for topic ``name`` (one per name while a handle for it is held)."""
         topic = self._topics.get(name)
         if topic is None:
             if self._closed:

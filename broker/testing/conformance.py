@@ -7,7 +7,6 @@ only where the guarantee allows them.
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections import Counter
 from collections.abc import Sequence
 
@@ -156,16 +155,18 @@ class ConformanceSuite(
     async def test_publishers_share_one_client_and_leave_the_resource_list(self, harness: Harness) -> None:
         """``backend.publisher()`` is cheap to ask for, as the docs' inline
         ``backend.publisher().topic(t).publish(m)`` needs: every publisher shares the backend's one
-        client (driver), and a publisher closed or dropped leaves the backend's resource list. 100,000
-        calls on ``inmem://`` and 10,000 on a server, half of them closed, keep both bounded, and the
-        messages published through the first and a late publisher both arrive."""
+        client (driver), and a publisher closed or dropped leaves the backend's resource list. 10,000
+        calls (100,000 on ``inmem://`` in ``tests/unit/test_publisher_sharing.py``), half of them
+        closed, keep both bounded, and the messages published through the first and a late
+        publisher both arrive."""
         need(harness, "messages")
         backend = harness.backend
-        assert isinstance(backend, BackendBase)
-        calls = 100_000 if backend.name == "inmem" else 10_000
+        inner = getattr(backend, "wrapped", backend)  # an instrumented backend's list is its backend's
+        assert isinstance(inner, BackendBase)
+        calls = 10_000
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
-            before = len(backend.resources)
+            before = len(inner.resources)
             first = backend.publisher()
             assert isinstance(first, DriverPublisher)
             await first.topic(topic).publish(OutboundMessage(b"first"))
@@ -179,7 +180,8 @@ class ConformanceSuite(
                 drivers.setdefault(id(publisher.driver), publisher.driver)
                 if call % 2:
                     await publisher.close()
-                most = max(most, len(backend.resources) - before)
+                if call % 10 == 0:  # a sample: a leak grows past any bound all the same
+                    most = max(most, len(inner.resources) - before)
                 if len(drivers) > 8 or most > 8:  # stop early where each call costs a client
                     break
             del publisher
@@ -189,8 +191,7 @@ class ConformanceSuite(
             assert (call, len(drivers), most <= 2) == (calls, 1, True), outcome
             assert sorted(m.data for m in got) == [b"first", b"late"]
             await first.close()
-            gc.collect()  # the late publisher and its topic handle refer to each other
-            assert len(backend.resources) == before, "closed and dropped publishers leave the list"
+            assert len(inner.resources) == before, "closed and dropped publishers leave the list"
 
     async def test_bad_attributes_and_data_raise_type_errors(self, harness: Harness) -> None:
         topic = harness.name("topic")
