@@ -445,8 +445,10 @@ class BackendBase(AsyncResource):
         self._closed = True
         resources, self._resources = self._resources, []
         publishers, self._publishers = list(self._publishers), weakref.WeakSet()
+        for publisher in publishers:
+            publisher._closed_now()  # the driver's close below flushes (or fails) their sends
         results: list[Any] = await asyncio.gather(
-            *(r.close() for r in (*reversed(resources), *publishers)), return_exceptions=True
+            *(r.close() for r in reversed(resources)), return_exceptions=True
         )
         driver, self._publish_driver = self._publish_driver, None
         if driver is not None:

@@ -305,9 +305,18 @@ class DriverPublisher(AsyncResource):
             else:
                 await self._driver.close()
         finally:
-            callbacks, self._on_close = self._on_close, []
-            for callback in callbacks:
-                callback(self)
+            self._closed_now()
+
+    def _closed_now(self) -> None:
+        """Mark the publisher closed at once, without waiting for its sends.
+
+        The backend's close does this to its shared publishers before it closes their driver:
+        the driver's close flushes what they sent, or fails it with a typed error.
+        """
+        self._closed = True
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback(self)
 
     async def _drain(self) -> None:
         """Wait for this publisher's sends in flight (up to ``close_timeout``)."""
