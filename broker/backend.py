@@ -9,10 +9,11 @@ import no SDK: :meth:`BackendFactory.open` imports it and raises
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from broker import adapt
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
@@ -46,6 +47,12 @@ __all__ = [
 
 #: Seconds :meth:`Backend.ping` waits for the broker's answer unless told otherwise.
 DEFAULT_PING_TIMEOUT = 10.0
+
+_Driver = TypeVar("_Driver")
+
+#: The resource list is swept of closed resources whenever it grows past this many (or twice the
+#: number left open at the last sweep), so it stays within a constant factor of what is open.
+_SWEEP_AT = 64
 
 
 @runtime_checkable
@@ -209,6 +216,12 @@ class BackendBase(AsyncResource):
     Subclasses implement what is native to their broker and call :meth:`_track` on every
     resource they hand out; what they leave out comes from :mod:`broker.adapt` or raises
     :class:`~broker.errors.NotSupported`.
+
+    Publishers are cheap: a subclass makes one publish driver (its SDK client) with
+    :meth:`_shared_driver` and hands each publisher a shared view of it (``DriverPublisher(driver,
+    shared=True)``). The backend holds those publishers weakly (one dropped without ``close()`` holds
+    nothing the backend's close must release: the driver is the backend's) and every other resource
+    strongly until it is closed; a closed resource leaves the list.
     """
 
     name: str = "backend"
@@ -218,7 +231,17 @@ class BackendBase(AsyncResource):
 
     def __init__(self) -> None:
         self._resources: list[Any] = []
+        self._sweep_at = _SWEEP_AT
+        #: Publishers over the shared driver, held weakly (see the class docstring).
+        self._publishers: weakref.WeakSet[DriverPublisher] = weakref.WeakSet()
+        #: The publish driver every shared publisher uses (made by :meth:`_shared_driver`).
+        self._publish_driver: Any = None
         self._closed = False
+
+    @property
+    def resources(self) -> tuple[Any, ...]:
+        """The publishers and consumers handed out and not closed yet: what :meth:`close` closes."""
+        return (*(r for r in self._resources if not _is_closed(r)), *self._publishers)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -228,12 +251,44 @@ class BackendBase(AsyncResource):
     _publisher_hooks: tuple[Callable[[Publisher], None], ...] = ()
 
     def _track(self, resource: Any) -> Any:
+        """Hand out ``resource``: the backend's close closes it unless it was closed before.
+
+        A shared publisher is held weakly; a :class:`DriverPublisher` leaves the list as it closes;
+        other resources are swept from it once closed (see :data:`_SWEEP_AT`).
+        """
         self._check_open()
-        self._resources.append(resource)
-        if self._publisher_hooks and isinstance(resource, DriverPublisher):
+        if isinstance(resource, DriverPublisher):
+            if resource.shared:
+                self._publishers.add(resource)
+                resource._on_close.append(self._publishers.discard)
+            else:
+                self._resources.append(resource)
+                resource._on_close.append(self._untrack)
             for hook in self._publisher_hooks:
                 hook(resource)
+            return resource
+        if len(self._resources) >= self._sweep_at:
+            self._resources = [r for r in self._resources if not _is_closed(r)]
+            self._sweep_at = max(_SWEEP_AT, 2 * len(self._resources))
+        self._resources.append(resource)
         return resource
+
+    def _untrack(self, resource: Any) -> None:
+        """Drop a closed ``resource`` from the list (nothing when it is not there)."""
+        try:
+            self._resources.remove(resource)
+        except ValueError:
+            pass
+
+    def _shared_driver(self, make: Callable[[], _Driver]) -> _Driver:
+        """The publish driver every publisher of this backend shares, made by ``make`` on first use.
+
+        The backend's :meth:`close` closes it after the publishers.
+        """
+        self._check_open()
+        if self._publish_driver is None:
+            self._publish_driver = make()
+        return self._publish_driver  # type: ignore[no-any-return]
 
     def on_publisher(self, hook: Callable[[Publisher], None]) -> None:
         """Call ``hook`` with every publisher this backend handed out and will hand out.
@@ -243,7 +298,7 @@ class BackendBase(AsyncResource):
         :class:`broker.publishing.DriverPublisher` are not passed.
         """
         self._publisher_hooks = (*self._publisher_hooks, hook)
-        for resource in self._resources:
+        for resource in (*self._resources, *self._publishers):
             if isinstance(resource, DriverPublisher):
                 hook(resource)
 
@@ -440,11 +495,30 @@ class BackendBase(AsyncResource):
             return
         self._closed = True
         resources, self._resources = self._resources, []
-        results = await asyncio.gather(*(r.close() for r in reversed(resources)), return_exceptions=True)
+        publishers, self._publishers = list(self._publishers), weakref.WeakSet()
+        for publisher in publishers:
+            publisher._closed_now()  # the driver's close below flushes (or fails) their sends
+        results: list[Any] = await asyncio.gather(
+            *(r.close() for r in reversed(resources)), return_exceptions=True
+        )
+        driver, self._publish_driver = self._publish_driver, None
+        if driver is not None:
+            try:
+                await driver.close()
+            except Exception as exc:
+                results.append(exc)
         await self._close_connection()
         for result in results:
             if isinstance(result, Exception):
                 raise result
+
+
+def _is_closed(resource: Any) -> bool:
+    """Whether ``resource`` says it is closed (its ``closed`` property, else its ``_closed`` flag)."""
+    closed = getattr(resource, "closed", None)
+    if not isinstance(closed, bool):
+        closed = getattr(resource, "_closed", False)
+    return closed is True
 
 
 def topics_tuple(topics: str | Sequence[str]) -> tuple[str, ...]:

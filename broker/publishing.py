@@ -9,6 +9,12 @@ cross-cutting features such as tracing and metrics (:mod:`broker.telemetry`) hoo
 backend with more to offer (transactions, a flush, an escape hatch to its SDK) subclasses
 :class:`DriverPublisher` and adds it.
 
+A publisher is cheap: a backend keeps one driver (one SDK client) and hands every publisher a
+*shared* view of it (``DriverPublisher(driver, shared=True)``), so ``backend.publisher()`` per
+publish costs no connection. Closing a shared publisher waits for its own sends still in flight
+and leaves the driver open for the others; the backend's ``close()`` closes the driver. A
+publisher that owns its driver (a transactional one) closes it with itself.
+
 How a message flows: ``Topic.publish`` -> validation -> interceptors -> middleware ->
 ``driver.send`` -> the backend's mapping -> its SDK. With no interceptor and no middleware the
 layer adds nothing but validation to a publish.
@@ -16,6 +22,9 @@ layer adds nothing but validation to a publish.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,7 +33,13 @@ from broker.message import OutboundMessage
 from broker.outbound import check_batch, check_outbound, is_plain
 from broker.resources import AsyncResource
 
+log = logging.getLogger("broker.publishing")
+
+#: How long a shared publisher's ``close()`` waits for its sends in flight by default (seconds).
+DEFAULT_CLOSE_TIMEOUT = 10.0
+
 __all__ = [
+    "DEFAULT_CLOSE_TIMEOUT",
     "ClosingDriver",
     "DriverPublisher",
     "DriverTopic",
@@ -119,7 +134,7 @@ class ClosingDriver:
 class DriverTopic:
     """A publishing handle for one topic (``broker.Topic``), the same on every backend."""
 
-    __slots__ = ("_publisher", "name")
+    __slots__ = ("__weakref__", "_publisher", "name")
 
     def __init__(self, publisher: DriverPublisher, name: str) -> None:
         self._publisher = publisher
@@ -138,7 +153,13 @@ class DriverTopic:
         elif publisher._send_now is not None:  # the common cases, one await less, or none
             publisher._send_now(self.name, (message,))
         else:
-            await publisher._driver.send(self.name, (message,), timeout)
+            publisher._sending += 1
+            try:
+                await publisher._driver.send(self.name, (message,), timeout)
+            finally:
+                publisher._sending -= 1
+                if publisher._idle is not None:
+                    publisher._wake()
 
     async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
         """Publish many messages in order; returns once the broker has all of them."""
@@ -149,13 +170,38 @@ class DriverTopic:
 
 class DriverPublisher(AsyncResource):
     """A ``broker.Publisher`` over a :class:`PublishDriver`: topic handles, closed state, interceptors
-    and send middleware."""
+    and send middleware.
 
-    def __init__(self, driver: PublishDriver, *, interceptors: Sequence[PublishInterceptor] = ()) -> None:
+    With ``shared`` the driver belongs to the backend and serves other publishers too: ``close()``
+    waits (up to ``close_timeout`` seconds, None: no limit) for this publisher's sends in flight
+    and leaves the driver open. Without it the publisher owns the driver and ``close()`` closes
+    it (its flush included).
+    """
+
+    def __init__(
+        self,
+        driver: PublishDriver,
+        *,
+        interceptors: Sequence[PublishInterceptor] = (),
+        shared: bool = False,
+        close_timeout: float | None = DEFAULT_CLOSE_TIMEOUT,
+    ) -> None:
         self._driver = driver
-        self._send_now = driver.send_now if isinstance(driver, ImmediatePublishDriver) else None
-        self._topics: dict[str, DriverTopic] = {}
+        # ImmediatePublishDriver's check, without a runtime protocol check's cost on every publisher
+        self._send_now: Callable[[str, Sequence[OutboundMessage]], None] | None = getattr(
+            driver, "send_now", None
+        )
+        #: Held weakly: a handle refers to its publisher, so a strong cache would make every
+        #: publisher with a handle a reference cycle, freed by the cycle collector only, late.
+        self._topics: weakref.WeakValueDictionary[str, DriverTopic] = weakref.WeakValueDictionary()
         self._closed = False
+        self._shared = shared
+        self._close_timeout = close_timeout
+        #: Sends through the driver not finished yet; ``_idle`` is set once they are (at close).
+        self._sending = 0
+        self._idle: asyncio.Future[None] | None = None
+        #: Called once with this publisher when it closes (the backend drops it from its list).
+        self._on_close: list[Callable[[DriverPublisher], None]] = []
         #: Run in order on every publish (see :data:`PublishInterceptor`); add with :meth:`intercept`.
         self.interceptors: list[PublishInterceptor] = list(interceptors)
         #: Wrapped around every send, the first added outermost (see :data:`SendMiddleware`); add
@@ -178,6 +224,11 @@ class DriverPublisher(AsyncResource):
         """True once :meth:`close` was called."""
         return self._closed
 
+    @property
+    def shared(self) -> bool:
+        """True when the driver is the backend's, shared with its other publishers."""
+        return self._shared
+
     def intercept(self, interceptor: PublishInterceptor) -> None:
         """Run ``interceptor`` on every publish from now on (after those added before)."""
         self.interceptors.append(interceptor)
@@ -187,7 +238,7 @@ class DriverPublisher(AsyncResource):
         self.middleware.append(middleware)
 
     def topic(self, name: str) -> DriverTopic:
-        """The handle for topic ``name`` (one per name, cached)."""
+        """The handle for topic ``name`` (one per name while a handle for it is held)."""
         topic = self._topics.get(name)
         if topic is None:
             if self._closed:
@@ -210,10 +261,21 @@ class DriverPublisher(AsyncResource):
                 messages = changed
         if not messages:
             return
-        if self.middleware:
-            await self._send_through(0, topic, messages, timeout)
-        else:
-            await self._driver.send(topic, messages, timeout)
+        self._sending += 1
+        try:
+            if self.middleware:
+                await self._send_through(0, topic, messages, timeout)
+            else:
+                await self._driver.send(topic, messages, timeout)
+        finally:
+            self._sending -= 1
+            if self._idle is not None:
+                self._wake()
+
+    def _wake(self) -> None:
+        """Resolve ``_idle`` once no send is in flight (``close()`` waits for it)."""
+        if not self._sending and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
 
     async def _send_through(
         self, index: int, topic: str, messages: Sequence[OutboundMessage], timeout: float | None
@@ -229,8 +291,42 @@ class DriverPublisher(AsyncResource):
         await self.middleware[index](topic, messages, send)
 
     async def close(self) -> None:
-        """Flush what is in flight and release the client; later publishes raise ``ClosedError``."""
+        """Flush what is in flight; later publishes raise ``ClosedError``. Idempotent.
+
+        A shared publisher waits for its own sends still in flight and leaves the backend's client
+        open for its other publishers; one that owns its driver closes it (which flushes it).
+        """
         if self._closed:
             return
         self._closed = True
-        await self._driver.close()
+        try:
+            if self._shared:
+                await self._drain()
+            else:
+                await self._driver.close()
+        finally:
+            self._closed_now()
+
+    def _closed_now(self) -> None:
+        """Mark the publisher closed at once, without waiting for its sends.
+
+        The backend's close does this to its shared publishers before it closes their driver:
+        the driver's close flushes what they sent, or fails it with a typed error.
+        """
+        self._closed = True
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback(self)
+
+    async def _drain(self) -> None:
+        """Wait for this publisher's sends in flight (up to ``close_timeout``)."""
+        if not self._sending:
+            return
+        self._idle = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._idle), self._close_timeout)
+        except TimeoutError:
+            # The sends go on over the shared client and report their outcome to their callers.
+            log.warning(
+                "%r closed with %d sends still in flight after %ss", self, self._sending, self._close_timeout
+            )

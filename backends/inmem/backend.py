@@ -8,7 +8,7 @@ from broker.backend import BackendBase, Batching
 from broker.backends.inmem.backlog import backlog as _backlog
 from broker.backends.inmem.faults import Faults, faults_of
 from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
-from broker.backends.inmem.publisher import InmemPublisher, InmemTransactionalPublisher
+from broker.backends.inmem.publisher import InmemPublishDriver, InmemPublisher, InmemTransactionalPublisher
 from broker.backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
 from broker.backends.inmem.registration import InmemFactory
 from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
@@ -54,7 +54,10 @@ class InmemBackend(BackendBase):
 
     def publisher(self) -> InmemPublisher:
         """A publisher; topics are created on first publish with ``settings.partitions``."""
-        return self._track(InmemPublisher(self.broker, self.settings.partitions, self._partitioner))  # type: ignore[no-any-return]
+        driver = self._shared_driver(
+            lambda: InmemPublishDriver(self.broker, self.settings.partitions, self._partitioner)
+        )
+        return self._track(InmemPublisher(driver))  # type: ignore[no-any-return]
 
     def transactional_publisher(self, **options: Any) -> InmemTransactionalPublisher:
         """A publisher whose messages appear on commit and vanish on abort."""

@@ -101,10 +101,10 @@ class InmemTransactionDriver(InmemPublishDriver):
 
 
 class InmemPublisher(DriverPublisher):
-    """A Publisher on an in-memory broker."""
+    """A Publisher on an in-memory broker, over the backend's shared driver."""
 
-    def __init__(self, broker: InmemBroker, partitions: int, partitioner: Partitioner) -> None:
-        super().__init__(InmemPublishDriver(broker, partitions, partitioner))
+    def __init__(self, driver: InmemPublishDriver) -> None:
+        super().__init__(driver, shared=True)
 
 
 class InmemTransactionalPublisher(DriverPublisher):

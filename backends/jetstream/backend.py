@@ -39,7 +39,7 @@ from broker.backends.jetstream.consumer import (
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.mapping import parse_reply
 from broker.backends.jetstream.provisioning import Provisioner, consumer_config
-from broker.backends.jetstream.publisher import JetStreamPublisher
+from broker.backends.jetstream.publisher import JetStreamPublishDriver, JetStreamPublisher
 from broker.backends.jetstream.pull import PullEngine, Resolver, Target
 from broker.backends.jetstream.registration import JetStreamFactory
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
@@ -84,8 +84,15 @@ class JetStreamBackend(BackendBase):
 
     # -- publishing ----------------------------------------------------------------------------
     def publisher(self) -> JetStreamPublisher:
-        """A publisher; a topic's stream is found (or created) on its first publish."""
-        return self._track(JetStreamPublisher(self.connection, self.provisioner, self.settings))  # type: ignore[no-any-return]
+        """A publisher; a topic's stream is found (or created) on its first publish.
+
+        Every publisher shares the backend's one publish driver (its PubAck inbox): asking for one
+        costs no subscription, and its ``close()`` leaves the driver open for the others.
+        """
+        driver = self._shared_driver(
+            lambda: JetStreamPublishDriver(self.connection, self.provisioner, self.settings)
+        )
+        return self._track(JetStreamPublisher(driver, self.settings.close_timeout))  # type: ignore[no-any-return]
 
     # -- per-message consumers -----------------------------------------------------------------
     def _consumer_name(self, subscription: str) -> str:

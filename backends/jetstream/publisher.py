@@ -301,7 +301,11 @@ class JetStreamPublishDriver(ClosingDriver):
 
 
 class JetStreamPublisher(DriverPublisher):
-    """A Publisher over the backend's shared connection (``broker.publishing`` over its driver)."""
+    """A Publisher over the backend's shared connection and its one publish driver (``broker.publishing``).
 
-    def __init__(self, connection: Connection, provisioner: Provisioner, settings: JetStreamSettings) -> None:
-        super().__init__(JetStreamPublishDriver(connection, provisioner, settings))
+    ``close()`` waits for this publisher's sends (up to ``close_timeout``) and leaves the driver,
+    which the backend's other publishers share, open; the backend's ``close()`` closes it.
+    """
+
+    def __init__(self, driver: JetStreamPublishDriver, close_timeout: float) -> None:
+        super().__init__(driver, shared=True, close_timeout=close_timeout)

@@ -12,7 +12,7 @@ from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
 from broker.backends.kafka.log import KafkaLog
 from broker.backends.kafka.ping import ping
-from broker.backends.kafka.publisher import KafkaPublisher, KafkaTransactionalPublisher
+from broker.backends.kafka.publisher import KafkaPublishDriver, KafkaPublisher, KafkaTransactionalPublisher
 from broker.backends.kafka.queue import (
     QueueMessageIterator,
     RedeliveryTracker,
@@ -121,14 +121,23 @@ class KafkaBackend(BackendBase):
         return group
 
     def publisher(self) -> KafkaPublisher:
-        """A publisher: one idempotent producer shared by its topic handles."""
-        self._check_open()
+        """A publisher on the backend's one idempotent producer, shared by every publisher.
+
+        Asking for one costs no connection; its ``close()`` waits for its own sends and leaves the
+        producer open; the backend's ``close()`` flushes and closes the producer.
+        """
+        driver: KafkaPublishDriver = self._shared_driver(self._new_publish_driver)
+        return self._track(  # type: ignore[no-any-return]
+            KafkaPublisher(driver.producer, driver=driver, close_timeout=self.settings.close_timeout)
+        )
+
+    def _new_publish_driver(self) -> KafkaPublishDriver:
         producer = AsyncProducer(
             producer_config(self.settings),
             name=f"producer-{next(_names)}",
             close_timeout=self.settings.close_timeout,
         )
-        return self._track(KafkaPublisher(producer))  # type: ignore[no-any-return]
+        return KafkaPublishDriver(producer)
 
     def transactional_publisher(
         self, transactional_id: str | None = None, **options: Any

@@ -21,7 +21,7 @@ from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage, Record
-from broker.publishing import DriverPublisher, DriverTopic
+from broker.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
 
 __all__ = ["GroupMetadataSource", "KafkaPublishDriver", "KafkaPublisher", "KafkaTransactionalPublisher"]
 
@@ -76,12 +76,23 @@ class KafkaPublishDriver:
 
 
 class KafkaPublisher(DriverPublisher):
-    """A Publisher: one librdkafka producer shared by every topic handle."""
+    """A Publisher: one librdkafka producer shared by every topic handle.
 
-    def __init__(self, producer: AsyncProducer) -> None:
-        self._kafka = KafkaPublishDriver(producer)
+    Given the backend's ``driver`` it is a shared publisher: the producer is the backend's, used by
+    all its publishers, and ``close()`` waits for this publisher's sends (up to ``close_timeout``)
+    without closing it. Without one it owns a driver over ``producer`` (a transactional publisher).
+    """
+
+    def __init__(
+        self,
+        producer: AsyncProducer,
+        *,
+        driver: KafkaPublishDriver | None = None,
+        close_timeout: float | None = DEFAULT_CLOSE_TIMEOUT,
+    ) -> None:
+        self._kafka = driver if driver is not None else KafkaPublishDriver(producer)
         self._producer = producer
-        super().__init__(self._kafka)
+        super().__init__(self._kafka, shared=driver is not None, close_timeout=close_timeout)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._producer.name}>"
@@ -97,7 +108,10 @@ class KafkaPublisher(DriverPublisher):
         return super().topic(name)
 
     async def flush(self, timeout: float | None = None) -> int:
-        """Wait until every enqueued record was delivered; returns how many are still queued."""
+        """Wait until every enqueued record was delivered; returns how many are still queued.
+
+        The producer is shared by the backend's publishers: this waits for their records too.
+        """
         return await self._producer.flush(timeout)
 
 

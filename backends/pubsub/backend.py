@@ -25,7 +25,7 @@ from broker.backend import BackendBase
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionTarget
-from broker.backends.pubsub.publisher import PubsubPublisher
+from broker.backends.pubsub.publisher import PubsubPublishDriver, PubsubPublisher
 from broker.backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMessageIterator
 from broker.backends.pubsub.receiver import PubsubReceiver
 from broker.backends.pubsub.registration import PubsubFactory
@@ -105,8 +105,12 @@ class PubsubBackend(BackendBase):
 
     # -- publishing -----------------------------------------------------------------------
     def publisher(self) -> PubsubPublisher:
-        """A publisher with the client's batching (``publish_*`` settings)."""
-        return self._track(PubsubPublisher(self.clients, self.admin, self.settings))  # type: ignore[no-any-return]
+        """A publisher with the client's batching (``publish_*`` settings).
+
+        Every publisher shares the backend's one publisher client: asking for one costs no channel.
+        """
+        driver = self._shared_driver(lambda: PubsubPublishDriver(self.clients, self.admin, self.settings))
+        return self._track(PubsubPublisher(driver, self.settings.close_timeout))  # type: ignore[no-any-return]
 
     # -- consuming ------------------------------------------------------------------------
     def messages(self, topic: str, subscription: str, **options: Any) -> PubsubMessageIterator:

@@ -371,11 +371,13 @@ class PubsubPublishDriver(ClosingDriver):
 
 
 class PubsubPublisher(DriverPublisher):
-    """A Publisher on one ``pubsub_v1.PublisherClient`` (``broker.publishing`` over its driver)."""
+    """A Publisher on the backend's one ``pubsub_v1.PublisherClient`` (``broker.publishing`` over its
+    driver, shared by the backend's publishers: ``close()`` waits for this publisher's sends, up to
+    ``close_timeout``, and leaves the client open; the backend's ``close()`` closes it)."""
 
-    def __init__(self, clients: Clients, admin: Admin, settings: PubsubSettings) -> None:
-        self._pubsub = PubsubPublishDriver(clients, admin, settings)
-        super().__init__(self._pubsub)
+    def __init__(self, driver: PubsubPublishDriver, close_timeout: float) -> None:
+        self._pubsub = driver
+        super().__init__(driver, shared=True, close_timeout=close_timeout)
 
     @property
     def ordering(self) -> bool:

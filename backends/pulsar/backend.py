@@ -18,7 +18,7 @@ from broker.backends.pulsar.consumer import (
     Subscription,
     SubscriptionTarget,
 )
-from broker.backends.pulsar.publisher import PulsarPublisher
+from broker.backends.pulsar.publisher import PulsarPublishDriver, PulsarPublisher
 from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
 from broker.backends.pulsar.registration import PulsarFactory
 from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
@@ -100,8 +100,10 @@ class PulsarBackend(BackendBase):
         return self._client
 
     def publisher(self) -> PulsarPublisher:
-        """A publisher; each topic gets one producer, made on its first publish."""
-        return self._track(PulsarPublisher(self._client, self.settings))  # type: ignore[no-any-return]
+        """A publisher; each topic gets one producer, made on its first publish and shared by every
+        publisher of this backend (asking for a publisher costs no producer)."""
+        driver = self._shared_driver(lambda: PulsarPublishDriver(self._client, self.settings))
+        return self._track(PulsarPublisher(driver))  # type: ignore[no-any-return]
 
     async def _dead_letter(self, topic: str, message: OutboundMessage) -> None:
         if self._dead_letters is None:

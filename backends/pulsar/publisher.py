@@ -228,7 +228,9 @@ class PulsarPublishDriver(ClosingDriver):
 
 
 class PulsarPublisher(DriverPublisher):
-    """A Publisher on one Pulsar client (``broker.publishing`` over its driver)."""
+    """A Publisher on the backend's Pulsar client and its one publish driver (a producer per topic),
+    shared by the backend's publishers: ``close()`` waits for this publisher's sends (up to
+    :data:`CLOSE_TIMEOUT`) and leaves the producers open; the backend's ``close()`` closes them."""
 
-    def __init__(self, client: Any, settings: PulsarSettings) -> None:
-        super().__init__(PulsarPublishDriver(client, settings))
+    def __init__(self, driver: PulsarPublishDriver) -> None:
+        super().__init__(driver, shared=True, close_timeout=CLOSE_TIMEOUT)

@@ -97,8 +97,11 @@ class RabbitmqBackend(BackendBase):
         return f"<RabbitmqBackend {self.connection!r}>"
 
     def publisher(self) -> DriverPublisher:
-        """A publisher (its own confirm-mode channel); a topic's exchange is declared on first publish."""
-        return self._track(DriverPublisher(RabbitmqPublishDriver(self.connection)))  # type: ignore[no-any-return]
+        """A publisher on the backend's one confirm-mode publishing channel, shared by every
+        publisher (asking for one opens no channel); a topic's exchange is declared on first publish."""
+        driver = self._shared_driver(lambda: RabbitmqPublishDriver(self.connection))
+        publisher = DriverPublisher(driver, shared=True, close_timeout=self.settings.close_timeout)
+        return self._track(publisher)  # type: ignore[no-any-return]
 
     def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
         return self.settings.consumer_options(options)

@@ -34,7 +34,7 @@ from broker.backends.servicebus.consumer import (
     ServiceBusMessageIterator,
 )
 from broker.backends.servicebus.ping import ping
-from broker.backends.servicebus.publisher import ServiceBusPublisher
+from broker.backends.servicebus.publisher import ServiceBusPublishDriver, ServiceBusPublisher
 from broker.backends.servicebus.registration import ServiceBusFactory
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
 from broker.capabilities import Capabilities
@@ -96,7 +96,10 @@ class ServiceBusBackend(BackendBase):
 
     def publisher(self) -> ServiceBusPublisher:
         """A publisher; ``topic(name)`` sends to the queue or topic ``name``."""
-        return self._track(ServiceBusPublisher(self.settings, self._shutdowns, self.admin))  # type: ignore[no-any-return]
+        driver = self._shared_driver(
+            lambda: ServiceBusPublishDriver(self.settings, self._shutdowns, self.admin)
+        )
+        return self._track(ServiceBusPublisher(driver))  # type: ignore[no-any-return]
 
     def _open_messages(
         self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None

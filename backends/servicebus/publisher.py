@@ -230,9 +230,9 @@ class ServiceBusPublishDriver(ClosingDriver):
 
 
 class ServiceBusPublisher(DriverPublisher):
-    """A Publisher: topic handles sharing one SDK client (``broker.publishing`` over its driver)."""
+    """A Publisher: topic handles on the backend's one SDK client and its senders, shared by the
+    backend's publishers (``close()`` waits for this publisher's sends and leaves the client open;
+    the backend's ``close()`` closes it)."""
 
-    def __init__(
-        self, settings: ServiceBusSettings, shutdowns: Shutdowns, admin: EntityAdmin | None = None
-    ) -> None:
-        super().__init__(ServiceBusPublishDriver(settings, shutdowns, admin))
+    def __init__(self, driver: ServiceBusPublishDriver) -> None:
+        super().__init__(driver, shared=True)

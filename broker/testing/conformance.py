@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
 import broker
 from broker import adapt
+from broker.backend import BackendBase
 from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
 from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage
@@ -168,6 +169,47 @@ class ConformanceSuite(
         await publisher.close()  # idempotent
         with pytest.raises(ClosedError):
             await handle.publish(OutboundMessage(b"late"))
+
+    async def test_publishers_share_one_client_and_leave_the_resource_list(self, harness: Harness) -> None:
+        """``backend.publisher()`` is cheap to ask for, as the docs' inline
+        ``backend.publisher().topic(t).publish(m)`` needs: every publisher shares the backend's one
+        client (driver), and a publisher closed or dropped leaves the backend's resource list. 10,000
+        calls (100,000 on ``inmem://`` in ``tests/unit/test_publisher_sharing.py``), half of them
+        closed, keep both bounded, and the messages published through the first and a late
+        publisher both arrive."""
+        need(harness, "messages")
+        backend = harness.backend
+        inner = getattr(backend, "wrapped", backend)  # an instrumented backend's list is its backend's
+        assert isinstance(inner, BackendBase)
+        calls = 10_000
+        topic, (sub,) = await _open(harness)
+        async with harness.messages(topic, sub) as consumer:
+            before = len(inner.resources)
+            first = backend.publisher()
+            assert isinstance(first, DriverPublisher)
+            await first.topic(topic).publish(OutboundMessage(b"first"))
+            drivers = {id(first.driver): first.driver}  # strong references: ids stay unique
+            most = 0
+            call = 0
+            while call < calls:
+                call += 1
+                publisher = backend.publisher()
+                assert isinstance(publisher, DriverPublisher)
+                drivers.setdefault(id(publisher.driver), publisher.driver)
+                if call % 2:
+                    await publisher.close()
+                if call % 10 == 0:  # a sample: a leak grows past any bound all the same
+                    most = max(most, len(inner.resources) - before)
+                if len(drivers) > 8 or most > 8:  # stop early where each call costs a client
+                    break
+            del publisher
+            await backend.publisher().topic(topic).publish(OutboundMessage(b"late"))
+            got = await collect(consumer, 2, harness.patience)
+            outcome = f"after {call} calls: {len(drivers)} clients, up to {most} resources added"
+            assert (call, len(drivers), most <= 2) == (calls, 1, True), outcome
+            assert sorted(m.data for m in got) == [b"first", b"late"]
+            await first.close()
+            assert len(inner.resources) == before, "closed and dropped publishers leave the list"
 
     async def test_bad_attributes_and_data_raise_type_errors(self, harness: Harness) -> None:
         topic = harness.name("topic")
