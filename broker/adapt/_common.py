@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from types import TracebackType
 from typing import Any, TypeVar
 
 from broker.message import Message
@@ -15,6 +16,26 @@ T = TypeVar("T")
 Pull = Callable[[float | None], Awaitable[T]]
 
 log = logging.getLogger("broker.adapt")
+
+
+async def enter_source(source: Any) -> None:
+    """Enter ``source`` (``await source.__aenter__()``) when it is an async context manager."""
+    enter = getattr(source, "__aenter__", None)
+    if enter is not None:
+        await enter()
+
+
+async def leave_source(
+    source: Any, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+) -> None:
+    """Leave ``source`` (``__aexit__``); close it when it is not a context manager but closes."""
+    leave = getattr(source, "__aexit__", None)
+    if leave is not None:
+        await leave(exc_type, exc, tb)
+        return
+    close = getattr(source, "close", None)
+    if close is not None:
+        await close()
 
 
 def messages_in(items: Iterable[Any]) -> list[Message]:

@@ -4,16 +4,18 @@ Each ``next_batch()`` opens a window of ``timeout`` seconds and pulls until ``ba
 items arrived or the window closed; a closed window returns the partial batch (possibly
 empty). A broker error with a partial batch in hand returns the partial batch first and
 raises the error from the next call, so no item is held back unacknowledged. Cancelling
-``next_batch()`` nacks the messages it had already taken.
+``next_batch()`` nacks the messages it had already taken. ``async with`` enters the source
+iterator (on several brokers that makes the subscription exist) and leaves it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, Generic, TypeVar
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
 
-from broker.adapt._common import Pull, nack_leftovers
+from broker.adapt._common import Pull, enter_source, leave_source, nack_leftovers
 from broker.errors import ClosedError
 from broker.interfaces import BatchedIterator, BatchedMessageIterator, MessageIterator, RecordIterator
 from broker.message import Message, Record
@@ -72,6 +74,15 @@ class _Batching(AsyncResource, Generic[T]):
 
     def __aiter__(self) -> AsyncIterator[list[T]]:
         return _batches_until_closed(self.next_batch)
+
+    async def __aenter__(self) -> Self:
+        await enter_source(self._source)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await leave_source(self._source, exc_type, exc, tb)
 
     async def close(self) -> None:
         """Close the source iterator."""

@@ -26,9 +26,18 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
-from broker.adapt._common import hand_over, log, messages_in, nack_leftovers, run_until_first_error
+from broker.adapt._common import (
+    enter_source,
+    hand_over,
+    leave_source,
+    log,
+    messages_in,
+    nack_leftovers,
+    run_until_first_error,
+)
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.errors import ClosedError, ConfigError
 from broker.interfaces import (
@@ -41,6 +50,7 @@ from broker.interfaces import (
     Receiver,
 )
 from broker.message import Message
+from broker.resources import AsyncResource
 from broker.retry import Retrier, RetryPolicy
 from broker.settle import UnsettledWarnings
 
@@ -401,18 +411,85 @@ def batched_receiver(
     return _BatchReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
 
-class _FanIn:
+class _FanIn(AsyncResource):
+    """One receiver running several (:func:`fan_in`), with their stopping and closing abilities.
+
+    :meth:`stop` stops every receiver that has ``stop()`` gracefully and cancels the ones that have
+    none (which nacks what they hold), so a fan-in can always be stopped; ``receive()`` returns
+    once all of them did. ``async with`` enters and leaves each receiver that is a context manager;
+    :meth:`close` closes each one that closes.
+    """
+
     def __init__(self, receivers: tuple[Receiver, ...]) -> None:
         self.receivers = receivers
+        self._running: list[tuple[Receiver, asyncio.Task[None]]] = []
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"<fan_in of {len(self.receivers)} receivers{' stopped' if self._stopped else ''}>"
 
     async def receive(self, handler: Handler) -> None:
         """Run every receiver with ``handler``; the first error stops them all and is raised."""
+        if self._stopped:
+            return
         loop = asyncio.get_running_loop()
-        await run_until_first_error([loop.create_task(r.receive(handler)) for r in self.receivers])
+        self._running = [(r, loop.create_task(r.receive(handler))) for r in self.receivers]
+        try:
+            await run_until_first_error([task for _, task in self._running])
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self._stopped or (current is not None and current.cancelling()):
+                raise
+            # Only what stop() cancelled (receivers without stop()): a stop, not a cancellation.
+        finally:
+            self._running = []
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop every receiver: ``stop(drain_timeout)`` where it has one, else cancel it.
+
+        ``receive()`` returns once all have returned. A stopped fan-in stays so."""
+        self._stopped = True
+        for receiver, task in self._running:
+            stop = getattr(receiver, "stop", None)
+            if callable(stop):
+                stop(drain_timeout)
+            else:
+                task.cancel()
+        if not self._running:
+            for receiver in self.receivers:
+                stop = getattr(receiver, "stop", None)
+                if callable(stop):
+                    stop(drain_timeout)
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stopped
+
+    async def __aenter__(self) -> Self:
+        for receiver in self.receivers:
+            await enter_source(receiver)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for receiver in self.receivers:
+            await leave_source(receiver, exc_type, exc, tb)
+
+    async def close(self) -> None:
+        """Close every receiver that can be closed."""
+        for receiver in self.receivers:
+            close = getattr(receiver, "close", None)
+            if close is not None:
+                await close()
 
 
 def fan_in(*receivers: Receiver) -> Receiver:
-    """One receiver running several; the first error cancels the others and is raised."""
+    """One receiver running several; the first error cancels the others and is raised.
+
+    The fan-in has ``stop(drain_timeout)`` (``broker.run`` drains it): receivers with ``stop()``
+    are stopped gracefully, the others cancelled."""
     if not receivers:
         raise ValueError("fan_in needs at least one receiver")
     return _FanIn(receivers)

@@ -4,6 +4,9 @@ A stream runs a pump task that pulls the next item as soon as the previous one i
 ("double buffering"), up to ``buffer`` items ahead. The iteration ends when the source is
 closed; any other broker error is raised from the iteration, once. ``aclose()`` (or leaving
 ``async with``) stops the pump and nacks messages that were taken but never handed out.
+``async with`` also enters the stream's source (on several brokers entering a consumer makes its
+subscription exist, so what is published inside the block is delivered) and leaves it after the
+pump stopped.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from broker.adapt._common import hand_over, nack_leftovers
+from broker.adapt._common import enter_source, hand_over, leave_source, nack_leftovers
 from broker.errors import ClosedError
 from broker.interfaces import (
     BatchedIterator,
@@ -42,14 +46,18 @@ _END = object()
 
 
 class Stream(AsyncResource, Generic[T]):
-    """An async iterator fed by a background pump; ``async with`` closes it (``aclose()``)."""
+    """An async iterator fed by a background pump; ``async with`` enters ``source`` (what the
+    pump reads) and, on the way out, closes the stream (``aclose()``) and leaves ``source``."""
 
     def __init__(
         self,
         produce: Callable[[Callable[[T], Awaitable[None]]], Awaitable[None]],
         buffer: int,
+        source: Any = None,
     ) -> None:
         self._produce = produce
+        #: What the pump reads (an iterator, a receiver, a stream), or None.
+        self.source = source
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(1, buffer))
         self._task: asyncio.Task[None] | None = None
         self._finished = False
@@ -103,6 +111,16 @@ class Stream(AsyncResource, Generic[T]):
         """The same as :meth:`aclose`."""
         await self.aclose()
 
+    async def __aenter__(self) -> Self:
+        await enter_source(self.source)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+        await leave_source(self.source, exc_type, exc, tb)
+
 
 class _Failure:
     __slots__ = ("error",)
@@ -124,7 +142,7 @@ def _pumping(pull: Callable[[], Awaitable[T]], skip_empty: bool = False) -> Call
 
 def message_stream(iterator: MessageIterator, buffer: int = 10) -> Stream[Message]:
     """Stream the messages of ``iterator``."""
-    return Stream(_pumping(iterator.next_message), buffer)
+    return Stream(_pumping(iterator.next_message), buffer, iterator)
 
 
 def message_stream_from_batches(iterator: BatchedMessageIterator, buffer: int = 10) -> Stream[Message]:
@@ -134,22 +152,22 @@ def message_stream_from_batches(iterator: BatchedMessageIterator, buffer: int = 
         while True:
             await hand_over(await iterator.next_batch(), put)
 
-    return Stream(produce, buffer)
+    return Stream(produce, buffer, iterator)
 
 
 def batched_message_stream(iterator: BatchedMessageIterator, buffer: int = 2) -> Stream[list[Message]]:
     """Stream the non-empty batches of a batched message iterator."""
-    return Stream(_pumping(iterator.next_batch, skip_empty=True), buffer)
+    return Stream(_pumping(iterator.next_batch, skip_empty=True), buffer, iterator)
 
 
 def record_stream(iterator: RecordIterator, buffer: int = 1) -> Stream[Record]:
     """Stream the records of a record iterator."""
-    return Stream(_pumping(iterator.next_record), buffer)
+    return Stream(_pumping(iterator.next_record), buffer, iterator)
 
 
 def record_batch_stream(iterator: BatchedIterator, buffer: int = 1) -> Stream[list[Record]]:
     """Stream the non-empty batches of a batched record iterator."""
-    return Stream(_pumping(iterator.next_batch, skip_empty=True), buffer)
+    return Stream(_pumping(iterator.next_batch, skip_empty=True), buffer, iterator)
 
 
 def stream_from_receiver(receiver: Receiver, buffer: int = 10) -> Stream[Message]:
@@ -158,7 +176,7 @@ def stream_from_receiver(receiver: Receiver, buffer: int = 10) -> Stream[Message
     async def produce(put: Callable[[Message], Awaitable[None]]) -> None:
         await receiver.receive(put)
 
-    return Stream(produce, buffer)
+    return Stream(produce, buffer, receiver)
 
 
 def batch_stream(source: AsyncIterator[T], batch_size: int = 100, timeout: float = 1.0) -> Stream[list[T]]:
@@ -203,7 +221,7 @@ def batch_stream(source: AsyncIterator[T], batch_size: int = 100, timeout: float
             if aclose is not None:
                 await aclose()
 
-    return Stream(produce, 1)
+    return Stream(produce, 1, source)
 
 
 def _forward(source: AsyncIterator[T]) -> Callable[[Callable[[T], Awaitable[None]]], Awaitable[None]]:

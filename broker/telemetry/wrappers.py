@@ -40,6 +40,7 @@ __all__ = [
     "BacklogWatch",
     "InstrumentedBackend",
     "TracedBatchIterator",
+    "TracedBatchedReceiver",
     "TracedIterator",
     "TracedReceiver",
 ]
@@ -323,8 +324,8 @@ class TracedBatchIterator(_TracedPull):
         return batch
 
 
-class TracedReceiver(_Delegate):
-    """A ``Receiver`` (and ``BatchedReceiver`` when the wrapped one is) whose handlers are traced."""
+class _TracedReceiving(_Delegate):
+    """What the traced receivers share: health and backlog watch while receiving, closing."""
 
     def __init__(self, wrapped: Any, consumer: ConsumerTelemetry, watch: BacklogWatch | None = None) -> None:
         self.wrapped = wrapped
@@ -333,7 +334,7 @@ class TracedReceiver(_Delegate):
         self.watch = watch
 
     def __repr__(self) -> str:
-        return f"<TracedReceiver of {self.wrapped!r}>"
+        return f"<{type(self).__name__} of {self.wrapped!r}>"
 
     async def _run(self, coro: Any) -> None:
         health = self.consumer.health
@@ -351,14 +352,6 @@ class TracedReceiver(_Delegate):
             if watch is not None:
                 await watch.leave(health)
 
-    async def receive(self, handler: Handler) -> None:
-        """Run the wrapped receiver with ``handler`` traced (see ``Receiver.receive``)."""
-        await self._run(self.wrapped.receive(self.consumer.wrap_handler(handler)))
-
-    async def receive_batch(self, handler: BatchHandler) -> None:
-        """Run the wrapped batched receiver with ``handler`` traced."""
-        await self._run(self.wrapped.receive_batch(self.consumer.wrap_batch_handler(handler)))
-
     async def close(self) -> None:
         """Close the wrapped receiver, where it can be closed."""
         self.consumer.health.closed = True
@@ -367,6 +360,35 @@ class TracedReceiver(_Delegate):
         close = getattr(self.wrapped, "close", None)
         if close is not None:
             await close()
+
+
+class TracedReceiver(_TracedReceiving):
+    """A ``Receiver`` (and ``BatchedReceiver`` when the wrapped one is) whose handlers are traced."""
+
+    async def receive(self, handler: Handler) -> None:
+        """Run the wrapped receiver with ``handler`` traced (see ``Receiver.receive``)."""
+        await self._run(self.wrapped.receive(self.consumer.wrap_handler(handler)))
+
+    async def receive_batch(self, handler: BatchHandler) -> None:
+        """Run the wrapped batched receiver with ``handler`` traced."""
+        await self._run(self.wrapped.receive_batch(self.consumer.wrap_batch_handler(handler)))
+
+
+class TracedBatchedReceiver(_TracedReceiving):
+    """A ``BatchedReceiver`` whose batch handlers are traced.
+
+    It has ``receive_batch`` only, also where the wrapped receiver takes per-message handlers
+    too: ``broker.run`` and other callers that look for ``receive`` first then hand it batches.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "receive":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute 'receive'")
+        return super().__getattr__(name)
+
+    async def receive_batch(self, handler: BatchHandler) -> None:
+        """Run the wrapped batched receiver with ``handler`` traced."""
+        await self._run(self.wrapped.receive_batch(self.consumer.wrap_batch_handler(handler)))
 
 
 class InstrumentedBackend(AsyncResource):
@@ -519,14 +541,14 @@ class InstrumentedBackend(AsyncResource):
             self._watch(topic, subscription),
         )
 
-    def batched_receiver(self, topic: str, subscription: str, **options: Any) -> TracedReceiver:
+    def batched_receiver(self, topic: str, subscription: str, **options: Any) -> TracedBatchedReceiver:
         """The wrapped backend's ``batched_receiver(...)`` (where it has one), traced per batch."""
         make = getattr(self.wrapped, "batched_receiver", None)
         if make is None:
             raise AttributeError(f"the {self.name} backend has no batched_receiver")
         consumer = self.telemetry.consumer(topic, subscription, "batched_receiver")
         watch = self._watch(topic, subscription)
-        return TracedReceiver(make(topic, subscription, **options), consumer, watch)
+        return TracedBatchedReceiver(make(topic, subscription, **options), consumer, watch)
 
     def records(self, topics: str | Sequence[str], group: str, **options: Any) -> TracedIterator:
         """The wrapped backend's ``records(...)`` with a process span per record."""

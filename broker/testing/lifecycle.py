@@ -5,6 +5,12 @@ ready beforehand (no ``Harness.prepare``), options are the portable names of
 :mod:`broker.options`. The rule they prove: once ``async with backend.messages(...)`` has been
 entered, every message published afterwards is delivered to that subscription, also after it
 was closed and opened again, and a consumer that dies loses nothing.
+
+The open/publish/reopen orders hold through every wrapper an application puts around the
+backend's consumer too (:func:`consumer_wrappers`: ``broker.typed``, ``broker.schemas``,
+CloudEvents, ``broker.telemetry``): entering a wrapper enters what it wraps, so the
+subscription exists from the same moment. The tests of entering, and of leaving then entering again,
+run their order through all of them at once, on topics of their own.
 """
 
 from __future__ import annotations
@@ -13,17 +19,26 @@ import asyncio
 import json
 import sys
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from broker.clock import clock
-from broker.errors import AckError, ClosedError, ConfigError, NotSupported, UnknownSetting
+from broker.errors import (
+    AckError,
+    ClosedError,
+    ConfigError,
+    MissingDependency,
+    NotSupported,
+    UnknownSetting,
+)
+from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage, Record
 from broker.options import PORTABLE_OPTIONS
 from broker.testing.harness import Harness, collect, drain, need
 
-__all__ = ["LifecycleSuite"]
+__all__ = ["LifecycleSuite", "consumer_wrappers"]
 
 #: How many of a killed consumer's last acks may still have been on their way to the broker.
 _ACKS_IN_FLIGHT = 10
@@ -37,20 +52,95 @@ def _values(messages: list[Message]) -> Counter[int]:
     return Counter(int(m.data) for m in messages)
 
 
+#: ``open(topic, subscription)``: a message consumer, to be entered with ``async with``.
+OpenConsumer = Callable[[str, str], MessageIterator]
+
+
+def consumer_wrappers(harness: Harness) -> dict[str, OpenConsumer]:
+    """How an application opens a message consumer: the backend's own, and each wrapper around it.
+
+    ``plain``: ``backend.messages``; ``typed``: ``typed.messages(..., int)``; ``cloudevents``:
+    ``typed.messages`` with a CloudEvents binding; ``schemas``: ``schemas.messages`` with a JSON
+    Schema binding on confluent-kafka's in-memory registry; ``telemetry``: the ``messages`` of
+    ``telemetry.instrument(backend)``. A wrapper whose extra is not installed is left out.
+    """
+    from broker import typed
+    from broker.typed import cloudevents
+
+    backend = harness.backend
+    opens: dict[str, OpenConsumer] = {
+        "plain": backend.messages,
+        "typed": lambda topic, sub: typed.messages(backend.messages(topic, sub), int),
+        "cloudevents": lambda topic, sub: typed.messages(
+            backend.messages(topic, sub), cloudevents.binding(int, protocol=backend)
+        ),
+    }
+    try:
+        from broker import schemas
+
+        registry = schemas.Registry(f"mock://{harness.name('registry')}")
+        numbers = schemas.json_schema(registry, json.dumps({"title": "Number", "type": "integer"}))
+        opens["schemas"] = lambda topic, sub: schemas.messages(backend.messages(topic, sub), numbers)
+    except MissingDependency:
+        pass
+    from broker import telemetry
+
+    instrumented = telemetry.instrument(backend, opentelemetry=False, backlog_interval=None)
+    opens["telemetry"] = instrumented.messages
+    return opens
+
+
+async def through_every_wrapper(
+    harness: Harness, order: Callable[[str, OpenConsumer], Awaitable[None]]
+) -> None:
+    """Run ``order(kind, open)`` for every :func:`consumer_wrappers` entry at once; fail naming
+    each kind that failed."""
+    opens = consumer_wrappers(harness)
+    results = await asyncio.gather(
+        *(order(kind, open_) for kind, open_ in opens.items()), return_exceptions=True
+    )
+    failed = {
+        kind: result for kind, result in zip(opens, results, strict=True) if isinstance(result, BaseException)
+    }
+    if failed:
+        report = "; ".join(f"{kind}: {type(exc).__name__}: {exc}" for kind, exc in failed.items())
+        raise AssertionError(f"failed through {sorted(failed)}: {report}") from next(iter(failed.values()))
+
+
+async def _collect_all(
+    consumer: MessageIterator, count: int, patience: float, *, quiet: float = 0.5
+) -> list[Message]:
+    """Ack ``count`` messages (or what came within ``patience`` seconds), then what follows within
+    ``quiet`` seconds: a loss shows as the values missing, not as a timeout."""
+    got: list[Message] = []
+    try:
+        async with asyncio.timeout(patience):
+            while len(got) < count:
+                message = await consumer.next_message()
+                await message.ack()
+                got.append(message)
+    except TimeoutError:
+        quiet = 0
+    return got + (await drain(consumer, quiet) if quiet else [])
+
+
 class LifecycleSuite:
     """Open/close/reopen orders, failing handlers, busy close, crashed consumers, portable options."""
 
     async def test_consumer_opened_before_its_topic_exists(self, harness: Harness) -> None:
         need(harness, "messages")
-        topic, sub = harness.name("fresh"), harness.name("sub")
         count = 20
-        async with harness.backend.messages(topic, sub) as consumer:
-            await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
-            got = await collect(consumer, count, harness.patience)
-            got += await drain(consumer, 0.5)
-        values = _values(got)
-        assert set(values) == set(range(count)), f"lost: {set(range(count)) - set(values)}"
-        assert max(values.values()) == 1, "delivered twice"
+
+        async def order(kind: str, open_consumer: OpenConsumer) -> None:
+            topic, sub = harness.name("fresh"), harness.name("sub")
+            async with open_consumer(topic, sub) as consumer:
+                await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
+                got = await _collect_all(consumer, count, harness.patience)
+            values = _values(got)
+            assert set(values) == set(range(count)), f"lost: {sorted(set(range(count)) - set(values))}"
+            assert max(values.values()) == 1, "delivered twice"
+
+        await through_every_wrapper(harness, order)
 
     async def test_nack_redelivers_on_a_topic_created_after_the_consumer(self, harness: Harness) -> None:
         need(harness, "messages", "nack_redelivers")
@@ -75,20 +165,23 @@ class LifecycleSuite:
 
     async def test_open_close_publish_reopen(self, harness: Harness) -> None:
         need(harness, "messages")
-        topic, sub = harness.name("reopen"), harness.name("sub")
-        publisher = harness.backend.publisher().topic(topic)
-        async with harness.backend.messages(topic, sub):
-            pass  # opened on a topic that does not exist yet, closed with nothing delivered
-        await publisher.batch_publish(*_numbered(0, 10))
-        async with harness.backend.messages(topic, sub) as consumer:
-            first = await collect(consumer, 10, harness.patience)
-        await publisher.batch_publish(*_numbered(10, 10))
-        async with harness.backend.messages(topic, sub) as consumer:
-            second = await collect(consumer, 10, harness.patience)
-            second += await drain(consumer, 0.5)
-        values = _values(first + second)
-        assert set(values) == set(range(20)), f"lost: {set(range(20)) - set(values)}"
-        assert max(values.values()) == 1, "an acked message came back after reopening"
+
+        async def order(kind: str, open_consumer: OpenConsumer) -> None:
+            topic, sub = harness.name("reopen"), harness.name("sub")
+            publisher = harness.backend.publisher().topic(topic)
+            async with open_consumer(topic, sub):
+                pass  # opened on a topic that does not exist yet, closed with nothing delivered
+            await publisher.batch_publish(*_numbered(0, 10))
+            async with open_consumer(topic, sub) as consumer:
+                first = await _collect_all(consumer, 10, harness.patience, quiet=0)
+            await publisher.batch_publish(*_numbered(10, 10))
+            async with open_consumer(topic, sub) as consumer:
+                second = await _collect_all(consumer, 10, harness.patience)
+            values = _values(first + second)
+            assert set(values) == set(range(20)), f"lost: {sorted(set(range(20)) - set(values))}"
+            assert max(values.values()) == 1, "an acked message came back after reopening"
+
+        await through_every_wrapper(harness, order)
 
     async def test_publish_before_any_subscription(self, harness: Harness) -> None:
         need(harness, "messages")

@@ -3,7 +3,12 @@
 Each wrapper takes what a backend (or :mod:`broker.adapt`) hands out and a :class:`Binding` (or
 a class), and yields :class:`TypedMessage` / :class:`TypedRecord` objects around the very
 messages and records the source delivered: settlement, closing, timeouts and errors are the
-source's. Nothing is decoded until ``decoded`` is read.
+source's. Nothing is decoded until ``decoded`` is read. Entering a wrapper (``async with``)
+enters the source and leaving it leaves the source: on several brokers entering is what makes
+the subscription exist, so a message published inside the block is delivered. A receiver wrapper
+keeps the source's abilities: ``stop()``, ``stopped`` and ``close()`` are the source's, and a
+wrapper of a source without them has none either (``hasattr`` says so; ``broker.run`` then
+cancels it instead of stopping it).
 
 Undecodable payloads in receivers. When a handler lets the :class:`~broker.errors.DecodeError`
 of one of its messages escape (it read ``decoded``), the message is settled as undecodable and
@@ -20,8 +25,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+from broker.adapt._common import enter_source, leave_source
 from broker.errors import ClosedError, DecodeError
 from broker.interfaces import (
     BatchedIterator,
@@ -66,7 +73,47 @@ log = logging.getLogger("broker.typed")
 DecodeErrorHook = Callable[[TypedMessage[Any], DecodeError], Awaitable[None]]
 
 
-class TypedMessages(AsyncResource, Generic[T]):
+#: What a receiver wrapper takes from its source as it is: the stopping and closing abilities.
+_KEPT = frozenset({"stop", "stopped", "close", "drain_timeout", "concurrency"})
+
+
+class _Wrapper(AsyncResource):
+    """``async with`` entering and leaving ``source``, the object wrapped."""
+
+    source: Any
+
+    async def __aenter__(self) -> Self:
+        await enter_source(self.source)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await leave_source(self.source, exc_type, exc, tb)
+
+
+class _ReceiverWrapper:
+    """A receiver wrapper: ``async with`` entering and leaving ``source``, and the source's
+    ``stop()``, ``stopped``, ``close()``, ``drain_timeout`` and ``concurrency`` where it has them."""
+
+    source: Any
+
+    async def __aenter__(self) -> Self:
+        await enter_source(self.source)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await leave_source(self.source, exc_type, exc, tb)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _KEPT:
+            return getattr(self.source, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class TypedMessages(_Wrapper, Generic[T]):
     """A :class:`~broker.interfaces.MessageIterator` handing out :class:`TypedMessage` objects."""
 
     __slots__ = ("binding", "source")
@@ -96,7 +143,7 @@ class TypedMessages(AsyncResource, Generic[T]):
         await self.source.close()
 
 
-class TypedBatchedMessages(AsyncResource, Generic[T]):
+class TypedBatchedMessages(_Wrapper, Generic[T]):
     """A batched message iterator handing out lists of :class:`TypedMessage` objects."""
 
     __slots__ = ("binding", "source")
@@ -121,7 +168,7 @@ class TypedBatchedMessages(AsyncResource, Generic[T]):
         await self.source.close()
 
 
-class TypedRecords(AsyncResource, Generic[T]):
+class TypedRecords(_Wrapper, Generic[T]):
     """A :class:`~broker.interfaces.RecordIterator` handing out :class:`TypedRecord` objects."""
 
     __slots__ = ("binding", "source")
@@ -151,7 +198,7 @@ class TypedRecords(AsyncResource, Generic[T]):
         await self.source.close()
 
 
-class TypedBatchedRecords(AsyncResource, Generic[T]):
+class TypedBatchedRecords(_Wrapper, Generic[T]):
     """A batched record iterator handing out lists of :class:`TypedRecord` objects."""
 
     __slots__ = ("binding", "source")
@@ -238,7 +285,7 @@ async def settle_undecodable(
     await message.dead_letter(reason)
 
 
-class TypedReceiver(Generic[T]):
+class TypedReceiver(_ReceiverWrapper, Generic[T]):
     """A :class:`~broker.interfaces.Receiver` whose handler gets :class:`TypedMessage` objects.
 
     Wraps any receiver (``backend.receiver(...)``, ``broker.adapt.receiver(...)``, ``fan_in``);
@@ -271,12 +318,8 @@ class TypedReceiver(Generic[T]):
 
         await self.source.receive(functools.update_wrapper(call, handler))  # logs name the user's handler
 
-    def stop(self, drain_timeout: float | None = None) -> None:
-        """Stop the source receiver gracefully (where it can be: ``broker.adapt`` receivers)."""
-        self.source.stop(drain_timeout)  # type: ignore[attr-defined]
 
-
-class TypedBatchedReceiver(Generic[T]):
+class TypedBatchedReceiver(_ReceiverWrapper, Generic[T]):
     """A :class:`~broker.interfaces.BatchedReceiver` whose handler gets lists of :class:`TypedMessage`.
 
     When the handler lets a message's ``DecodeError`` escape, that message is settled as
@@ -316,10 +359,6 @@ class TypedBatchedReceiver(Generic[T]):
                     )
 
         await self.source.receive_batch(functools.update_wrapper(call, handler))
-
-    def stop(self, drain_timeout: float | None = None) -> None:
-        """Stop the source receiver gracefully (where it can be: ``broker.adapt`` receivers)."""
-        self.source.stop(drain_timeout)  # type: ignore[attr-defined]
 
 
 class _BatchStopped(RuntimeError):
