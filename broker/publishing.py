@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from broker.errors import ClosedError, ConfigError
 from broker.message import OutboundMessage
+from broker.options import check_seconds
 from broker.outbound import check_batch, check_outbound, is_plain
 from broker.resources import AsyncResource
 
@@ -144,7 +145,9 @@ class DriverTopic:
         return f"<Topic {self.name!r} of {self._publisher!r}>"
 
     async def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
-        """Publish one message; returns once the broker has it."""
+        """Publish one message; returns once the broker has it (``timeout``: seconds >= 0, or None)."""
+        if timeout is not None:
+            check_seconds("timeout", timeout)
         if not is_plain(message):
             check_outbound(message)
         publisher = self._publisher
@@ -163,6 +166,8 @@ class DriverTopic:
 
     async def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
         """Publish many messages in order; returns once the broker has all of them."""
+        if timeout is not None:
+            check_seconds("timeout", timeout)
         check_batch(messages)
         if messages:
             await self._publisher._send(self.name, messages, timeout)

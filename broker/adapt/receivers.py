@@ -50,6 +50,7 @@ from broker.interfaces import (
     Receiver,
 )
 from broker.message import Message
+from broker.options import check_receiver_options
 from broker.resources import AsyncResource
 from broker.retry import Retrier, RetryPolicy
 from broker.settle import UnsettledWarnings
@@ -311,7 +312,14 @@ def _bind(
     publisher: Publisher | None,
     topic: str | None,
     subscription: str | None,
+    *,
+    concurrency: object,
+    drain_timeout: object,
 ) -> Retrier | None:
+    """Check the receiver's options where they are given, and bind ``retry`` to its source."""
+    check_receiver_options(
+        concurrency=concurrency, nack_delay=nack_delay, drain_timeout=drain_timeout, retry=retry
+    )
     if retry is None:
         return None
     if not isinstance(retry, RetryPolicy):
@@ -338,7 +346,15 @@ def receiver(
     ``DeadLetterTopic``; ``topic``/``subscription`` name the source in dead-letter attributes).
     ``drain_timeout`` is how long ``stop()`` lets running handlers finish.
     """
-    retrier = _bind(retry, nack_delay, publisher, topic, subscription)
+    retrier = _bind(
+        retry,
+        nack_delay,
+        publisher,
+        topic,
+        subscription,
+        concurrency=concurrency,
+        drain_timeout=drain_timeout,
+    )
 
     async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -363,7 +379,15 @@ def receiver_from_batches(
 
     ``retry``, ``drain_timeout`` and the rest as for :func:`receiver`.
     """
-    retrier = _bind(retry, nack_delay, publisher, topic, subscription)
+    retrier = _bind(
+        retry,
+        nack_delay,
+        publisher,
+        topic,
+        subscription,
+        concurrency=concurrency,
+        drain_timeout=drain_timeout,
+    )
 
     async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -389,7 +413,15 @@ def batched_receiver(
     With ``retry``, a failed batch's unsettled messages are each nacked or dead-lettered by the
     policy (``mode="ordered"`` is refused: a batch is not retried in place).
     """
-    retrier = _bind(retry, nack_delay, publisher, topic, subscription)
+    retrier = _bind(
+        retry,
+        nack_delay,
+        publisher,
+        topic,
+        subscription,
+        concurrency=concurrency,
+        drain_timeout=drain_timeout,
+    )
     if retrier is not None and retrier.ordered:
         raise ConfigError("a batched receiver cannot retry in place: use mode='unordered'")
 

@@ -168,3 +168,46 @@ def test_settings_made_directly_refuse_nan() -> None:
         check_at_least(0, "seconds", linger=NAN)
     with pytest.raises(ConfigError, match="close_timeout must be > 0, got nan"):
         check_positive(close_timeout=NAN)
+
+
+#: The receivers broker.adapt builds over any iterator, and their bad options.
+ADAPT_CASES: list[tuple[str, dict[str, Any], str]] = [
+    (factory, options, name)
+    for factory in ("receiver", "receiver_from_batches", "batched_receiver")
+    for options, name in (
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": 1.5}, "concurrency"),
+        ({"nack_delay": -1}, "nack_delay"),
+        ({"drain_timeout": NAN}, "drain_timeout"),
+        ({"retry": "three times"}, "retry"),
+    )
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "options", "name"),
+    ADAPT_CASES,
+    ids=[f"adapt.{f}-{n}={o[n]!r}" for f, o, n in ADAPT_CASES],
+)
+async def test_adapt_receivers_refuse_a_bad_option_where_it_is_given(
+    factory: str, options: dict[str, Any], name: str
+) -> None:
+    """``broker.adapt.receiver(it, concurrency=0)`` fails at the call, as ``backend.receiver`` does."""
+    async with broker.connect("inmem://option-checks-adapt") as backend:
+        source = backend.messages("t", "s") if factory == "receiver" else backend.batched_messages("t", "s")
+        with pytest.raises(ConfigError) as caught:
+            getattr(broker.adapt, factory)(source, **options)
+        assert name in str(caught.value)
+
+
+@pytest.mark.parametrize("timeout", [-1, NAN, "x", True])
+async def test_a_bad_publish_timeout_is_refused(timeout: Any) -> None:
+    """``publish(..., timeout=)`` and ``batch_publish`` check the number of seconds they are given."""
+    async with broker.connect("inmem://option-checks-publish") as backend:
+        topic = backend.publisher().topic("t")
+        message = broker.OutboundMessage(b"x")
+        with pytest.raises(ConfigError, match="timeout"):
+            await topic.publish(message, timeout=timeout)
+        with pytest.raises(ConfigError, match="timeout"):
+            await topic.batch_publish(message, timeout=timeout)
+        await topic.publish(message, timeout=5)
