@@ -33,6 +33,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("messages", {"batch_size": 0}, "batch_size"),
     ("messages", {"batch_size": 2.5}, "batch_size"),
     ("messages", {"batch_size": True}, "batch_size"),
+    ("messages", {"batch_size": math.inf}, "batch_size"),
+    ("messages", {"max_attempts": math.inf}, "max_attempts"),
+    ("messages", {"ack_deadline": math.inf}, "ack_deadline"),
     ("messages", {"start": "middle"}, "start"),
     # batched_messages(): its batching and the consumer options
     ("batched_messages", {"batch_size": -1}, "batch_size"),
@@ -168,3 +171,15 @@ def test_settings_made_directly_refuse_nan() -> None:
         check_at_least(0, "seconds", linger=NAN)
     with pytest.raises(ConfigError, match="close_timeout must be > 0, got nan"):
         check_positive(close_timeout=NAN)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "1e400"])
+async def test_an_infinite_number_setting_is_a_config_error(value: str) -> None:
+    """No setting takes infinity (none means "unbounded" by it): ``session_timeout=inf`` in a URL
+    is refused with the setting's name where it is given, not later as an ``OverflowError`` from
+    ``int(inf)`` when the consumer's client is configured."""
+    pytest.importorskip("confluent_kafka")
+    url = f"kafka://127.0.0.1:1?session_timeout={value}"
+    with pytest.raises(ConfigError, match="session_timeout"):
+        async with broker.connect(url) as backend:
+            backend.messages("t", "s")
