@@ -183,3 +183,31 @@ async def test_an_infinite_number_setting_is_a_config_error(value: str) -> None:
     with pytest.raises(ConfigError, match="session_timeout"):
         async with broker.connect(url) as backend:
             backend.messages("t", "s")
+
+
+class Count:
+    """An integer-like count (as ``numpy.int64`` is): an int through ``__index__`` only."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Count({self.value})"
+
+
+def test_an_integer_like_count_is_accepted_and_checked() -> None:
+    """Counts are checked through ``operator.index``: an integer-like value (a NumPy integer, or
+    any type with ``__index__``) is accepted and range-checked; a bool, 2.5 and "3" are not."""
+    from broker.options import check_batching, check_count, check_receiver_options
+
+    check_count("concurrency", Count(4))
+    check_batching(Count(0), 1.0)
+    check_receiver_options(concurrency=Count(2), nack_delay=None, drain_timeout=None, retry=None)
+    with pytest.raises(ConfigError, match=r"concurrency must be an integer >= 1, got Count\(0\)"):
+        check_count("concurrency", Count(0))
+    for bad in (True, 2.5, "3", None):
+        with pytest.raises(ConfigError, match="concurrency must be an integer"):
+            check_count("concurrency", bad)
