@@ -9,6 +9,7 @@ so. No backend answers a portable name with :class:`~broker.errors.UnknownSettin
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -143,10 +144,15 @@ def build_consumer_options(
 def check_count(name: str, value: object, minimum: int = 1) -> None:
     """Raise :class:`~broker.errors.ConfigError` unless ``value`` is an integer >= ``minimum``.
 
-    ``True``, ``2.5`` and ``"3"`` are refused: a count given as anything but an ``int`` is a
-    mistake the caller should see now, not a surprise when the consumer runs.
+    An integer is anything :func:`operator.index` takes (``int``, a NumPy integer, any type with
+    ``__index__``) except a ``bool``; ``True``, ``2.5`` and ``"3"`` are refused: a count given as
+    anything else is a mistake the caller should see now, not a surprise when the consumer runs.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    try:
+        count = None if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        count = None
+    if count is None or count < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 

@@ -11,6 +11,7 @@ Unknown keys raise :class:`~broker.errors.UnknownSetting`; bad values raise
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -207,10 +208,15 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"setting {name!r} must be {what}, got {value!r}")
         try:
             number = hint(value)
-        except (TypeError, ValueError):
+            finite = math.isfinite(number)
+        except (TypeError, ValueError, OverflowError):
+            # OverflowError: int(inf), or a float from an integer too large for one
             raise ConfigError(f"setting {name!r} must be {what}, got {value!r}") from None
-        if number != number or (hint is int and isinstance(value, float) and value != number):
-            # NaN passes every comparison check; 2.5 is not silently cut to 2
+        if not finite:
+            # NaN passes every comparison check, and no setting means "unbounded" by infinity
+            raise ConfigError(f"setting {name!r} must be a finite number, got {value!r}")
+        if hint is int and isinstance(value, float) and value != number:
+            # 2.5 is not silently cut to 2
             raise ConfigError(f"setting {name!r} must be {what}, got {value!r}")
         return number
     if hint is str:

@@ -29,6 +29,8 @@ T = TypeVar("T")
 log = logging.getLogger("broker.backends.pubsub")
 
 _RPC_TIMEOUT = 30.0
+#: The topic the server names for a subscription whose topic was deleted (a detached subscription).
+_DELETED_TOPIC = "_deleted-topic_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +119,19 @@ class Admin:
 
         Subscription names are project-wide: a subscription of another topic is a
         :class:`~broker.errors.ConfigError` naming that topic (renaming it here would orphan the
-        existing subscription and its backlog)."""
+        existing subscription and its backlog); a subscription whose topic was deleted (detached)
+        is one saying it must be deleted and created again."""
         path = self.clients.subscription_path(name)
         info = await self._once(
             self._subscriptions, path, lambda: self._ensure_subscription(topic, path, options)
         )
         topic_path = self.clients.topic_path(topic)
+        if info.topic == _DELETED_TOPIC:
+            raise ConfigError(
+                f"subscription {name!r} is detached: its topic was deleted, and Pub/Sub never "
+                f"reattaches a subscription, even to a topic recreated with the same name; delete "
+                f"subscription {name!r} and create it again (for topic {topic!r})"
+            )
         if info.topic != topic_path:
             raise ConfigError(
                 f"subscription {name!r} belongs to topic {info.topic}, not to {topic_path}: Pub/Sub "

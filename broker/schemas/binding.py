@@ -17,6 +17,7 @@ where the value is encoded or decoded: once per schema, but in that thread.
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import json
 import threading
@@ -48,6 +49,26 @@ T = TypeVar("T")
 Field = Literal["value", "key"]
 #: Where the schema id travels: the 5-byte ``payload`` prefix, or a ``header`` holding the GUID.
 IdPlacement = Literal["payload", "header"]
+
+
+def _on_event_loop() -> bool:
+    """Whether the calling thread is running an event loop (which must not wait on a registry)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _fresh(error: BrokerError) -> BrokerError:
+    """A new error of ``error``'s class, message and attributes (raising the remembered instance
+    again would overwrite its ``__context__`` and traceback at each raise)."""
+    try:
+        fresh: BrokerError = copy.copy(error)
+    except Exception:
+        fresh = BrokerError(*error.args)
+        fresh.retryable = error.retryable
+    return fresh
 
 
 class SchemaBinding(Binding[T], Generic[T]):
@@ -325,10 +346,13 @@ class SchemaBinding(Binding[T], Generic[T]):
     def reader_for(self, key: int | str) -> formats.Reader:
         """The reader of schema ``key``: cached, else looked up now (blocking the calling thread).
 
-        A schema whose last lookup in a worker thread (:meth:`resolve`) failed with a retryable
-        error raises that error at once, without asking the registry again: the consumers of
-        :mod:`broker.schemas` decode on the event loop, which must not wait on a registry just
-        found unreachable. The next :meth:`resolve` of that schema tries again, off the loop."""
+        Called on a running event loop, a schema whose last lookup in a worker thread
+        (:meth:`resolve`) failed with a retryable error raises a new error of that class, chained
+        from it, without asking the registry again: the consumers of :mod:`broker.schemas` decode
+        on the event loop, which must not wait on a registry just found unreachable (the next
+        :meth:`resolve` of that schema tries again, off the loop). Called off the loop (a worker
+        thread, blocking code), it looks the schema up again, so such callers recover as soon as
+        the registry does."""
         found = self._readers.get(key)
         if found is not None:
             return found
@@ -336,13 +360,16 @@ class SchemaBinding(Binding[T], Generic[T]):
         if failed is not None:
             raise failed
         unreachable = self._unreachable.get(key)
-        if unreachable is not None:
-            raise unreachable.with_traceback(None)
+        if unreachable is not None and _on_event_loop():
+            raise _fresh(unreachable) from unreachable
         try:
             return self._build_reader(key)
         except BrokerError as exc:
             if not exc.retryable:
                 self._failed[key] = exc
+                self._unreachable.pop(key, None)
+            elif unreachable is not None:
+                self._unreachable[key] = exc
             raise
 
     def decode_payload(self, data: bytes, attributes: Any = None) -> T:
@@ -418,8 +445,9 @@ class SchemaBinding(Binding[T], Generic[T]):
         """Look up, in a worker thread, the writer schemas of ``items`` (received messages or records)
         not seen before, so decoding them is pure CPU. Never raises: a schema that cannot be had
         fails the decoding of its items only (``DecodeError``, or the registry's retryable error).
-        A retryable failure is kept until the schema's next lookup here, so decoding raises it
-        without a second, blocking attempt in the decoding thread."""
+        A retryable failure is kept until the schema's next successful lookup, so decoding on the
+        event loop raises it without a second, blocking attempt there (decoding off the loop
+        looks the schema up again)."""
         wanted: set[int | str] = set()
         readers, failed, prefixed = self._readers, self._failed, self._prefixed
         for item in items:

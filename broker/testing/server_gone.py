@@ -65,29 +65,28 @@ def _numbered(count: int) -> list[OutboundMessage]:
 #: The prefetch scenario: this many published, the first ``_ACKED`` pulled and acked, then the
 #: server dies while the rest sit in the consumer's prefetch buffer (or still in the broker).
 _PUBLISHED, _ACKED = 20, 5
-#: Pulls after the death, and each one's timeout: a review saw every one of three
-#: ``next_message(timeout=5)`` raise an SDK exception; the outcome does not depend on the timeout,
-#: a short one keeps the test cheap.
-_PULLS, _PULL_TIMEOUT = 3, 0.2
+#: Each pull's timeout after the death: the outcome does not depend on it (a review saw every one
+#: of three ``next_message(timeout=5)`` raise an SDK exception); a short one keeps the test cheap.
+_PULL_TIMEOUT = 0.2
 
 
 async def _pulls_after_the_death(
-    consumer: MessageIterator, acked: set[bytes], bound: float
+    consumer: MessageIterator, published: set[bytes], acked: set[bytes], bound: float
 ) -> dict[str, str]:
-    """``_PULLS`` pulls on a consumer that had prefetched messages when its server died.
+    """Pulls on a consumer that had prefetched messages when its server died, until one raises.
 
-    Each pull hands out a message that was published and not acked (at most once), or raises a
-    broker error (``Timeout`` once nothing is left to hand out), within its timeout plus
-    ``bound``; settling a message handed out now, and closing the consumer, return or raise a
-    broker error within ``bound``. Failures by what failed.
+    Each pull hands out a message that was published, never acked and not handed out before, or
+    raises a broker error, within its timeout plus ``bound``; the pulls go on until one raises
+    (at most one more than the unacked messages, so the last can only raise), which drains what
+    the client buffered and reaches the pull that meets the dead connection however late the
+    client notices the death. Settling the messages handed out now, and closing the consumer,
+    return or raise a broker error within ``bound``. Failures by what failed.
     """
-    # The client notices its connection went (an event-loop client reads the EOF at once): from
-    # then on the buffered deliveries belong to a dead connection.
-    await asyncio.sleep(0.2)
     scenario = f"{_ACKED} of {_PUBLISHED} acked, then the server died"
     failures: dict[str, str] = {}
     handed: list[Message] = []
-    for pull in range(1, _PULLS + 1):
+    seen: set[bytes] = set()
+    for pull in range(1, len(published - acked) + 2):
         taken: list[Message] = []
 
         async def take(into: list[Message] = taken) -> None:
@@ -96,12 +95,20 @@ async def _pulls_after_the_death(
         outcome = await _outcome(take, _PULL_TIMEOUT + bound)
         if outcome is not None:
             failures[f"next_message #{pull} ({scenario})"] = outcome
-        handed += taken
-    data = [m.data for m in handed]
-    if set(data) & acked or len(set(data)) < len(data):
-        failures[f"next_message ({scenario})"] = (
-            f"handed out {sorted(data)} after {sorted(acked)} were acked: acked again or twice"
-        )
+            break
+        if not taken:
+            break  # the pull raised a broker error: what the client buffered is drained
+        message = taken[0]
+        handed.append(message)
+        if message.data not in published or message.data in acked or message.data in seen:
+            failures[f"next_message #{pull} ({scenario})"] = (
+                f"handed out {message.data!r} after {sorted(acked)} were acked and "
+                f"{sorted(seen)} handed out: not published, acked again or handed out twice"
+            )
+            break
+        seen.add(message.data)
+    else:
+        failures[f"next_message ({scenario})"] = "every pull handed out a message: none raised"
     acks = await asyncio.gather(*(_outcome(m.ack, bound) for m in handed))
     for message, outcome in zip(handed, acks, strict=True):
         if outcome is not None:
@@ -119,7 +126,7 @@ class ServerGoneSuite:
         """Publish, pull, settle, commit and close after a SIGKILL: each returns or raises a typed
         error within ``Harness.dead_server_bound`` (pulls first hand out what was buffered, where
         it can still be handed out). A consumer that had 5 of 20 messages acked and the rest
-        prefetched is pulled three times (:func:`_pulls_after_the_death`)."""
+        prefetched is pulled until a pull raises (:func:`_pulls_after_the_death`)."""
         need(harness, "messages")
         if harness.own_server is None:
             pytest.skip("the harness cannot start a server of its own to kill")
@@ -178,7 +185,10 @@ class ServerGoneSuite:
                             lambda: records.next_record(timeout=1.0)
                         )
                     names = list(operations)
-                    pulls = asyncio.ensure_future(_pulls_after_the_death(prefetching, acked, bound))
+                    published = {m.data for m in _numbered(_PUBLISHED)}
+                    pulls = asyncio.ensure_future(
+                        _pulls_after_the_death(prefetching, published, acked, bound)
+                    )
                     results = await asyncio.gather(*(_outcome(operations[n], bound) for n in names))
                     failures.update((n, r) for n, r in zip(names, results, strict=True) if r is not None)
                     failures.update(await pulls)

@@ -33,6 +33,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("messages", {"batch_size": 0}, "batch_size"),
     ("messages", {"batch_size": 2.5}, "batch_size"),
     ("messages", {"batch_size": True}, "batch_size"),
+    ("messages", {"batch_size": math.inf}, "batch_size"),
+    ("messages", {"max_attempts": math.inf}, "max_attempts"),
+    ("messages", {"ack_deadline": math.inf}, "ack_deadline"),
     ("messages", {"start": "middle"}, "start"),
     # batched_messages(): its batching and the consumer options
     ("batched_messages", {"batch_size": -1}, "batch_size"),
@@ -211,3 +214,43 @@ async def test_a_bad_publish_timeout_is_refused(timeout: Any) -> None:
         with pytest.raises(ConfigError, match="timeout"):
             await topic.batch_publish(message, timeout=timeout)
         await topic.publish(message, timeout=5)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "1e400"])
+async def test_an_infinite_number_setting_is_a_config_error(value: str) -> None:
+    """No setting takes infinity (none means "unbounded" by it): ``session_timeout=inf`` in a URL
+    is refused with the setting's name where it is given, not later as an ``OverflowError`` from
+    ``int(inf)`` when the consumer's client is configured."""
+    pytest.importorskip("confluent_kafka")
+    url = f"kafka://127.0.0.1:1?session_timeout={value}"
+    with pytest.raises(ConfigError, match="session_timeout"):
+        async with broker.connect(url) as backend:
+            backend.messages("t", "s")
+
+
+class Count:
+    """An integer-like count (as ``numpy.int64`` is): an int through ``__index__`` only."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Count({self.value})"
+
+
+def test_an_integer_like_count_is_accepted_and_checked() -> None:
+    """Counts are checked through ``operator.index``: an integer-like value (a NumPy integer, or
+    any type with ``__index__``) is accepted and range-checked; a bool, 2.5 and "3" are not."""
+    from broker.options import check_batching, check_count, check_receiver_options
+
+    check_count("concurrency", Count(4))
+    check_batching(Count(0), 1.0)
+    check_receiver_options(concurrency=Count(2), nack_delay=None, drain_timeout=None, retry=None)
+    with pytest.raises(ConfigError, match=r"concurrency must be an integer >= 1, got Count\(0\)"):
+        check_count("concurrency", Count(0))
+    for bad in (True, 2.5, "3", None):
+        with pytest.raises(ConfigError, match="concurrency must be an integer"):
+            check_count("concurrency", bad)

@@ -191,6 +191,24 @@ async def test_a_subscription_name_taken_by_another_topic_is_a_config_error(back
     assert sorted(m.data for m in got) == [m.data for m in sent]
 
 
+async def test_a_subscription_detached_by_deleting_its_topic_is_a_config_error(
+    pubsub_emulator: ProcessServer,
+) -> None:
+    # Deleting a topic detaches its subscriptions: the server then names their topic
+    # "_deleted-topic_". Using such a subscription, even with its old topic recreated, is a
+    # ConfigError that says so (delete and recreate it), not one about a topic of that name.
+    topic, sub = name("topic"), name("sub")
+    async with await connect(pubsub_emulator) as backend:
+        await backend.ensure_subscription(topic, sub)
+        await backend.clients.admin_publisher().delete_topic(topic=backend.clients.topic_path(topic))
+    async with await connect(pubsub_emulator) as backend:
+        with pytest.raises(ConfigError, match="detached") as caught:
+            async with backend.messages(topic, sub):
+                pass
+    message = str(caught.value)
+    assert sub in message and "deleted" in message and "_deleted-topic_" not in message
+
+
 # -- ordering keys ---------------------------------------------------------------------------
 async def test_ordering_keys_keep_per_key_order_through_a_concurrent_receiver(ordered: PubsubBackend) -> None:
     topic, sub = name("topic"), name("sub")
