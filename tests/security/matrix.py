@@ -329,6 +329,8 @@ def render(cells: list[Cell] | None = None) -> str:
         "· ⚙️ tested at the SDK configuration level · ⏸ supported, not testable here (the reason is "
         "below) · — not supported",
         "",
+        "<!-- backends: all but inmem (no network, nothing to secure) -->",
+        "",
         "| feature | " + " | ".join(BACKENDS.values()) + " |",
         "|---|" + "---|" * len(BACKENDS),
     ]
