@@ -42,7 +42,7 @@ from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, Unkn
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
 from broker.message import Record
 
-__all__ = ["COMMIT_INTERVAL", "POLL_SLICE", "GroupCore", "ReaderCore"]
+__all__ = ["COMMIT_INTERVAL", "JOIN_WAIT_SESSIONS", "POLL_SLICE", "GroupCore", "ReaderCore"]
 
 log = logging.getLogger("broker.backends.kafka")
 
@@ -51,6 +51,13 @@ POLL_SLICE: Final = 0.05
 
 #: Seconds each close step may take once the broker refused the client (see ``_close_bound``).
 _REFUSED_CLOSE_BOUND: Final = 1.0
+
+#: How many session timeouts ``close()`` serves a group join in flight before leaving anyway
+#: (never longer than ``close_timeout``). On Tansu a join costs about half a session timeout and a
+#: rejoin waiting for the broker to expel a dead member about 1.5; a join still unfinished after
+#: two is stuck (another member that never rejoins, or Tansu's coordinator after a group emptied)
+#: and serving it longer only delays the close.
+JOIN_WAIT_SESSIONS: Final = 2.0
 
 #: The shortest time between two commits of acks that do not wait (seconds): acks arriving in
 #: between are merged into the next commit, so a handler acking one record at a time does not
@@ -832,8 +839,8 @@ class GroupCore(_CoreBase):
         times it out: some brokers (Tansu) then keep the departed member in the group and every
         later member of that group waits for it, for minutes (a subscription reopened after such
         a close received nothing). So a member that has not been assigned yet, of a topic that
-        exists, keeps serving the join (up to its session timeout, which bounds the join on
-        those brokers) and then leaves properly. The same holds for a member caught in a
+        exists, keeps serving the join (up to :meth:`join_wait`; a join on those brokers takes
+        about half a session timeout) and then leaves properly. The same holds for a member caught in a
         rebalance (another member left, so this one revoked and is rejoining): on Tansu a member
         that left with its rejoin in flight stays in the group as its leader, and every later join
         then fails at SyncGroup for good. Records fetched meanwhile are not handed out or
@@ -844,17 +851,28 @@ class GroupCore(_CoreBase):
         if not await self.thread.submit(self._topics_exist):
             return  # no topic, no join: librdkafka waits for the metadata and leaves cleanly
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(self.close_timeout, self.session_timeout)
+        deadline = loop.time() + self.join_wait()
         while (not self.joined or self.rejoining) and loop.time() < deadline:
             await self.thread.submit(self._serve_join)
         if not self.joined or self.rejoining:
             log.warning("%s: closing with the group join still in flight", self.name)
 
+    def join_wait(self) -> float:
+        """The longest ``close()`` serves a group join in flight, in seconds.
+
+        ``JOIN_WAIT_SESSIONS`` session timeouts, at most ``close_timeout``: long enough for a join
+        that progresses, short enough that a join which cannot finish (a member of the group that
+        never rejoins; Tansu's coordinator, which sometimes never completes the next join of a group
+        whose members all left) does not hold the close for the whole ``close_timeout``:
+        librdkafka's own close gives up such a join within about a second.
+        """
+        return min(self.close_timeout, JOIN_WAIT_SESSIONS * self.session_timeout)
+
     def _leave_bound(self) -> float:
-        # the join served up to the session timeout, plus the metadata request before it
+        # the join served up to join_wait(), plus the metadata request (2 s at most) before it
         if self._refused:
             return self._close_bound()
-        return max(self.close_timeout, self.session_timeout) + 5.0
+        return self.join_wait() + 5.0
 
     async def _before_close(self) -> None:
         await self._flush_quietly()
