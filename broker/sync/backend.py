@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from broker.backend import Backend
 from broker.capabilities import Capabilities
-from broker.errors import ClosedError
+from broker.connect import _split
+from broker.errors import ClosedError, ConfigError
 from broker.sync import portal as _portal
 from broker.sync.consuming import SyncMessages, SyncRecords
 from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, check_not_in_loop, generation
@@ -63,6 +65,12 @@ class SyncBackend:
         self._reconnect()
 
     def _reconnect(self) -> None:
+        if self._gen != -1:  # a forked child
+            _check_fork_support(self._async)
+        else:
+            # the backend's package is imported here, not on the loop thread; the loop thread
+            # imports its SDK when it connects
+            _split(self._target)
         self._async = _portal.portal().call(_open, self._target, timeout=self.timeout, what="connect()")
         self._gen = generation()
         self._resources = []
@@ -222,6 +230,24 @@ class SyncBackend:
         self._resources = []
         if errors:
             raise errors[0]
+
+
+#: Backends whose SDK is gRPC: it cannot run in a forked child of a process that used it unless
+#: its fork support is on (``GRPC_ENABLE_FORK_SUPPORT=1`` in the environment before it is imported).
+GRPC_BACKENDS = frozenset({"pubsub"})
+
+
+def _check_fork_support(inherited: Backend | None) -> None:
+    """Raise :class:`~broker.errors.ConfigError` in a forked child whose backend's SDK cannot work there."""
+    if inherited is None or inherited.name not in GRPC_BACKENDS:
+        return
+    if os.environ.get("GRPC_ENABLE_FORK_SUPPORT", "").lower() in ("1", "true"):
+        return
+    raise ConfigError(
+        f"the {inherited.name} backend's SDK (gRPC) cannot be used in a process forked after it "
+        "was loaded: set GRPC_ENABLE_FORK_SUPPORT=1 in the environment before the parent starts, "
+        "or connect only in the child (gunicorn: no --preload; multiprocessing: the 'spawn' start method)"
+    )
 
 
 async def _open(target: str | Mapping[str, Any]) -> Backend:

@@ -130,7 +130,10 @@ class _Consumer(Generic[W]):
                 if wait:
                     await self._room.wait()
                     continue
-                item = await self._pull()
+                try:
+                    item = await self._pull()
+                except Timeout:
+                    continue  # a backend whose pull has a default timeout: keep reading ahead
                 with cond:
                     buffer.append(item)
                     cond.notify()
@@ -297,7 +300,10 @@ class _Consumer(Generic[W]):
 
 
 async def _opened(opener: Callable[[], Any]) -> Any:
-    return opener()
+    source = opener()
+    # Entering creates what the consumer reads (queue, subscription): what is published after
+    # messages() returns reaches it, as after ``async with backend.messages(...)``.
+    return await source.__aenter__()
 
 
 async def _close_source(source: Any, left: list[Any]) -> None:
@@ -372,9 +378,10 @@ class SyncMessage:
         """1 on first delivery, where the broker knows."""
         return self.message.delivery_attempt
 
+    @property
     def decoded(self) -> Any:
         """The decoded value (consumers opened with ``type=``; see :mod:`broker.typed`)."""
-        return self.message.decoded()
+        return self.message.decoded
 
     def _mark(self, op: int) -> bool:
         if self._done == op:
@@ -446,9 +453,10 @@ class SyncRecord:
         """The attributes."""
         return self.record.attributes
 
+    @property
     def decoded(self) -> Any:
         """The decoded value (consumers opened with ``type=``; see :mod:`broker.typed`)."""
-        return self.record.decoded()
+        return self.record.decoded
 
     def commit(self, *, wait: bool = False, timeout: float | None = None) -> None:
         """Commit this record's offset (and every lower one of its partition)."""
