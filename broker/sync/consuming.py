@@ -72,6 +72,7 @@ class _Consumer(Generic[W]):
         #: How long :meth:`close` may take.
         self.close_timeout = close_timeout
         self._closed = False
+        self._stopping = False
         self._gen = -1
         self._open()
 
@@ -85,6 +86,7 @@ class _Consumer(Generic[W]):
         self._unsettled = 0
         self._settle_errors: list[BaseException] = []
         self._portal = _portal.portal()
+        self._backend._async_backend()  # here: in a forked child it re-connects first
         self._source: Any = self._backend._call(_opened, self._opener, what=f"opening the {self._what}")
         self._room: asyncio.Event | None = None
         self._fetcher: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
@@ -157,12 +159,14 @@ class _Consumer(Generic[W]):
             check_not_in_loop(f"the {self._what}")
         cond, buffer = self._cond, self._buffer
         with cond:
+            if self._stopping:
+                raise ClosedError(f"the blocking {self._what} was stopped")
             if not buffer:
                 if self._closed:
                     raise ClosedError(f"the blocking {self._what} is closed")
-                if not cond.wait_for(lambda: buffer or self._closed, timeout):
+                if not cond.wait_for(lambda: buffer or self._closed or self._stopping, timeout):
                     raise Timeout(f"nothing arrived within {timeout} s")
-                if self._closed:
+                if self._closed or self._stopping:
                     raise ClosedError(f"the blocking {self._what} is closed")
             item = buffer[0]
             if type(item) is _Failure:
@@ -177,6 +181,19 @@ class _Consumer(Generic[W]):
 
     def _wrap(self, item: Any) -> W:
         raise NotImplementedError
+
+    def stop(self) -> None:
+        """End a ``for`` loop (or a waiting ``next_message``) over this consumer; safe in a signal handler.
+
+        Nothing is closed here: the loop ends with the item in hand handled, and the caller then
+        closes the consumer (leaving its ``with`` block), which nacks what was read ahead.
+        """
+        self._stopping = True
+        self._portal.call_soon(self._wake_stopped)
+
+    def _wake_stopped(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def _reopen(self) -> None:
         """A forked child: the inherited source and buffer are abandoned, a fresh source opened."""

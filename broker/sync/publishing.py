@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
+from broker.backend import Backend
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
@@ -81,7 +82,8 @@ class SyncPublisher:
         self._failed = 0  # messages without a callback whose publish failed since the last flush
         self._first_error: BaseException | None = None
         self._async_topics: dict[str, Topic] = {}
-        self._async: Publisher = self._backend._call(_make_publisher, self._backend, what="publisher()")
+        backend = self._backend._async_backend()  # here: in a forked child it re-connects first
+        self._async: Publisher = self._backend._call(_make_publisher, backend, what="publisher()")
         self._portal = _portal.portal()
         self._gen = generation()
         _portal.flush_at_exit(self)
@@ -263,8 +265,8 @@ class SyncPublisher:
             self._backend._call(self._async.close, timeout=limit, what="closing the publisher")
 
 
-async def _make_publisher(backend: SyncBackend) -> Publisher:
-    return backend._async_backend().publisher()
+async def _make_publisher(backend: Backend) -> Publisher:
+    return backend.publisher()
 
 
 class SyncTopic:

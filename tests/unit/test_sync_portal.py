@@ -74,11 +74,13 @@ def test_a_blocking_call_on_the_loop_thread_itself_is_refused_not_a_deadlock(
     assert backend.run(from_the_loop, timeout=5) == "refused"
 
 
-def _child(backend: broker.sync.SyncBackend, results: Any) -> None:  # pragma: no cover - forked child
+def _child(
+    backend: broker.sync.SyncBackend, inherited: broker.sync.SyncPublisher | None, results: Any
+) -> None:  # pragma: no cover - forked child
     try:
         topic = f"child-{os.getpid()}"
         consumer = backend.messages(topic, "s")
-        handle = backend.publisher().topic(topic)
+        handle = (inherited or backend.publisher()).topic(topic)  # a publisher made before the fork too
         for i in range(50):
             handle.publish_nowait(OutboundMessage(b"%d" % i))
         handle.publish(OutboundMessage(b"last"))
@@ -93,14 +95,16 @@ def _child(backend: broker.sync.SyncBackend, results: Any) -> None:  # pragma: n
 def test_a_forked_child_gets_a_fresh_loop_and_connection(used_before_fork: bool) -> None:
     with broker.sync.connect(f"inmem://fork-{uuid.uuid4().hex}") as backend:
         pending: list[BaseException | None] = []
+        publisher = None
         if used_before_fork:
             consumer = backend.messages("parent", "s")
-            handle = backend.publisher().topic("parent")
+            publisher = backend.publisher()
+            handle = publisher.topic("parent")
             handle.publish(OutboundMessage(b"before"))
             handle.publish_nowait(OutboundMessage(b"queued"), on_delivery=lambda e, m: pending.append(e))
         context = multiprocessing.get_context("fork")
         results = context.Queue()
-        child = context.Process(target=_child, args=(backend, results))
+        child = context.Process(target=_child, args=(backend, publisher, results))
         child.start()
         outcome = results.get(timeout=60)
         child.join(30)
