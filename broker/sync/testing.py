@@ -171,7 +171,7 @@ class SyncConformanceSuite:
         if not harness.capabilities.messages:
             pytest.skip("no per-message consumption")
         if harness.backend.name == "inmem":
-            pytest.skip("an in-memory broker is per process (tests/unit/test_sync_fork.py forks on it)")
+            pytest.skip("an in-memory broker is per process (tests/unit/test_sync_portal.py forks on it)")
         topic, sub = harness.name("sync"), harness.name("sub")
         context = multiprocessing.get_context("fork")
         with _connect(harness) as unused, _connect(harness) as used:
@@ -184,14 +184,19 @@ class SyncConformanceSuite:
                 ]
                 for child in children:
                     child.start()
-                outcomes = [results.get(timeout=60) for _ in children]
                 for child in children:
-                    child.join(30)
+                    child.join(60)
+                assert not any(child.is_alive() for child in children), "a forked child hung"
+                outcomes = []
+                while not results.empty() or len(outcomes) < sum(c.exitcode == 0 for c in children):
+                    outcomes.append(results.get(timeout=10))
                 if harness.backend.name in GRPC_BACKENDS and not _grpc_fork_support():
-                    # gRPC cannot work in the child: a typed error naming the setting, not a hang
+                    # gRPC cannot work in the child: the child gets a typed error naming the setting.
+                    # (gRPC's own fork handlers can crash a child before any Python code of ours
+                    # runs: docs/blocking.md, "Fork". A crashed child is not a hung one.)
                     assert all(
                         o.startswith("ConfigError") and "GRPC_ENABLE_FORK_SUPPORT" in o for o in outcomes
-                    )
+                    ), outcomes
                     return
                 assert outcomes == ["ok", "ok"]
                 got = sorted(m.data for m in _take(consumer, 21, harness.patience))
