@@ -135,8 +135,9 @@ class SyncBackend:
         self._resources.append(resource)
         return resource
 
-    def publisher(self, *, max_pending: int = 100_000, max_batch: int = 1_000) -> SyncPublisher:
-        """A blocking publisher: up to ``max_pending`` messages in flight, sent ``max_batch`` at a time."""
+    def publisher(self, *, max_pending: int = 100_000, max_batch: int = 10_000) -> SyncPublisher:
+        """A blocking publisher (thread-safe): up to ``max_pending`` messages queued or in flight,
+        handed to the async publisher up to ``max_batch`` at a time (docs/blocking.md, "The hand-over")."""
         self._async_backend()
         return self._track(  # type: ignore[no-any-return]
             SyncPublisher(

@@ -58,7 +58,7 @@ class SyncPublisher:
         timeout: float,
         close_timeout: float,
         max_pending: int = 100_000,
-        max_batch: int = 1_000,
+        max_batch: int = 10_000,
     ) -> None:
         self._backend = backend
         #: Default timeout (seconds) of a waiting publish and of :meth:`flush`.

@@ -187,7 +187,7 @@ class SyncConformanceSuite:
                 for child in children:
                     child.join(60)
                 assert not any(child.is_alive() for child in children), "a forked child hung"
-                outcomes = []
+                outcomes: list[str] = []
                 while not results.empty() or len(outcomes) < sum(c.exitcode == 0 for c in children):
                     outcomes.append(results.get(timeout=10))
                 if harness.backend.name in GRPC_BACKENDS and not _grpc_fork_support():

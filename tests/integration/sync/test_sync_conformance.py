@@ -6,11 +6,14 @@ fixture), so the blocking API meets the same servers, URLs and settings as the a
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import AsyncIterator
 
 import pytest
 
 import broker
+import broker.backends
 import tests.conformance.test_inmem as inmem_suite
 import tests.conformance.test_jetstream as jetstream_suite
 import tests.conformance.test_kafka as kafka_suite
@@ -21,6 +24,14 @@ import tests.conformance.test_servicebus as servicebus_suite
 from broker.sync.testing import SyncConformanceSuite
 from broker.testing import Harness
 from tests.integration.pulsar.server import PulsarTestServer
+
+# Every backend module is imported here, in the main thread. Under pytest, whose assertion rewriting
+# parses a module when it is first imported, a backend's lazy import on the blocking API's loop
+# thread racing an import in the main thread trips CPython 3.11's AST recursion counter, which is
+# not thread-safe ("SystemError: AST constructor recursion depth mismatch").
+for _module in pkgutil.walk_packages(broker.backends.__path__, "broker.backends."):
+    if ".processor" not in _module.name:
+        importlib.import_module(_module.name)
 
 kafka_server = kafka_suite.kafka_server
 nats_server = jetstream_suite.nats_server
