@@ -15,6 +15,7 @@ __all__ = [
     "KINDS",
     "AckError",
     "AuthenticationFailed",
+    "BlockingInEventLoop",
     "BrokerError",
     "ClosedError",
     "ConfigError",
@@ -105,6 +106,13 @@ class MissingDependency(BrokerError, ImportError, kind="missing_dependency"):
 
 class ClosedError(BrokerError, RuntimeError, kind="closed"):
     """The resource (publisher, topic, consumer, backend) was closed before this call."""
+
+
+class BlockingInEventLoop(BrokerError, RuntimeError, kind="blocking_in_event_loop"):
+    """A blocking call (:mod:`broker.sync`) was made from a thread running an event loop.
+
+    Waiting there would stall that loop (or deadlock it); async code uses the async API instead.
+    """
 
 
 class ConnectionFailed(BrokerError, ConnectionError, kind="unavailable"):

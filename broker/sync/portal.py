@@ -1,0 +1,184 @@
+"""The portal: one background event-loop thread per process that runs the asyncio API for blocking code.
+
+Every blocking call of :mod:`broker.sync` hands a coroutine of the ordinary async API to this
+loop and waits for its result, bounded by the call's ``timeout``. The loop thread is a daemon
+started on first use. A forked child cannot use its parent's loop thread (threads do not survive
+``fork``): :func:`os.register_at_fork` drops the inherited portal in the child and bumps
+:func:`generation`, so every blocking object re-opens its async resources on a fresh loop there,
+abandoning the inherited SDK clients without closing them (closing a librdkafka, gRPC or Pulsar
+handle in a forked child can hang).
+
+A blocking call made from a thread whose event loop is running raises
+:class:`~broker.errors.BlockingInEventLoop`: waiting there would stall that loop, or deadlock it
+when it is the portal's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from broker.errors import BlockingInEventLoop, BrokerError, Timeout
+
+__all__ = [
+    "DEFAULT_CLOSE_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "Portal",
+    "check_not_in_loop",
+    "generation",
+    "portal",
+]
+
+T = TypeVar("T")
+
+#: The timeout (seconds) of a blocking call that names none.
+DEFAULT_TIMEOUT = 30.0
+#: How long (seconds) closing, and flushing at interpreter exit, may take by default.
+DEFAULT_CLOSE_TIMEOUT = 10.0
+#: How much longer than its own timeout a caller waits for a call the loop has cancelled.
+_GRACE = 1.0
+
+log = logging.getLogger("broker.sync")
+
+_get_running_loop = asyncio._get_running_loop  # the C fast path: no exception when there is none
+
+
+class _Flushable(Protocol):
+    def _flush_at_exit(self) -> int: ...
+
+
+def check_not_in_loop(what: str = "a blocking call") -> None:
+    """Raise :class:`~broker.errors.BlockingInEventLoop` when this thread runs an event loop."""
+    if _get_running_loop() is not None:
+        raise BlockingInEventLoop(
+            f"{what} of broker.sync was made inside a running event loop; "
+            "use the async API (broker.connect) in async code"
+        )
+
+
+class Portal:
+    """One event loop running forever on a daemon thread, and the way to run coroutines on it."""
+
+    def __init__(self) -> None:
+        #: The loop every async resource of :mod:`broker.sync` lives on.
+        self.loop = asyncio.new_event_loop()
+        #: The process this portal belongs to (a forked child makes its own).
+        self.pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="polybroker-sync-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The loop's thread."""
+        return self._thread
+
+    def call(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        timeout: float,
+        what: str = "the call",
+    ) -> T:
+        """Run ``fn(*args)`` on the loop and return its result, waiting ``timeout`` seconds at most.
+
+        Past ``timeout`` the coroutine is cancelled on the loop and
+        :class:`~broker.errors.Timeout` is raised; the call's own errors are raised as they are.
+        """
+        check_not_in_loop(what)
+        future = asyncio.run_coroutine_threadsafe(_bounded(fn, args, timeout, what), self.loop)
+        try:
+            return future.result(timeout + _GRACE)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise Timeout(f"{what} did not finish within {timeout} s") from None
+        except BaseException:
+            future.cancel()  # KeyboardInterrupt while waiting: stop the work on the loop as well
+            raise
+
+    def call_soon(self, fn: Callable[..., object], *args: Any) -> None:
+        """Schedule ``fn(*args)`` on the loop thread (thread-safe; no waiting)."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+
+async def _bounded(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float, what: str) -> T:
+    try:
+        async with asyncio.timeout(timeout):
+            return await fn(*args)
+    except TimeoutError as exc:
+        if isinstance(exc, BrokerError):
+            raise
+        raise Timeout(f"{what} did not finish within {timeout} s") from exc
+
+
+_lock = threading.Lock()
+_portal: Portal | None = None
+_generation = 0
+_at_exit: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def generation() -> int:
+    """A number that changes in a forked child: objects made for another generation re-open."""
+    return _generation
+
+
+def portal() -> Portal:
+    """This process's portal, started on first use."""
+    global _portal
+    current = _portal
+    if current is not None:
+        return current
+    with _lock:
+        if _portal is None:
+            _portal = Portal()
+        return _portal
+
+
+def flush_at_exit(resource: _Flushable) -> None:
+    """Flush ``resource`` (a publisher) when the interpreter exits, unless it was closed before."""
+    _at_exit.add(resource)
+
+
+def forget_at_exit(resource: _Flushable) -> None:
+    """Undo :func:`flush_at_exit` for ``resource`` (it was closed)."""
+    _at_exit.discard(resource)
+
+
+def _after_fork_in_child() -> None:
+    global _portal, _generation, _lock, _at_exit
+    _portal = None  # its thread did not survive the fork; its loop and SDK clients are abandoned
+    _generation += 1
+    _lock = threading.Lock()  # a parent thread may have held it at the fork
+    _at_exit = weakref.WeakSet()  # the parent's pending messages are the parent's to send
+
+
+def _at_interpreter_exit() -> None:
+    """Flush every open publisher's non-waiting publishes within the close timeout; log what is left."""
+    if _portal is None or _portal.pid != os.getpid():
+        return
+    left = 0
+    for resource in list(_at_exit):
+        try:
+            left += resource._flush_at_exit()
+        except Exception:  # never a traceback at exit: what is left is counted below
+            log.debug("flush at exit failed", exc_info=True)
+    if left:
+        log.error(
+            "broker.sync: %d published messages were still pending at interpreter exit "
+            "after the publishers' close_timeout and are lost",
+            left,
+        )
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_interpreter_exit)

@@ -1,0 +1,414 @@
+"""Blocking publishers: a thread-safe hand-over queue drained in batches by one task on the loop thread.
+
+A publish from any thread appends to the publisher's queue under a lock and, only when the
+drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The drainer takes up to
+``max_batch`` messages at a time and sends each topic's share with the async topic's
+``batch_publish``: a burst of publishes costs one loop round trip per batch, not per message.
+The queue is bounded by ``max_pending`` messages (queued and in flight); a publish that finds it
+full waits for room up to its timeout, then raises :class:`~broker.errors.Timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from broker.backend import Backend
+from broker.errors import ClosedError, PublishError, Timeout
+from broker.interfaces import Publisher, Topic
+from broker.message import OutboundMessage
+from broker.outbound import check_outbound, is_plain
+from broker.sync import portal as _portal
+from broker.sync.portal import check_not_in_loop, generation
+
+if TYPE_CHECKING:
+    from broker.sync.backend import SyncBackend
+    from broker.typed.binding import Binding
+
+__all__ = ["DeliveryCallback", "SyncPublisher", "SyncTopic", "SyncTypedTopic"]
+
+T = TypeVar("T")
+
+#: ``on_delivery(error, message)``: ``error`` is None once the broker has ``message``.
+DeliveryCallback = Callable[[BaseException | None, OutboundMessage], object]
+
+log = logging.getLogger("broker.sync")
+
+# One queued item: (topic name, a message or a tuple of messages, callback(error) or None).
+_Item = tuple[str, Any, Callable[[BaseException | None], object] | None]
+
+
+class SyncPublisher:
+    """A blocking publisher; :meth:`topic` hands out cheap, thread-safe topic handles.
+
+    Any number of threads may publish through one publisher at once. Messages of one topic are
+    sent in the order they were handed over.
+    """
+
+    def __init__(
+        self,
+        backend: SyncBackend,
+        *,
+        timeout: float,
+        close_timeout: float,
+        max_pending: int = 100_000,
+        max_batch: int = 10_000,
+    ) -> None:
+        self._backend = backend
+        #: Default timeout (seconds) of a waiting publish and of :meth:`flush`.
+        self.timeout = timeout
+        #: How long :meth:`close` (and interpreter exit) waits for pending messages.
+        self.close_timeout = close_timeout
+        self._max_pending = max_pending
+        self._max_batch = max_batch
+        self._closed = False
+        self._topics: dict[str, SyncTopic] = {}
+        self._gen = -1
+        self._open()
+
+    def _open(self) -> None:
+        """(Re-)open the async publisher on this generation's loop, with a fresh hand-over state."""
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: deque[_Item] = deque()
+        self._pending = 0  # messages queued or in flight
+        self._idle = True
+        self._failed = 0  # messages without a callback whose publish failed since the last flush
+        self._first_error: BaseException | None = None
+        self._async_topics: dict[str, Topic] = {}
+        backend = self._backend._async_backend()  # here: in a forked child it re-connects first
+        self._async: Publisher = self._backend._call(_make_publisher, backend, what="publisher()")
+        self._portal = _portal.portal()
+        self._gen = generation()
+        _portal.flush_at_exit(self)
+
+    def __repr__(self) -> str:
+        return f"<SyncPublisher of {self._backend!r}>"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def pending(self) -> int:
+        """Messages handed over and not yet confirmed by the broker (or failed)."""
+        return self._pending
+
+    def topic(self, name: str) -> SyncTopic:
+        """The handle publishing to topic ``name``."""
+        handle = self._topics.get(name)
+        if handle is None:
+            self._check_open()
+            handle = self._topics.setdefault(name, SyncTopic(self, name))
+        return handle
+
+    def typed_topic(self, name: str, type: Binding[T] | type[T]) -> SyncTypedTopic[T]:
+        """A handle publishing values of ``type`` to topic ``name`` (see :mod:`broker.typed`)."""
+        from broker.typed.binding import ensure_binding
+
+        return SyncTypedTopic(self.topic(name), ensure_binding(type))
+
+    def _check_open(self) -> None:
+        if self._closed or self._backend.closed:
+            raise ClosedError("the blocking publisher is closed")
+
+    def _put(
+        self,
+        topic: str,
+        item: Any,
+        count: int,
+        callback: Callable[[BaseException | None], object] | None,
+        timeout: float | None,
+    ) -> None:
+        if self._gen != generation():
+            check_not_in_loop("publish")
+            self._open()  # a forked child: a fresh loop and connection; the parent's queue is not ours
+        wake = False
+        with self._lock:
+            if self._closed or self._backend.closed:
+                raise ClosedError("the blocking publisher is closed")
+            if self._pending + count > self._max_pending and self._pending:
+                limit = self.timeout if timeout is None else timeout
+                if not self._cond.wait_for(
+                    lambda: self._pending + count <= self._max_pending or not self._pending, limit
+                ):
+                    raise Timeout(
+                        f"the publisher's queue stayed full ({self._pending} messages pending) for {limit} s"
+                    )
+                if self._closed:
+                    raise ClosedError("the blocking publisher is closed")
+            self._queue.append((topic, item, callback))
+            self._pending += count
+            if self._idle:
+                self._idle = False
+                wake = True
+        if wake:
+            self._portal.call_soon(self._start_drain)
+
+    # -- the loop side -------------------------------------------------------------------
+    def _start_drain(self) -> None:
+        asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._idle = True
+                    self._cond.notify_all()
+                    return
+                taken: list[_Item] = []
+                size = 0
+                while self._queue and size < self._max_batch:
+                    item = self._queue.popleft()
+                    taken.append(item)
+                    size += len(item[1]) if type(item[1]) is tuple else 1
+            await self._send(taken)
+            with self._lock:
+                self._pending -= size
+                self._cond.notify_all()
+
+    async def _send(self, taken: list[_Item]) -> None:
+        by_topic: dict[str, list[_Item]] = {}
+        for item in taken:
+            by_topic.setdefault(item[0], []).append(item)
+        for name, items in by_topic.items():
+            messages: list[OutboundMessage] = []
+            for _, payload, _cb in items:
+                if type(payload) is tuple:
+                    messages.extend(payload)
+                else:
+                    messages.append(payload)
+            error: BaseException | None = None
+            try:
+                topic = self._async_topics.get(name)
+                if topic is None:
+                    topic = self._async_topics[name] = self._async.topic(name)
+                await topic.batch_publish(*messages, timeout=self.timeout)
+            except asyncio.CancelledError:
+                error = ClosedError("the blocking publisher's loop stopped before the broker had the message")
+            except Exception as exc:
+                error = exc
+            silent = 0
+            for _, payload, callback in items:
+                if callback is None:
+                    silent += len(payload) if type(payload) is tuple else 1
+                    continue
+                try:
+                    callback(error)
+                except Exception:
+                    log.exception("an on_delivery callback raised")
+            if error is not None and silent:
+                with self._lock:
+                    self._failed += silent
+                    if self._first_error is None:
+                        self._first_error = error
+                log.warning("publishing %d messages to %r failed: %s", silent, name, error)
+
+    # -- the caller side -----------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message handed over is confirmed by the broker (or failed).
+
+        Raises :class:`~broker.errors.Timeout` when some are still pending after ``timeout``
+        seconds, and :class:`~broker.errors.PublishError` (the first failure chained) when
+        messages published without ``on_delivery`` failed since the last flush.
+        """
+        check_not_in_loop("flush()")
+        if self._gen != generation():
+            return  # a forked child has nothing of its own pending before its first publish
+        limit = self.timeout if timeout is None else timeout
+        with self._lock:
+            if not self._cond.wait_for(lambda: self._pending == 0, limit):
+                raise Timeout(f"{self._pending} messages were still pending after {limit} s")
+            failed, first = self._failed, self._first_error
+            self._failed, self._first_error = 0, None
+        if failed:
+            raise PublishError(f"{failed} messages published without on_delivery failed") from first
+
+    def _flush_at_exit(self) -> int:
+        if self._gen != generation() or self._closed:
+            return 0
+        with self._lock:
+            self._cond.wait_for(lambda: self._pending == 0, self.close_timeout)
+            return self._pending
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush pending messages (``close_timeout`` at most), then close the async publisher.
+
+        Idempotent. Messages still pending when the time is up are counted in one log line.
+        """
+        if self._closed:
+            return
+        check_not_in_loop("close()")
+        limit = self.close_timeout if timeout is None else timeout
+        left = 0
+        if self._gen == generation():
+            with self._lock:
+                self._cond.wait_for(lambda: self._pending == 0, limit)
+                left = self._pending
+                self._closed = True
+                self._cond.notify_all()
+        self._closed = True
+        _portal.forget_at_exit(self)
+        if left:
+            log.error("%d published messages were still pending when the publisher closed", left)
+        if self._gen == generation() and not self._backend.closed:
+            self._backend._call(self._async.close, timeout=limit, what="closing the publisher")
+
+
+async def _make_publisher(backend: Backend) -> Publisher:
+    return backend.publisher()
+
+
+class SyncTopic:
+    """A blocking handle on one topic of a :class:`SyncPublisher`; thread-safe."""
+
+    __slots__ = ("_publisher", "name")
+
+    def __init__(self, publisher: SyncPublisher, name: str) -> None:
+        self._publisher = publisher
+        #: The topic's name.
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<SyncTopic {self.name!r}>"
+
+    def publish_nowait(
+        self, message: OutboundMessage, *, on_delivery: DeliveryCallback | None = None
+    ) -> None:
+        """Hand ``message`` over and return at once; the loop thread sends it in a batch.
+
+        ``on_delivery(error, message)`` runs on the loop thread once the broker has it (``error``
+        None) or the publish failed: keep it short. Failures of messages without a callback are
+        logged and raised by :meth:`SyncPublisher.flush`. Bad input raises
+        :class:`~broker.errors.InvalidMessage` here.
+        """
+        if _portal._get_running_loop() is not None:
+            check_not_in_loop("publish_nowait()")
+        if not is_plain(message):
+            check_outbound(message)
+        callback = None if on_delivery is None else _deliver(on_delivery, message)
+        self._publisher._put(self.name, message, 1, callback, None)
+
+    def publish_future(self, message: OutboundMessage) -> concurrent.futures.Future[None]:
+        """Hand ``message`` over and return a future that completes when the broker has it."""
+        check_not_in_loop("publish_future()")
+        if not is_plain(message):
+            check_outbound(message)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._publisher._put(self.name, message, 1, _settle(future), None)
+        return future
+
+    def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
+        """Publish ``message`` and return when the broker has it (``timeout`` seconds at most)."""
+        self._wait(message, 1, timeout)
+
+    def batch_publish(self, *messages: OutboundMessage, timeout: float | None = None) -> None:
+        """Publish ``messages`` and return when the broker has all of them."""
+        if messages:
+            self._wait(tuple(messages), len(messages), timeout)
+
+    def _wait(self, payload: Any, count: int, timeout: float | None) -> None:
+        check_not_in_loop("publish()")
+        for message in payload if type(payload) is tuple else (payload,):
+            if not is_plain(message):
+                check_outbound(message)
+        limit = self._publisher.timeout if timeout is None else timeout
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._publisher._put(self.name, payload, count, _settle(future), limit)
+        try:
+            future.result(limit)
+        except concurrent.futures.TimeoutError:
+            raise Timeout(f"publishing to {self.name!r} did not finish within {limit} s") from None
+
+
+def _deliver(
+    callback: DeliveryCallback, message: OutboundMessage
+) -> Callable[[BaseException | None], object]:
+    return lambda error: callback(error, message)
+
+
+def _settle(future: concurrent.futures.Future[None]) -> Callable[[BaseException | None], object]:
+    def settle(error: BaseException | None) -> None:
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    return settle
+
+
+class SyncTypedTopic(Generic[T]):
+    """A blocking handle publishing values of ``T`` (encoded by a :mod:`broker.typed` binding)."""
+
+    __slots__ = ("_typed", "topic")
+
+    def __init__(self, topic: SyncTopic, binding: Binding[T]) -> None:
+        from broker.typed.publishing import TypedTopic
+
+        #: The untyped blocking topic underneath.
+        self.topic = topic
+        self._typed: TypedTopic[T] = TypedTopic(_NameOnly(topic.name), binding)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        """The topic's name."""
+        return self.topic.name
+
+    def message(
+        self, value: T, *, key: str | None = None, attributes: Mapping[str, str] | None = None
+    ) -> OutboundMessage:
+        """The message :meth:`publish` sends for ``value`` (``EncodeError`` when it cannot encode)."""
+        return self._typed.message(value, key=key, attributes=attributes)
+
+    def publish(
+        self,
+        value: T,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Encode and publish ``value``; returns once the broker has it."""
+        self.topic.publish(self.message(value, key=key, attributes=attributes), timeout=timeout)
+
+    def publish_nowait(
+        self,
+        value: T,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Encode ``value`` and hand it over without waiting (see :meth:`SyncTopic.publish_nowait`)."""
+        self.topic.publish_nowait(
+            self.message(value, key=key, attributes=attributes), on_delivery=on_delivery
+        )
+
+    def batch_publish(
+        self,
+        *values: T,
+        keys: Sequence[str | None] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Encode and publish ``values`` (with ``keys``, one per value, when given)."""
+        keyed = keys if keys is not None else [None] * len(values)
+        self.topic.batch_publish(
+            *(self.message(v, key=k) for v, k in zip(values, keyed, strict=True)), timeout=timeout
+        )
+
+
+class _NameOnly:
+    """The one thing :class:`~broker.typed.publishing.TypedTopic` needs to build messages: a name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
