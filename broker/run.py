@@ -178,6 +178,8 @@ def _chain(handler: Any, signum: int) -> None:
         return
     try:
         handler(signum, None)
+    except KeyboardInterrupt:  # a handler that interrupts: the run is draining already
+        log.debug("the signal handler in place before broker.run raised KeyboardInterrupt on %s", signum)
     except Exception:
         log.exception("the signal handler in place before broker.run failed on signal %s", signum)
 

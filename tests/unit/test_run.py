@@ -103,6 +103,15 @@ async def test_drain_timeout_nacks_handlers_that_do_not_finish() -> None:
     assert source.acker.acked == []
 
 
+async def _until_handled(signum: int) -> None:
+    """Wait until the running loop handles ``signum`` (``broker.run`` installed its handler): a
+    signal sent before would reach the test runner's own handler instead."""
+    handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
+    async with asyncio.timeout(5):
+        while signum not in handlers:
+            await asyncio.sleep(0.01)  # noqa: ASYNC110 - nothing to wait on but the loop's table
+
+
 async def test_a_second_signal_cuts_the_drain_short() -> None:
     class Stubborn:  # a receiver whose stop() is ignored until cancelled
         def __init__(self) -> None:
@@ -123,7 +132,7 @@ async def test_a_second_signal_cuts_the_drain_short() -> None:
 
     stubborn = Stubborn()
     task = asyncio.ensure_future(broker.run((stubborn, handler), drain_timeout=60))
-    await asyncio.sleep(0.05)
+    await _until_handled(signal.SIGINT)
     os.kill(os.getpid(), signal.SIGINT)
     await asyncio.sleep(0.05)
     os.kill(os.getpid(), signal.SIGINT)
