@@ -111,7 +111,9 @@ class SyncBackend:
         if self._closed:
             raise ClosedError("the blocking backend is closed")
         if self._gen != generation():
-            self._reconnect()  # a forked child: the parent's connection is abandoned, not closed
+            with _portal.reopen_lock():
+                if self._gen != generation():
+                    self._reconnect()  # a forked child: the parent's connection is abandoned, not closed
         assert self._async is not None
         return self._async
 

@@ -154,7 +154,9 @@ class _Consumer(Generic[W]):
     def _next(self, timeout: float | None) -> W:
         if self._gen != generation():
             check_not_in_loop(f"the {self._what}")
-            self._reopen()
+            with _portal.reopen_lock():
+                if self._gen != generation():
+                    self._reopen()
         elif _portal._get_running_loop() is not None:
             check_not_in_loop(f"the {self._what}")
         cond, buffer = self._cond, self._buffer
