@@ -73,7 +73,8 @@ class SyncBackend:
             _split(self._target)
         self._async = _portal.portal().call(_open, self._target, timeout=self.timeout, what="connect()")
         self._gen = generation()
-        self._resources = []
+        # the resources handed out stay tracked: in a forked child they re-open on first use,
+        # and close() flushes and closes those (it skips the ones never re-opened there)
 
     def __repr__(self) -> str:
         name = self._async.name if self._async is not None else "?"

@@ -296,8 +296,8 @@ class _Consumer(Generic[W]):
         check_not_in_loop("close()")
         limit = self.close_timeout if timeout is None else timeout
         if self._gen != generation():
-            with self._lock:
-                self._closed = True
+            # not under the inherited lock: the parent's loop thread may have held it at the fork
+            self._closed = True
             return
         error: BaseException | None = None
         try:
