@@ -11,6 +11,7 @@ from broker.backend import Backend
 from broker.capabilities import Capabilities
 from broker.connect import _split
 from broker.errors import ClosedError, ConfigError
+from broker.options import check_count, check_seconds
 from broker.sync import portal as _portal
 from broker.sync.consuming import SyncMessages, SyncRecords
 from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, check_not_in_loop, generation
@@ -41,6 +42,8 @@ def connect(
     (:class:`~broker.errors.Timeout` or :class:`~broker.errors.ConnectionFailed`) from the first
     call that needs it, within that call's timeout.
     """
+    check_seconds("timeout", timeout)
+    check_seconds("close_timeout", close_timeout)
     return SyncBackend(target, timeout=timeout, close_timeout=close_timeout)
 
 
@@ -141,6 +144,8 @@ class SyncBackend:
     def publisher(self, *, max_pending: int = 100_000, max_batch: int = 10_000) -> SyncPublisher:
         """A blocking publisher (thread-safe): up to ``max_pending`` messages queued or in flight,
         handed to the async publisher up to ``max_batch`` at a time (docs/blocking.md, "The hand-over")."""
+        check_count("max_pending", max_pending)
+        check_count("max_batch", max_batch)
         self._async_backend()
         return self._track(  # type: ignore[no-any-return]
             SyncPublisher(

@@ -8,8 +8,11 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
+
 import broker.sync
 from broker import OutboundMessage
+from broker.errors import ConfigError
 
 THREADS = 8
 
@@ -56,3 +59,15 @@ def test_threads_making_the_first_publish_in_a_forked_child_lose_nothing() -> No
                 child.kill()
         assert outcome == ["ok"] * THREADS
         assert child.exitcode == 0
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), -1.0])
+def test_connect_refuses_a_bad_timeout(bad: Any) -> None:
+    with pytest.raises(ConfigError):
+        broker.sync.connect("inmem://review-bad", timeout=bad)
+
+
+@pytest.mark.parametrize("option", ["max_batch", "max_pending"])
+def test_publisher_refuses_a_zero_count(option: str) -> None:
+    with broker.sync.connect(f"inmem://review-{uuid.uuid4().hex}") as backend, pytest.raises(ConfigError):
+        backend.publisher(**{option: 0})
