@@ -11,6 +11,7 @@ from broker.backend import Backend
 from broker.capabilities import Capabilities
 from broker.connect import _split
 from broker.errors import ClosedError, ConfigError
+from broker.options import check_count, check_seconds
 from broker.sync import portal as _portal
 from broker.sync.consuming import SyncMessages, SyncRecords
 from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, check_not_in_loop, generation
@@ -41,6 +42,8 @@ def connect(
     (:class:`~broker.errors.Timeout` or :class:`~broker.errors.ConnectionFailed`) from the first
     call that needs it, within that call's timeout.
     """
+    check_seconds("timeout", timeout)
+    check_seconds("close_timeout", close_timeout)
     return SyncBackend(target, timeout=timeout, close_timeout=close_timeout)
 
 
@@ -73,7 +76,8 @@ class SyncBackend:
             _split(self._target)
         self._async = _portal.portal().call(_open, self._target, timeout=self.timeout, what="connect()")
         self._gen = generation()
-        self._resources = []
+        # the resources handed out stay tracked: in a forked child they re-open on first use,
+        # and close() flushes and closes those (it skips the ones never re-opened there)
 
     def __repr__(self) -> str:
         name = self._async.name if self._async is not None else "?"
@@ -111,7 +115,9 @@ class SyncBackend:
         if self._closed:
             raise ClosedError("the blocking backend is closed")
         if self._gen != generation():
-            self._reconnect()  # a forked child: the parent's connection is abandoned, not closed
+            with _portal.reopen_lock():
+                if self._gen != generation():
+                    self._reconnect()  # a forked child: the parent's connection is abandoned, not closed
         assert self._async is not None
         return self._async
 
@@ -138,6 +144,8 @@ class SyncBackend:
     def publisher(self, *, max_pending: int = 100_000, max_batch: int = 10_000) -> SyncPublisher:
         """A blocking publisher (thread-safe): up to ``max_pending`` messages queued or in flight,
         handed to the async publisher up to ``max_batch`` at a time (docs/blocking.md, "The hand-over")."""
+        check_count("max_pending", max_pending)
+        check_count("max_batch", max_batch)
         self._async_backend()
         return self._track(  # type: ignore[no-any-return]
             SyncPublisher(

@@ -154,7 +154,9 @@ class _Consumer(Generic[W]):
     def _next(self, timeout: float | None) -> W:
         if self._gen != generation():
             check_not_in_loop(f"the {self._what}")
-            self._reopen()
+            with _portal.reopen_lock():
+                if self._gen != generation():
+                    self._reopen()
         elif _portal._get_running_loop() is not None:
             check_not_in_loop(f"the {self._what}")
         cond, buffer = self._cond, self._buffer
@@ -294,8 +296,8 @@ class _Consumer(Generic[W]):
         check_not_in_loop("close()")
         limit = self.close_timeout if timeout is None else timeout
         if self._gen != generation():
-            with self._lock:
-                self._closed = True
+            # not under the inherited lock: the parent's loop thread may have held it at the fork
+            self._closed = True
             return
         error: BaseException | None = None
         try:

@@ -34,6 +34,7 @@ __all__ = [
     "check_not_in_loop",
     "generation",
     "portal",
+    "reopen_lock",
 ]
 
 T = TypeVar("T")
@@ -125,11 +126,22 @@ _lock = threading.Lock()
 _portal: Portal | None = None
 _generation = 0
 _at_exit: weakref.WeakSet[Any] = weakref.WeakSet()
+_reopen_lock = threading.RLock()
 
 
 def generation() -> int:
     """A number that changes in a forked child: objects made for another generation re-open."""
     return _generation
+
+
+def reopen_lock() -> threading.RLock:
+    """The lock under which blocking objects re-open their async resources in a forked child.
+
+    Two threads making their first call in a child would otherwise both re-open one object, and
+    what one of them hands over would land in state the other has replaced. Re-entrant: a
+    publisher re-opening re-connects its backend under the same lock.
+    """
+    return _reopen_lock
 
 
 def portal() -> Portal:
@@ -155,10 +167,11 @@ def forget_at_exit(resource: _Flushable) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _portal, _generation, _lock, _at_exit
+    global _portal, _generation, _lock, _at_exit, _reopen_lock
     _portal = None  # its thread did not survive the fork; its loop and SDK clients are abandoned
     _generation += 1
     _lock = threading.Lock()  # a parent thread may have held it at the fork
+    _reopen_lock = threading.RLock()
     _at_exit = weakref.WeakSet()  # the parent's pending messages are the parent's to send
 
 

@@ -85,8 +85,8 @@ class SyncPublisher:
         backend = self._backend._async_backend()  # here: in a forked child it re-connects first
         self._async: Publisher = self._backend._call(_make_publisher, backend, what="publisher()")
         self._portal = _portal.portal()
-        self._gen = generation()
         _portal.flush_at_exit(self)
+        self._gen = generation()  # last: another thread uses the state only once this is current
 
     def __repr__(self) -> str:
         return f"<SyncPublisher of {self._backend!r}>"
@@ -132,7 +132,9 @@ class SyncPublisher:
     ) -> None:
         if self._gen != generation():
             check_not_in_loop("publish")
-            self._open()  # a forked child: a fresh loop and connection; the parent's queue is not ours
+            with _portal.reopen_lock():
+                if self._gen != generation():
+                    self._open()  # a forked child: fresh loop and connection; the parent's queue is not ours
         wake = False
         with self._lock:
             if self._closed or self._backend.closed:
