@@ -108,8 +108,8 @@ async def _until_handled(signum: int) -> None:
     signal sent before would reach the test runner's own handler instead."""
     handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
     async with asyncio.timeout(5):
-        while signum not in handlers:
-            await asyncio.sleep(0.01)  # noqa: ASYNC110 - nothing to wait on but the loop's table
+        while signum not in handlers:  # noqa: ASYNC110 - nothing to wait on but the loop's table
+            await asyncio.sleep(0.01)
 
 
 async def test_a_second_signal_cuts_the_drain_short() -> None:
