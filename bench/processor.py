@@ -138,7 +138,7 @@ def count_words(ctx: Any, msg: Any) -> None:
 
 
 async def produce(log: Any, topic: str, partitions: int, words: list[str]) -> float:
-    from broker.partitioning import partition_for
+    from broker.driver.partitioning import partition_for
 
     # Quix Streams derives its changelog config from the input's retention.ms, which Tansu
     # reports only when it was set at creation.

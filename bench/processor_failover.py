@@ -32,8 +32,8 @@ from typing import Any
 
 import broker
 from broker.backends.kafka.processor import Context, Processor, define_group, input, persist
+from broker.driver.partitioning import partitioner_by_name
 from broker.log import Log, TopicPartition
-from broker.partitioning import partitioner_by_name
 
 murmur2 = partitioner_by_name("murmur2")
 

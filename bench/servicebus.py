@@ -46,7 +46,7 @@ from azure.servicebus.exceptions import MessageSizeExceededError
 
 import broker
 from broker import OutboundMessage
-from broker.devserver import free_port, wait_for_port
+from broker.driver.devserver import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = b"x" * 100

@@ -12,10 +12,10 @@ conversions between them, :mod:`broker.errors` for what can go wrong.
 """
 
 from broker import adapt, codecs, errors
-from broker.backend import Backend, BackendBase, BackendFactory, Batching
+from broker.backend import Backend
 from broker.backoff import Backoff
 from broker.capabilities import Capabilities
-from broker.connect import available_backends, connect, register_backend
+from broker.connect import available_backends, connect
 from broker.interfaces import (
     BatchedIterator,
     BatchedMessageIterator,
@@ -31,7 +31,7 @@ from broker.interfaces import (
     Topic,
     TransactionalPublisher,
 )
-from broker.message import Acker, Committer, Message, OutboundMessage, Record, RecordBatch
+from broker.message import Message, OutboundMessage, Record, RecordBatch
 from broker.retry import DeadLetterTopic, ErrorThreshold, Retrier, RetryPolicy, ThresholdEvent
 from broker.run import run
 from broker.settle import ack_all, commit_highest_offsets, nack_all
@@ -39,19 +39,14 @@ from broker.settle import ack_all, commit_highest_offsets, nack_all
 __version__ = "0.1.0"
 
 __all__ = [
-    "Acker",
     "Backend",
-    "BackendBase",
-    "BackendFactory",
     "Backoff",
     "BatchHandler",
     "BatchedIterator",
     "BatchedMessageIterator",
     "BatchedMessageStream",
     "BatchedReceiver",
-    "Batching",
     "Capabilities",
-    "Committer",
     "DeadLetterTopic",
     "ErrorThreshold",
     "Handler",
@@ -78,6 +73,30 @@ __all__ = [
     "connect",
     "errors",
     "nack_all",
-    "register_backend",
     "run",
 ]
+
+#: Names for backend authors that moved to :mod:`broker.driver`; importable from here, with a
+#: ``DeprecationWarning``, until the release named in it.
+_MOVED = {
+    "Acker": "broker.driver.Acker",
+    "BackendBase": "broker.driver.BackendBase",
+    "BackendFactory": "broker.driver.BackendFactory",
+    "Batching": "broker.driver.Batching",
+    "Committer": "broker.driver.Committer",
+    "register_backend": "broker.driver.register_backend",
+}
+
+
+def __getattr__(name: str) -> object:
+    new = _MOVED.get(name)
+    if new is None:
+        raise AttributeError(f"module 'broker' has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(
+        f"broker.{name} moved to {new}; the old path goes in 0.3.0", DeprecationWarning, stacklevel=2
+    )
+    from broker import driver
+
+    return getattr(driver, name)

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from broker.backend import Backend, BackendFactory
+from broker.backend import Backend
+from broker.driver.base import BackendFactory
+from broker.driver.settings import build_settings, looks_like_connection_string, parse_url, redact_url
 from broker.errors import ConfigError, MissingDependency, UnknownBackend
-from broker.settings import build_settings, looks_like_connection_string, parse_url, redact_url
 
 __all__ = ["available_backends", "connect", "register_backend"]
 

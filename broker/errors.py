@@ -9,6 +9,7 @@ closest class here, with the SDK's exception chained as ``__cause__``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "MissingDependency",
     "NotSupported",
     "PermissionDenied",
+    "ProvisioningError",
     "PublishError",
     "ReceiveError",
     "Throttled",
@@ -88,6 +90,24 @@ class UnknownSetting(ConfigError, kind="unknown_setting"):
         super().__init__(
             f"unknown setting(s) for backend {backend!r}: {', '.join(self.keys)}; "
             f"valid settings: {', '.join(self.valid)}"
+        )
+
+
+class ProvisioningError(ConfigError, kind="not_provisioned"):
+    """Resources the application needs do not exist, and the backend may not create them.
+
+    Raised under ``provision="verify"`` (by ``ping()``, or when a consumer or publisher needs a
+    resource) naming every missing resource in :attr:`missing`; with ``provision="create"`` (the
+    default) the backend creates what is missing instead.
+    """
+
+    def __init__(self, backend: str, missing: Sequence[str], hint: str = "") -> None:
+        self.backend = backend
+        self.missing = tuple(missing)
+        names = ", ".join(self.missing) or "(none named)"
+        super().__init__(
+            f"{backend}: missing resources under provision='verify': {names}"
+            + (f"; {hint}" if hint else "; create them, or connect with provision='create'")
         )
 
 

@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, Protocol, runtime_checkable
 
+from broker.driver.resources import AsyncResource
 from broker.errors import ConfigError
 from broker.interfaces import Closeable
 from broker.message import Record
-from broker.resources import AsyncResource
 
 __all__ = [
     "OFFSET_BEGINNING",

@@ -13,33 +13,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol, TypeGuard, runtime_checkable
 
-from broker.clock import clock
+from broker.driver.clock import clock
 from broker.errors import AckError, NotSupported
 
-__all__ = [
-    "EMPTY_ATTRIBUTES",
-    "UNDECODED",
-    "Acker",
-    "BulkAcker",
-    "Committer",
-    "DeadLetterAcker",
-    "LazyMessage",
-    "Message",
-    "NativePropertiesAcker",
-    "OutboundMessage",
-    "Record",
-    "RecordBatch",
-    "acks_in_bulk",
-    "can_dead_letter",
-    "claim_ack",
-    "claim_acks",
-    "has_native_properties",
-    "late_ack_error",
-    "late_acks",
-    "own_acker",
-    "release_claim",
-    "start_ack_deadline",
-]
+__all__ = ["Message", "OutboundMessage", "Record", "RecordBatch"]
 
 #: A shared, read-only empty attribute mapping (avoids one dict per message).
 EMPTY_ATTRIBUTES: Final[Mapping[str, str]] = {}
@@ -356,7 +333,7 @@ def start_ack_deadline(
 ) -> None:
     """For a backend: the ack deadline of ``messages`` is ``seconds``, running from ``since``.
 
-    ``since`` is a :data:`broker.clock.clock` monotonic time (default: now), when the broker
+    ``since`` is a :data:`broker.driver.clock.clock` monotonic time (default: now), when the broker
     started counting (the delivery, or the client's own timer). From then on the portable layer
     knows when the deadline passes on the client's clock: :meth:`Message.in_progress` restarts it,
     and an ack after it raises :class:`~broker.errors.AckError` once sent (:func:`late_ack_error`).

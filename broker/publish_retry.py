@@ -3,7 +3,7 @@
 Every backend's ``translate`` classifies SDK errors into :mod:`broker.errors` classes, and each
 class says whether the same call may succeed later (``BrokerError.retryable``: connection loss,
 throttling, timeouts). :func:`retrying_publish` uses that classification, written once for every
-backend, as a :data:`~broker.publishing.SendMiddleware`::
+backend, as a :data:`~broker.driver.publishing.SendMiddleware`::
 
     publisher = backend.publisher()
     publisher.wrap_send(retrying_publish(max_attempts=5))
@@ -22,9 +22,9 @@ import logging
 from collections.abc import Sequence
 
 from broker.backoff import Backoff
+from broker.driver.publishing import Send, SendMiddleware
 from broker.errors import BrokerError, ConfigError
 from broker.message import OutboundMessage
-from broker.publishing import Send, SendMiddleware
 
 __all__ = ["DEFAULT_PUBLISH_BACKOFF", "retrying_publish"]
 

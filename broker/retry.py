@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
-from broker.clock import monotonic, wall
+from broker.driver.clock import monotonic, wall
 from broker.errors import ConfigError, DecodeError, NotSupported
 from broker.interfaces import Publisher, Topic
 from broker.message import Message, OutboundMessage, Record

@@ -199,7 +199,7 @@ async def _close(backends: Sequence[Backend], close_timeout: float) -> bool:
 async def _ping_or_close(backends: Sequence[Backend], timeout: float, close_timeout: float) -> None:
     """Ping every backend at once; on a failure close them all and raise the first error.
 
-    A backend without ``ping`` (one not built on :class:`broker.backend.BackendBase`) is not asked.
+    A backend without ``ping`` (one not built on :class:`broker.driver.base.BackendBase`) is not asked.
     """
     pings = [backend.ping(timeout) for backend in backends if callable(getattr(backend, "ping", None))]
     results = await asyncio.gather(*pings, return_exceptions=True)

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from broker.clock import clock
+from broker.driver.clock import clock
 from broker.message import (
     Message,
     Record,
@@ -22,14 +22,7 @@ from broker.message import (
     release_claim,
 )
 
-__all__ = [
-    "UnsettledWarnings",
-    "ack_all",
-    "ack_in_turn",
-    "commit_highest_offsets",
-    "handler_name",
-    "nack_all",
-]
+__all__ = ["ack_all", "commit_highest_offsets", "nack_all"]
 
 #: Where :class:`UnsettledWarnings` logs.
 log = logging.getLogger("broker.settle")

@@ -7,12 +7,12 @@ the comment before the page is rendered, so the site can never drift from what t
   same function ``broker backends --matrix`` prints;
 * ``<!-- generated: mechanisms SCHEME -->``: one backend's column of that matrix;
 * ``<!-- generated: capability-flags -->``: every :class:`broker.Capabilities` flag and its meaning;
-* ``<!-- generated: portable-options -->``: :data:`broker.options.PORTABLE_OPTIONS`;
+* ``<!-- generated: portable-options -->``: :data:`broker.driver.options.PORTABLE_OPTIONS`;
 * ``<!-- generated: settings MODULE.CLASS -->``: a settings dataclass as a table (name, type,
   default, meaning from the ``#:`` comment above each field, or from a field of the same name in
   another dataclass of the module, such as a backend's ``ConsumerOptions``);
 * ``<!-- generated: fields MODULE.CLASS -->``: the field names of a dataclass, inline;
-* ``<!-- generated: conformance-tests -->``: the tests of :class:`broker.testing.ConformanceSuite`;
+* ``<!-- generated: conformance-tests -->``: the tests of :class:`broker.driver.testing.ConformanceSuite`;
 * ``<!-- generated: include PATH -->``: a file of the repository, its headings one level down.
 
 The hook also turns the Sphinx roles of docstrings (``:class:`~broker.Message```) into plain
@@ -115,7 +115,7 @@ def _capability_flags(_: str | None) -> str:
 
 
 def _portable_options(_: str | None) -> str:
-    from broker.options import PORTABLE_OPTIONS
+    from broker.driver.options import PORTABLE_OPTIONS
 
     schemes = [scheme for scheme, _ in PORTABLE_OPTIONS[0].native]
     lines = [
@@ -266,7 +266,7 @@ def _fields(path: str | None) -> str:
 
 # -- the conformance suite --------------------------------------------------------------------
 def _conformance_tests(_: str | None) -> str:
-    from broker.testing import ConformanceSuite
+    from broker.driver.testing import ConformanceSuite
 
     lines = []
     for cls in reversed(ConformanceSuite.__mro__):

@@ -8,7 +8,10 @@ from collections.abc import Awaitable, Mapping, Sequence
 
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
-from broker.clock import clock
+from broker.driver.clock import clock
+from broker.driver.log_base import LogBase
+from broker.driver.partitioning import Partitioner
+from broker.driver.resources import AsyncResource, BatchedRecordIteration, RecordIteration
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
 from broker.log import (
     OFFSET_BEGINNING,
@@ -18,10 +21,7 @@ from broker.log import (
     StartPosition,
     TopicPartition,
 )
-from broker.log_base import LogBase
 from broker.message import Record
-from broker.partitioning import Partitioner
-from broker.resources import AsyncResource, BatchedRecordIteration, RecordIteration
 
 __all__ = ["GroupConsumer", "InmemLog", "InmemReader", "InmemRecordIterator"]
 

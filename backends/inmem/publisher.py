@@ -1,6 +1,6 @@
 """Publishing to the in-memory broker, with and without transactions: its publish drivers.
 
-The public ``Publisher``/``Topic`` are :mod:`broker.publishing`'s; the drivers here append to the
+The public ``Publisher``/``Topic`` are :mod:`broker.driver.publishing`'s; the drivers here append to the
 topic's log at once, or buffer a transaction until ``commit()``.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from broker.backends.inmem.store import InmemBroker, TopicState
+from broker.driver.partitioning import Partitioner
+from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage
-from broker.partitioning import Partitioner
-from broker.publishing import DriverPublisher
 
 __all__ = ["InmemPublishDriver", "InmemPublisher", "InmemTransactionalPublisher"]
 
@@ -46,7 +46,7 @@ class InmemPublishDriver:
         else:
             self._broker.append(state, messages, self._partitioner)
 
-    #: Append at once (``broker.publishing.ImmediatePublishDriver``: no await per publish).
+    #: Append at once (``broker.driver.publishing.ImmediatePublishDriver``: no await per publish).
     send_now = append
 
     def check_topic(self, name: str) -> None:

@@ -18,12 +18,13 @@ from typing import Self
 from broker.backends.inmem.settings import ConsumerOptions
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
-from broker.clock import clock
+from broker.driver.acking import claim_acks, start_ack_deadline
+from broker.driver.clock import clock
+from broker.driver.partitioning import Partitioner
+from broker.driver.pulled import PulledBatchedMessageIteration
+from broker.driver.resources import AsyncResource
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
-from broker.message import Message, OutboundMessage, claim_acks, start_ack_deadline
-from broker.partitioning import Partitioner
-from broker.pulled import PulledBatchedMessageIteration
-from broker.resources import AsyncResource
+from broker.message import Message, OutboundMessage
 
 __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"]
 

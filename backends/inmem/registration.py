@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.backends.inmem.settings import InmemSettings
-from broker.registration import BackendRegistration
-from broker.settings import ParsedUrl
+from broker.driver.registration import BackendRegistration
+from broker.driver.settings import ParsedUrl
 
 __all__ = ["InmemFactory", "factory"]
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.settings import (
+    check_at_least,
+    check_positive,
+    field_values,
+    normalize_choices,
+    options_from,
+)
 from broker.errors import ConfigError
-from broker.settings import check_at_least, check_positive, field_values, normalize_choices, options_from
 
 __all__ = ["ConsumerOptions", "InmemSettings"]
 

@@ -24,8 +24,8 @@ from nats.js import JetStreamContext, JetStreamManager
 
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.settings import JetStreamSettings
+from broker.driver.settings import redact_url
 from broker.errors import AuthenticationFailed, ClosedError, ConnectionFailed
-from broker.settings import redact_url
 
 __all__ = ["Connection"]
 

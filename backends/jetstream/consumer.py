@@ -22,16 +22,17 @@ from nats.aio.msg import Msg
 from broker.backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
 from broker.backends.jetstream.mapping import to_messages, to_records
 from broker.backends.jetstream.pull import PullEngine
-from broker.batch_limits import check_batch_limits
-from broker.errors import Timeout
-from broker.message import Message, Record, start_ack_deadline
-from broker.resources import (
+from broker.driver.acking import start_ack_deadline
+from broker.driver.batch_limits import check_batch_limits
+from broker.driver.resources import (
     AsyncResource,
     BatchedMessageIteration,
     BatchedRecordIteration,
     MessageIteration,
     RecordIteration,
 )
+from broker.errors import Timeout
+from broker.message import Message, Record
 
 __all__ = [
     "JetStreamBatchedMessageIterator",

@@ -11,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from broker.errors import MissingDependency
 
 __all__ = ["NatsServerNotFound", "find_nats_server", "nats_dev_server"]

@@ -6,7 +6,7 @@ import nats.errors
 import nats.js.errors
 
 from broker import errors
-from broker.sdk_errors import ErrorRule, ErrorTable
+from broker.driver.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
 

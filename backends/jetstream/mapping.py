@@ -28,8 +28,9 @@ from typing import Any, Final
 from nats.aio.msg import Msg
 
 from broker.backends.jetstream.settings import MSG_ID_HEADER
+from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage
 from broker.errors import InvalidAttributes, ReceiveError
-from broker.message import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage, Message, Record
+from broker.message import Message, Record
 
 __all__ = [
     "ENCODED_HEADER",

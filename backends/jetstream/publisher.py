@@ -31,8 +31,8 @@ from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.mapping import encode_headers
 from broker.backends.jetstream.provisioning import Provisioner
 from broker.backends.jetstream.settings import JetStreamSettings, check_subject
+from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.message import OutboundMessage
-from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 
@@ -301,7 +301,8 @@ class JetStreamPublishDriver(ClosingDriver):
 
 
 class JetStreamPublisher(DriverPublisher):
-    """A Publisher over the backend's shared connection and its one publish driver (``broker.publishing``).
+    """A Publisher over the backend's shared connection and its one publish driver
+    (``broker.driver.publishing``).
 
     ``close()`` waits for this publisher's sends (up to ``close_timeout``) and leaves the driver,
     which the backend's other publishers share, open; the backend's ``close()`` closes it.

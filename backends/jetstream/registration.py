@@ -9,9 +9,9 @@ from typing import Any
 
 from broker.backends.jetstream.devserver import nats_dev_server
 from broker.backends.jetstream.settings import JetStreamSettings
-from broker.devserver import ProcessServer
-from broker.registration import BackendRegistration
-from broker.settings import ParsedUrl
+from broker.driver.devserver import ProcessServer
+from broker.driver.registration import BackendRegistration
+from broker.driver.settings import ParsedUrl
 
 __all__ = ["JetStreamFactory", "factory"]
 

@@ -3,7 +3,7 @@
 ``nats://host:port[,host:port]?stream=ORDERS&ack_wait=10`` (or a mapping with ``backend: nats``)
 fills :class:`JetStreamSettings`. The consumer fields are defaults: ``Backend.messages(...)``
 keyword options override them per consumer (:class:`ConsumerOptions`). Credentials (password,
-token, NKey seed, TLS key password) are :func:`~broker.settings.secret` fields, never shown in
+token, NKey seed, TLS key password) are :func:`~broker.driver.settings.secret` fields, never shown in
 ``repr`` or logs.
 """
 
@@ -13,9 +13,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.options import build_consumer_options, rename_portable
+from broker.driver.settings import (
+    check_at_least,
+    check_positive,
+    normalize_choices,
+    parse_url,
+    redact_url,
+    secret,
+)
 from broker.errors import ConfigError
-from broker.options import build_consumer_options, rename_portable
-from broker.settings import check_at_least, check_positive, normalize_choices, parse_url, redact_url, secret
 
 __all__ = [
     "MSG_ID_HEADER",
@@ -97,7 +104,7 @@ class ConsumerOptions:
     """Per-consumer options of ``messages()``, ``batched_messages()`` and ``records()``.
 
     Defaults come from :class:`JetStreamSettings`, which inherits these fields (they are declared
-    here only). The portable option names of :mod:`broker.options` are accepted for the native
+    here only). The portable option names of :mod:`broker.driver.options` are accepted for the native
     ones (:data:`PORTABLE_NAMES`): ``ack_deadline`` is ``ack_wait``, ``max_attempts`` is
     ``max_deliver`` and ``dead_letter_topic`` is ``dead_letter_subject``.
     """
@@ -271,7 +278,7 @@ class JetStreamSettings(ConsumerOptions):
         )
 
 
-#: Portable option names (:mod:`broker.options`) and the JetStream consumer option each one is.
+#: Portable option names (:mod:`broker.driver.options`) and the JetStream consumer option each one is.
 PORTABLE_NAMES: dict[str, str] = {
     "ack_deadline": "ack_wait",
     "max_attempts": "max_deliver",

@@ -7,7 +7,6 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from broker.backend import BackendBase, Batching, topics_tuple
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
 from broker.backends.kafka.log import KafkaLog
@@ -26,9 +25,10 @@ from broker.backends.kafka.sdk_consumer import GroupCore
 from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
+from broker.driver.base import BackendBase, Batching, topics_tuple
+from broker.driver.options import build_consumer_options
 from broker.errors import ConfigError
 from broker.log import TopicPartition
-from broker.options import build_consumer_options
 
 __all__ = ["CAPABILITIES", "KafkaBackend"]
 

@@ -12,7 +12,7 @@ import importlib.resources
 import os
 from pathlib import Path
 
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from broker.errors import MissingDependency
 
 __all__ = ["tansu_binary", "tansu_server"]

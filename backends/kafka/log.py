@@ -16,7 +16,6 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from broker.attributes import validate_attributes
 from broker.backends.kafka import sdk
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.errors import translate
@@ -31,11 +30,12 @@ from broker.backends.kafka.sdk_consumer import GroupCore, ReaderCore
 from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import KafkaSettings
 from broker.backends.kafka.threads import reject, resolve
+from broker.driver.attributes import validate_attributes
+from broker.driver.log_base import LogBase
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
-from broker.log_base import LogBase
 from broker.message import Record
-from broker.resources import AsyncResource
 
 __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
 

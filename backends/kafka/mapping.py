@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from broker.backends.kafka import fastpath as _pure
 from broker.backends.kafka import sdk
+from broker.driver.acking import EMPTY_ATTRIBUTES, Committer
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.log import RawFields
-from broker.message import EMPTY_ATTRIBUTES, Committer, Record, RecordBatch
+from broker.message import Record, RecordBatch
 
 __all__ = [
     "FASTPATH_VARIANT",

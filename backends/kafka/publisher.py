@@ -1,4 +1,5 @@
-"""Publishing to Kafka: the publish driver under ``broker.publishing``, and the ``TransactionalPublisher``.
+"""Publishing to Kafka: the publish driver under ``broker.driver.publishing``, and the
+``TransactionalPublisher``.
 
 ``publish`` returns once the broker acknowledged the record (its delivery report arrived);
 ``batch_publish`` enqueues every record first and then waits once for all their reports, so a
@@ -18,10 +19,10 @@ from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.mapping import produce_all
 from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
+from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 from broker.message import OutboundMessage, Record
-from broker.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
 
 __all__ = ["GroupMetadataSource", "KafkaPublishDriver", "KafkaPublisher", "KafkaTransactionalPublisher"]
 

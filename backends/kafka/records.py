@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from broker.backends.kafka.sdk_consumer import GroupCore
+from broker.driver.resources import BatchedRecordIteration, RecordIteration
 from broker.errors import Timeout
 from broker.log import TopicPartition
 from broker.message import Record
-from broker.resources import BatchedRecordIteration, RecordIteration
 
 __all__ = ["KafkaBatchedIterator", "KafkaRecordIterator"]
 

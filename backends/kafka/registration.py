@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from broker.backends.kafka.settings import KafkaSettings
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
+from broker.driver.registration import BackendRegistration
+from broker.driver.settings import ParsedUrl, with_default_port
 from broker.errors import ConfigError
-from broker.registration import BackendRegistration
-from broker.settings import ParsedUrl, with_default_port
 
 __all__ = ["KafkaFactory", "factory"]
 

@@ -14,15 +14,15 @@ the same knob, except four, each for a reason (``docs/backends/kafka.md``):
   100 bytes and 5 s: a record must not wait seconds for company before a consumer sees it. Raise
   them for fewer, larger fetches.
 * ``partitioner`` is ``murmur2_random``, the Java client's (and franz-go's) key hash, so keyed records
-  land where ``broker.partitioning.partition_for`` and other Kafka clients put them.
+  land where ``broker.driver.partitioning.partition_for`` and other Kafka clients put them.
 
 Security settings pass through to librdkafka. With TLS (``ssl`` or ``sasl_ssl``) the brokers'
 certificate chain and host name are verified (``enable.ssl.certificate.verification`` and
 ``ssl.endpoint.identification.algorithm=https`` are set explicitly); ``insecure_skip_verify`` turns
 both off and logs a WARNING, as does turning either off through the raw ``librdkafka`` dict.
-Fields made with :func:`broker.settings.secret` (and the raw ``librdkafka``/``producer_config``/
+Fields made with :func:`broker.driver.settings.secret` (and the raw ``librdkafka``/``producer_config``/
 ``consumer_config`` dicts, which may carry credentials) never show in ``repr`` or
-:func:`broker.settings.describe`.
+:func:`broker.driver.settings.describe`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from broker.errors import ConfigError
-from broker.settings import (
+from broker.driver.settings import (
     check_at_least,
     check_positive,
     field_values,
@@ -39,6 +38,7 @@ from broker.settings import (
     options_from,
     secret,
 )
+from broker.errors import ConfigError
 
 __all__ = ["ConsumerOptions", "KafkaSettings"]
 

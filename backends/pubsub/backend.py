@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
-from broker.backend import BackendBase
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionTarget
@@ -32,10 +30,12 @@ from broker.backends.pubsub.registration import PubsubFactory
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
+from broker.driver.base import BackendBase
+from broker.driver.options import check_batching, check_receiver_options
+from broker.driver.receiving import DEFAULT_DRAIN_TIMEOUT, NackDelay
+from broker.driver.settings import build_settings, describe
 from broker.errors import ConfigError
-from broker.options import check_batching, check_receiver_options
 from broker.retry import RetryPolicy
-from broker.settings import build_settings, describe
 
 __all__ = ["BACKLOG_FOR_NEW_SUBSCRIPTIONS", "PubsubBackend", "capabilities_for"]
 

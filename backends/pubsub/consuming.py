@@ -15,8 +15,8 @@ from typing import ClassVar, Self
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.settings import ConsumerOptions, PubsubSettings
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError
-from broker.resources import AsyncResource
 
 __all__ = ["SubscriptionConsumer", "SubscriptionTarget"]
 

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from broker.errors import BrokerError, ConnectionFailed
 
 __all__ = ["DEBIAN_PACKAGE", "LAUNCHER_ENV", "EmulatorNotFound", "emulator_server", "find_launcher"]
@@ -104,7 +104,7 @@ def emulator_server(
     project: str = DEV_PROJECT,
     start_timeout: float = 60.0,
 ) -> ProcessServer:
-    """An unstarted :class:`~broker.devserver.ProcessServer` running the emulator on ``host:port``.
+    """An unstarted :class:`~broker.driver.devserver.ProcessServer` running the emulator on ``host:port``.
 
     Its ``url`` is ``pubsub://PROJECT?emulator_host=HOST:PORT``. Raises
     :class:`EmulatorNotFound` (naming the Debian package) when the emulator is not installed.

@@ -13,7 +13,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud.pubsub_v1.publisher import exceptions as publisher_exceptions  # type: ignore[import-untyped]
 
 from broker import errors
-from broker.sdk_errors import ErrorRule, ErrorTable
+from broker.driver.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
 

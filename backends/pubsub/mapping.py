@@ -25,8 +25,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from broker.driver.acking import EMPTY_ATTRIBUTES, Acker
 from broker.errors import InvalidAttributes
-from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
+from broker.message import Message, OutboundMessage
 
 __all__ = [
     "EMPTY_MARKER",

@@ -46,9 +46,9 @@ from broker.backends.pubsub.mapping import (
     wire_attributes,
 )
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
+from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["PubsubPublishDriver", "PubsubPublisher"]
 
@@ -371,7 +371,7 @@ class PubsubPublishDriver(ClosingDriver):
 
 
 class PubsubPublisher(DriverPublisher):
-    """A Publisher on the backend's one ``pubsub_v1.PublisherClient`` (``broker.publishing`` over its
+    """A Publisher on the backend's one ``pubsub_v1.PublisherClient`` (``broker.driver.publishing`` over its
     driver, shared by the backend's publishers: ``close()`` waits for this publisher's sends, up to
     ``close_timeout``, and leaves the client open; the backend's ``close()`` closes it)."""
 

@@ -40,9 +40,10 @@ from broker.backends.pubsub.deadletter import forward_dead_letter
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.mapping import from_received
 from broker.backends.pubsub.settings import MAX_ACK_DEADLINE
+from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
+from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
-from broker.message import Message, claim_acks, release_claim, start_ack_deadline
-from broker.pulled import PulledBatchedMessageIteration, PulledMessageIteration
+from broker.message import Message
 
 __all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from broker.backends.pubsub.settings import PubsubSettings
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
+from broker.driver.registration import BackendRegistration, no_path, one_host
+from broker.driver.settings import ParsedUrl
 from broker.errors import ConfigError
-from broker.registration import BackendRegistration, no_path, one_host
-from broker.settings import ParsedUrl
 
 __all__ = ["PubsubFactory", "factory"]
 

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.settings import check_at_least, check_positive, normalize_choices, secret
 from broker.errors import ConfigError, NotSupported
-from broker.settings import check_at_least, check_positive, normalize_choices, secret
 
 __all__ = [
     "DEFAULT_DELIVERY_ATTEMPTS",

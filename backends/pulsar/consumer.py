@@ -35,11 +35,12 @@ from broker.backends.pulsar.fetcher import Fetcher
 from broker.backends.pulsar.handle import CLOSE_TIMEOUT, ClientHandle, log
 from broker.backends.pulsar.mapping import to_message, to_messages
 from broker.backends.pulsar.settings import ConsumerOptions
-from broker.batch_limits import check_batch_limits
+from broker.driver.acking import start_ack_deadline
+from broker.driver.batch_limits import check_batch_limits
+from broker.driver.resources import AsyncResource, BatchedMessageIteration, MessageIteration
+from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError, NotSupported, ReceiveError
-from broker.message import Message, OutboundMessage, start_ack_deadline
-from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
-from broker.settle import ack_in_turn
+from broker.message import Message, OutboundMessage
 
 __all__ = [
     "CLOSE_TIMEOUT",

@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from broker.errors import MissingDependency
 
 __all__ = ["CONFIG_NAME", "find_binary", "pulsar_lite"]

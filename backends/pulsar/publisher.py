@@ -19,9 +19,9 @@ import _pulsar  # type: ignore[import-not-found]
 from broker.backends.pulsar.callbacks import error_or_value, outcome, settle, wait
 from broker.backends.pulsar.mapping import build
 from broker.backends.pulsar.settings import PulsarSettings
+from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import BrokerError, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["PulsarPublishDriver", "PulsarPublisher", "producer_configuration"]
 

@@ -23,9 +23,10 @@ from broker.backends.pulsar.fetcher import Fetcher
 from broker.backends.pulsar.handle import ClientHandle
 from broker.backends.pulsar.mapping import message_id, message_id_text, to_records
 from broker.backends.pulsar.settings import ConsumerOptions
+from broker.driver.acking import Committer
+from broker.driver.resources import RecordIteration
 from broker.errors import AckError, ClosedError, ConfigError
-from broker.message import Committer, Record
-from broker.resources import RecordIteration
+from broker.message import Record
 
 __all__ = ["PulsarReader", "PulsarRecordIterator"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from broker.backends.pulsar.settings import PulsarSettings
-from broker.devserver import ProcessServer
-from broker.registration import BackendRegistration, no_path
-from broker.settings import ParsedUrl, with_default_port
+from broker.driver.devserver import ProcessServer
+from broker.driver.registration import BackendRegistration, no_path
+from broker.driver.settings import ParsedUrl, with_default_port
 
 __all__ = ["PulsarFactory", "factory"]
 

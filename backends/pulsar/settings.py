@@ -20,7 +20,7 @@ details):
 Consumers take their defaults from :class:`PulsarSettings`; ``backend.messages(topic, sub,
 **options)`` overrides them per consumer with the fields of :class:`ConsumerOptions`.
 
-The portable option names of :mod:`broker.options` map onto Pulsar's: ``ack_deadline`` is the ack
+The portable option names of :mod:`broker.driver.options` map onto Pulsar's: ``ack_deadline`` is the ack
 timeout (``ack_timeout``; the client refuses less than 10 s, so a shorter ``ack_deadline`` is a
 ``ConfigError`` saying so), ``max_attempts`` and ``dead_letter_topic`` are the client's dead-letter
 policy (``maxRedeliverCount = max_attempts - 1``).
@@ -32,9 +32,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from broker.driver.options import build_consumer_options, rename_portable
+from broker.driver.settings import (
+    check_at_least,
+    check_positive,
+    normalize_choices,
+    parse_url,
+    redact_url,
+    secret,
+)
 from broker.errors import ConfigError
-from broker.options import build_consumer_options, rename_portable
-from broker.settings import check_at_least, check_positive, normalize_choices, parse_url, redact_url, secret
 
 __all__ = [
     "MIN_ACK_TIMEOUT",
@@ -215,7 +222,7 @@ class PulsarSettings(ConsumerOptions):
         )
 
 
-#: Portable option names (:mod:`broker.options`) and the Pulsar option each one is.
+#: Portable option names (:mod:`broker.driver.options`) and the Pulsar option each one is.
 PORTABLE_NAMES: Final = {"ack_deadline": "ack_timeout"}
 
 

@@ -32,10 +32,10 @@ from typing import Any, Self
 from urllib.parse import unquote
 
 from broker.backends.rabbitmq.settings import ConsumerOptions, RabbitmqSettings
-from broker.devserver import ProcessServer, StartedInWith, free_port, wait_for_port
+from broker.driver.devserver import ProcessServer, StartedInWith, free_port, wait_for_port
+from broker.driver.registration import BackendRegistration, one_host
+from broker.driver.settings import ParsedUrl
 from broker.errors import ConfigError, MissingDependency
-from broker.registration import BackendRegistration, one_host
-from broker.settings import ParsedUrl
 
 __all__ = [
     "ConsumerOptions",
@@ -196,7 +196,7 @@ class RabbitmqDevServer(StartedInWith):
 
     @property
     def node(self) -> ProcessServer | None:
-        """The node's process (a :class:`~broker.devserver.ProcessServer`), None before ``start()``.
+        """The node's process (a :class:`~broker.driver.devserver.ProcessServer`), None before ``start()``.
 
         Fault tests pause, kill and restart it: ``node.restart()`` starts the node again with the
         same name, port and data directory, while ``epmd`` keeps running.

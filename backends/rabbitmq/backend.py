@@ -41,7 +41,6 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
 
-from broker.backend import BackendBase, Batching
 from broker.backends.rabbitmq import RabbitmqFactory
 from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
 from broker.backends.rabbitmq.mapping import (
@@ -60,9 +59,10 @@ from broker.backends.rabbitmq.settings import (
     queue_name,
 )
 from broker.capabilities import Capabilities
+from broker.driver.base import BackendBase, Batching
+from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, ConnectionFailed, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher
 
 __all__ = [
     "CAPABILITIES",
@@ -219,7 +219,7 @@ class RabbitmqConnection:
 
 
 class RabbitmqPublishDriver:
-    """A ``broker.publishing.PublishDriver`` on one confirm-mode channel."""
+    """A ``broker.driver.publishing.PublishDriver`` on one confirm-mode channel."""
 
     def __init__(self, connection: RabbitmqConnection) -> None:
         self._connection = connection

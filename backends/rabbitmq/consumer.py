@@ -1,6 +1,6 @@
 """Consuming from RabbitMQ: a subscription is a durable quorum queue bound to the topic's exchange.
 
-The iterators are the portable shells of :mod:`broker.pushed` over :class:`RabbitmqSubscription`,
+The iterators are the portable shells of :mod:`broker.driver.pushed` over :class:`RabbitmqSubscription`,
 the push driver: entered (or on its first ``next_message``) it declares the exchange, the queue
 ``<topic>.<subscription>`` and the binding, so every message published afterwards reaches it; then
 it consumes on its own channel with ``basic.qos`` prefetch. Several iterators on one subscription
@@ -42,9 +42,10 @@ from broker.backends.rabbitmq.mapping import (
     translate,
 )
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
+from broker.driver.acking import start_ack_deadline
+from broker.driver.pushed import PushedBatchedMessageIterator, PushedMessageIterator
 from broker.errors import AckError
-from broker.message import Message, start_ack_deadline
-from broker.pushed import PushedBatchedMessageIterator, PushedMessageIterator
+from broker.message import Message
 
 if TYPE_CHECKING:
     from broker.backends.rabbitmq.backend import RabbitmqConnection

@@ -45,8 +45,9 @@ from aio_pika.abc import (
 
 from broker import errors
 from broker.backends.rabbitmq.settings import RabbitmqSettings
-from broker.message import EMPTY_ATTRIBUTES, Acker, Message, OutboundMessage
-from broker.sdk_errors import ErrorRule, ErrorTable
+from broker.driver.acking import EMPTY_ATTRIBUTES, Acker
+from broker.driver.sdk_errors import ErrorRule, ErrorTable
+from broker.message import Message, OutboundMessage
 
 __all__ = [
     "CONTENT_TYPE_ATTRIBUTE",

@@ -4,8 +4,8 @@
 fills :class:`RabbitmqSettings`. A topic is a durable exchange (``exchange_type``); a subscription
 is the durable quorum queue ``<topic>.<subscription>`` bound to it. The consumer fields are
 defaults that ``Backend.messages(...)`` keyword options override per consumer
-(:class:`ConsumerOptions`); they already carry the portable names of :mod:`broker.options`.
-The password (and ``tls_key_password``) are :func:`~broker.settings.secret` fields, never shown in
+(:class:`ConsumerOptions`); they already carry the portable names of :mod:`broker.driver.options`.
+The password (and ``tls_key_password``) are :func:`~broker.driver.settings.secret` fields, never shown in
 ``repr`` or logs. TLS verifies the broker's certificate chain and host name; there is no setting
 that turns that off.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.options import build_consumer_options
+from broker.driver.settings import check_at_least, check_positive, normalize_choices, secret
 from broker.errors import ConfigError
-from broker.options import build_consumer_options
-from broker.settings import check_at_least, check_positive, normalize_choices, secret
 
 __all__ = ["ConsumerOptions", "RabbitmqSettings", "check_name", "queue_name"]
 

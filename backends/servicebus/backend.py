@@ -9,7 +9,7 @@ queue, or its topic and subscription (with a lock duration of ``ack_deadline``),
 missing name creates a topic. Lock duration and max delivery count of existing entities are
 entity properties, set where the entity is defined.
 
-Portable consumer options (:mod:`broker.options`): ``ack_deadline`` - the consumer renews the lock
+Portable consumer options (:mod:`broker.driver.options`): ``ack_deadline`` - the consumer renews the lock
 of each message it handed out until the deadline and abandons it then; an entity whose lock
 duration is longer than ``ack_deadline`` cannot honour it after a consumer dies, which is a
 ``ConfigError`` at the first message. ``max_attempts`` - a nack of that delivery, or receiving a
@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from broker.backend import BackendBase, Batching
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.backlog import BacklogReader
 from broker.backends.servicebus.connection import Shutdowns
@@ -38,8 +37,9 @@ from broker.backends.servicebus.publisher import ServiceBusPublishDriver, Servic
 from broker.backends.servicebus.registration import ServiceBusFactory
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
 from broker.capabilities import Capabilities
+from broker.driver.base import BackendBase, Batching
+from broker.driver.options import build_consumer_options
 from broker.errors import ConfigError
-from broker.options import build_consumer_options
 
 __all__ = ["CAPABILITIES", "ServiceBusBackend"]
 

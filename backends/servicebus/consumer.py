@@ -59,11 +59,12 @@ from broker.backends.servicebus.mapping import (
     to_message,
 )
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_batch_size
+from broker.driver.acking import own_acker, start_ack_deadline
+from broker.driver.pulled import PulledBatchedMessageIteration
+from broker.driver.resources import AsyncResource, MessageIteration
+from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
-from broker.message import Message, own_acker, start_ack_deadline
-from broker.pulled import PulledBatchedMessageIteration
-from broker.resources import AsyncResource, MessageIteration
-from broker.settle import ack_in_turn
+from broker.message import Message
 
 __all__ = ["Entity", "ReceiveTarget", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
 

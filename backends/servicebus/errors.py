@@ -5,7 +5,7 @@ from __future__ import annotations
 from azure.servicebus import exceptions as sb
 
 from broker import errors
-from broker.sdk_errors import ErrorRule, ErrorTable
+from broker.driver.sdk_errors import ErrorRule, ErrorTable
 
 __all__ = ["translate"]
 

@@ -26,9 +26,9 @@ from broker.backends.servicebus.connection import Shutdowns, close_quietly, make
 from broker.backends.servicebus.errors import translate
 from broker.backends.servicebus.mapping import to_sdk
 from broker.backends.servicebus.settings import ServiceBusSettings
+from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import MessageTooLarge, PublishError, Timeout
 from broker.message import OutboundMessage
-from broker.publishing import ClosingDriver, DriverPublisher
 
 __all__ = ["ServiceBusPublishDriver", "ServiceBusPublisher"]
 

@@ -10,9 +10,9 @@ from typing import Any
 from urllib.parse import unquote
 
 from broker.backends.servicebus.settings import ServiceBusSettings
+from broker.driver.registration import BackendRegistration, no_path, one_host
+from broker.driver.settings import ParsedUrl
 from broker.errors import ConfigError
-from broker.registration import BackendRegistration, no_path, one_host
-from broker.settings import ParsedUrl
 
 __all__ = ["ServiceBusFactory", "factory"]
 

@@ -1,8 +1,8 @@
 """Settings of the Service Bus backend: the connection, and per-consumer options.
 
 Credentials (``connection_string``, ``shared_access_key``, ``sas_token``, ``credential``) are
-:func:`~broker.settings.secret` fields: they never appear in ``repr`` or in
-:func:`~broker.settings.describe`.
+:func:`~broker.driver.settings.secret` fields: they never appear in ``repr`` or in
+:func:`~broker.driver.settings.describe`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from broker.errors import ConfigError
-from broker.settings import (
+from broker.driver.settings import (
     check_at_least,
     check_positive,
     field_values,
@@ -21,6 +20,7 @@ from broker.settings import (
     parse_url,
     secret,
 )
+from broker.errors import ConfigError
 
 __all__ = ["MAX_BATCH_SIZE", "ConsumerOptions", "ReceiveMode", "ServiceBusSettings", "SubQueue"]
 

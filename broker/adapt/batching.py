@@ -16,10 +16,10 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from broker.adapt._common import Pull, enter_source, leave_source, nack_leftovers
+from broker.driver.resources import AsyncResource, _batches_until_closed
 from broker.errors import ClosedError
 from broker.interfaces import BatchedIterator, BatchedMessageIterator, MessageIterator, RecordIterator
 from broker.message import Message, Record
-from broker.resources import AsyncResource, _batches_until_closed
 
 __all__ = ["batched_messages", "batched_records"]
 

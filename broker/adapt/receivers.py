@@ -39,6 +39,8 @@ from broker.adapt._common import (
     run_until_first_error,
 )
 from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
+from broker.driver.options import check_receiver_options
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, ConfigError
 from broker.interfaces import (
     BatchedMessageIterator,
@@ -50,8 +52,6 @@ from broker.interfaces import (
     Receiver,
 )
 from broker.message import Message
-from broker.options import check_receiver_options
-from broker.resources import AsyncResource
 from broker.retry import Retrier, RetryPolicy
 from broker.settle import UnsettledWarnings
 

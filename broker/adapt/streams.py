@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from broker.adapt._common import enter_source, hand_over, leave_source, nack_leftovers
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError
 from broker.interfaces import (
     BatchedIterator,
@@ -27,7 +28,6 @@ from broker.interfaces import (
     RecordIterator,
 )
 from broker.message import Message, Record
-from broker.resources import AsyncResource
 
 __all__ = [
     "Stream",

@@ -15,12 +15,12 @@ from typing import Any
 
 from broker import typed
 from broker.backend import Backend, QueueTracking
-from broker.clock import clock
 from broker.connect import _factory, available_backends, connect
+from broker.driver.clock import clock
+from broker.driver.settings import parse_url, redact_url
 from broker.errors import BrokerError, ConfigError, DecodeError, EncodeError
 from broker.message import Message, OutboundMessage, Record
 from broker.run import run
-from broker.settings import parse_url, redact_url
 from broker.typed import cloudevents
 from broker.typed.formats import CONTENT_TYPE, format_of
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from broker.backend import Backend
 from broker.capabilities import Capabilities
 from broker.connect import _split
+from broker.driver.options import check_count, check_seconds
 from broker.errors import ClosedError, ConfigError
-from broker.options import check_count, check_seconds
 from broker.sync import portal as _portal
 from broker.sync.consuming import SyncMessages, SyncRecords
 from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, check_not_in_loop, generation

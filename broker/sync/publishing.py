@@ -20,10 +20,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from broker.backend import Backend
+from broker.driver.outbound import check_outbound, is_plain
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
-from broker.outbound import check_outbound, is_plain
 from broker.sync import portal as _portal
 from broker.sync.portal import check_not_in_loop, generation
 

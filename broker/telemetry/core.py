@@ -15,10 +15,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
+from broker.driver.publishing import Send, SendMiddleware
 from broker.errors import NotSupported
 from broker.interfaces import BatchHandler, Handler
 from broker.message import Message, OutboundMessage, Record, acks_in_bulk, can_dead_letter
-from broker.publishing import Send, SendMiddleware
 from broker.telemetry._deps import Otel
 from broker.telemetry.health import ConsumerHealth, HealthState
 from broker.telemetry.metrics import ConsumerSeries, Meters

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from broker.clock import clock, wall
+from broker.driver.clock import clock, wall
 
 __all__ = ["ConsumerHealth", "HealthReport", "HealthState"]
 

@@ -3,8 +3,8 @@
 Each wrapper does what the object it wraps does and adds the instrumentation of
 :class:`~broker.telemetry.core.ConsumerTelemetry` around it; any attribute it does not define
 (``backend.log()``, ``receiver.stop()``, an SDK escape hatch) is the wrapped object's. Publishers
-are not wrapped: the backend's own :class:`~broker.publishing.DriverPublisher` gets the publish
-middleware (:meth:`~broker.publishing.DriverPublisher.wrap_send`) and is returned as it is.
+are not wrapped: the backend's own :class:`~broker.driver.publishing.DriverPublisher` gets the publish
+middleware (:meth:`~broker.driver.publishing.DriverPublisher.wrap_send`) and is returned as it is.
 
 While a consumer is open (an iterator from its first pull until closed, a receiver while it
 receives), a :class:`BacklogWatch` of its (destination, subscription) asks the backend for the
@@ -25,13 +25,14 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
 
-from broker.backend import DEFAULT_PING_TIMEOUT, Backend, topics_tuple
+from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.capabilities import Capabilities
+from broker.driver.base import topics_tuple
+from broker.driver.publishing import DriverPublisher
+from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, ClosedError, Timeout
 from broker.interfaces import BatchHandler, Handler, Publisher, TransactionalPublisher
 from broker.message import Message, Record
-from broker.publishing import DriverPublisher
-from broker.resources import AsyncResource
 from broker.telemetry.core import ConsumerTelemetry, Telemetry
 from broker.telemetry.health import ConsumerHealth, HealthReport
 
@@ -488,7 +489,7 @@ class InstrumentedBackend(AsyncResource):
                 publisher.wrap_send(self._middleware)
             return publisher
         raise TypeError(
-            f"{type(publisher).__name__} does not publish through broker.publishing.DriverPublisher; "
+            f"{type(publisher).__name__} does not publish through broker.driver.publishing.DriverPublisher; "
             "broker.telemetry cannot instrument it"
         )
 

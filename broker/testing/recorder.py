@@ -1,7 +1,7 @@
 """A publish recorder: what the code under test published, without consuming it.
 
 :class:`PublishRecorder` hooks the portable publishing layer (send middleware,
-:meth:`broker.publishing.DriverPublisher.wrap_send`): each message a publisher sent is kept as a
+:meth:`broker.driver.publishing.DriverPublisher.wrap_send`): each message a publisher sent is kept as a
 :class:`Published` (topic, key, attributes, bytes) once the broker has it, and a publish that
 failed is kept in :attr:`PublishRecorder.failed`. Nothing is monkeypatched and the backend is the
 real one, so the same recorder works on ``inmem://`` and on a real broker.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from broker.driver.publishing import DriverPublisher, Send
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher, Send
 
 __all__ = ["PublishRecorder", "Published"]
 
@@ -115,10 +115,11 @@ class PublishRecorder:
     # -- attaching ------------------------------------------------------------------------------
 
     def attach(self, publisher: Any) -> None:
-        """Record what ``publisher`` (a :class:`~broker.publishing.DriverPublisher`) sends from now on."""
+        """Record what ``publisher`` (a :class:`~broker.driver.publishing.DriverPublisher`) sends from
+        now on."""
         if not isinstance(publisher, DriverPublisher):
             raise TypeError(
-                f"{type(publisher).__name__} does not publish through broker.publishing.DriverPublisher; "
+                f"{type(publisher).__name__} does not publish through broker.driver.DriverPublisher; "
                 "the recorder cannot hook it"
             )
         if id(publisher) in self._attached:

@@ -4,7 +4,7 @@ Inside :func:`virtual_time` the running event loop's clock is virtual. When no c
 and the loop would sleep until its next timer, it does not sleep: the virtual time jumps to that
 timer. So ``await asyncio.sleep(30)``, a 30 s ack deadline, a delayed nack, retry backoff and a
 batch window all pass at once in wall time, in the order and at the virtual times they would
-have happened, and :data:`broker.clock.clock` reads the same virtual time (deadlines, publish
+have happened, and :data:`broker.driver.clock.clock` reads the same virtual time (deadlines, publish
 times). Ready I/O is still polled first, so a loop that also serves sockets keeps serving them.
 
 This is the approach of ``looptime`` (PyPI), done on the running loop instance for one block
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from broker.clock import follow_loop
+from broker.driver.clock import follow_loop
 from broker.errors import ConfigError
 
 __all__ = ["VirtualTime", "check_virtual_time_url", "virtual_time"]

@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Generic, Literal, TypeVar
 from urllib.parse import quote, unquote
 
-from broker.clock import clock
+from broker.driver.clock import clock
 from broker.errors import ConfigError, DecodeError, EncodeError
 from broker.interfaces import Publisher, Topic
 from broker.message import Message, OutboundMessage, has_native_properties, own_acker
@@ -134,7 +134,7 @@ def _new_id() -> str:
 class CloudEvent(Generic[T]):
     """A CloudEvents 1.0 event whose ``data`` is a value of ``T``.
 
-    ``id`` defaults to a new UUID and ``time`` to now (UTC, read from :data:`broker.clock.clock`),
+    ``id`` defaults to a new UUID and ``time`` to now (UTC, read from :data:`broker.driver.clock.clock`),
     as the reference SDK does; pass ``time=None`` for an event without one. ``extensions`` maps
     extension attribute names (lower-case letters and digits) to strings, integers, booleans,
     bytes or datetimes. On receive in binary mode an extension comes back as a string (headers

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from broker.adapt._common import enter_source, leave_source
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, DecodeError
 from broker.interfaces import (
     BatchedIterator,
@@ -39,7 +40,6 @@ from broker.interfaces import (
     RecordIterator,
 )
 from broker.message import Message, Record
-from broker.resources import AsyncResource
 from broker.retry import Retrier
 from broker.typed.binding import Binding, ensure_binding
 from broker.typed.received import (

@@ -23,8 +23,8 @@ from typing import Any
 
 from broker.backend import Backend
 from broker.connect import connect
+from broker.driver.settings import parse_url
 from broker.errors import ConfigError
-from broker.settings import parse_url
 
 __all__ = ["Options"]
 

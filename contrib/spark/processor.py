@@ -53,8 +53,9 @@ from broker.contrib.spark import runtime
 from broker.contrib.spark.arrow import to_bytes, to_text
 from broker.contrib.spark.errors import UnsupportedOnSpark
 from broker.contrib.spark.options import Options
+from broker.driver.acking import EMPTY_ATTRIBUTES
 from broker.errors import ConfigError
-from broker.message import EMPTY_ATTRIBUTES, Record
+from broker.message import Record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

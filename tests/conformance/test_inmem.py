@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import broker
-from broker.testing import ConformanceSuite, Harness
+from broker.driver.testing import ConformanceSuite, Harness
 
 
 class TestInmemConformance(ConformanceSuite):

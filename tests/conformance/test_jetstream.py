@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import pytest
 
 import broker
-from broker.devserver import ProcessServer
-from broker.testing import ConformanceSuite, Harness
-from broker.testing.harness import KillableServer, killable
+from broker.driver.devserver import ProcessServer
+from broker.driver.testing import ConformanceSuite, Harness
+from broker.driver.testing.harness import KillableServer, killable
 from tests.integration.jetstream.server import running_nats_server
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import broker
-from broker.devserver import ProcessServer
-from broker.testing import ConformanceSuite, Harness
-from broker.testing.harness import KillableServer, killable
+from broker.driver.devserver import ProcessServer
+from broker.driver.testing import ConformanceSuite, Harness
+from broker.driver.testing.harness import KillableServer, killable
 from tests.integration.kafka.support import TANSU_ABORTED_VISIBLE_BUG, TEST_QUERY, tansu
 
 

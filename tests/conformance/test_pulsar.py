@@ -11,8 +11,8 @@ import broker
 from broker.backends.pulsar.backend import PulsarBackend
 from broker.backends.pulsar.registration import factory
 from broker.backends.pulsar.settings import MIN_ACK_TIMEOUT
-from broker.testing import ConformanceSuite, Harness
-from broker.testing.harness import KillableServer, killable
+from broker.driver.testing import ConformanceSuite, Harness
+from broker.driver.testing.harness import KillableServer, killable
 from tests.integration.pulsar.server import (
     KEY_SHARED_CHURN,
     KEY_SHARED_CHURN_DUPLICATES,

@@ -9,8 +9,8 @@ import pytest
 
 import broker
 from broker.backends.rabbitmq import RabbitmqDevServer
-from broker.testing import ConformanceSuite, Harness
-from broker.testing.harness import KillableServer, killable
+from broker.driver.testing import ConformanceSuite, Harness
+from broker.driver.testing.harness import KillableServer, killable
 from tests.integration.rabbitmq.server import running_rabbitmq_server
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import broker
-from broker.devserver import ProcessServer, free_port
-from broker.testing import ConformanceSuite, Harness
-from broker.testing.harness import KillableServer, killable
+from broker.driver.devserver import ProcessServer, free_port
+from broker.driver.testing import ConformanceSuite, Harness
+from broker.driver.testing.harness import KillableServer, killable
 from tests.servicebus_fake import FakeServiceBus
 
 

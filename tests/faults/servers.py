@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from tests.faults.netns import Namespace, network_namespace
 
 __all__ = ["BACKENDS", "ControlledServer", "controlled_server"]

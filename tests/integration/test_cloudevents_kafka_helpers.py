@@ -19,7 +19,7 @@ from cloudevents.core.formats.json import JSONFormat
 
 import broker
 from broker.backends.kafka.client import Consumer, Producer
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.typed import binding_codec, cloudevents
 from tests.integration.kafka.support import TEST_QUERY, tansu, unique
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 import broker
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.message import OutboundMessage
 from tests.integration.jetstream.server import running_nats_server
 

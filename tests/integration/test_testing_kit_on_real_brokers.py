@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.jetstream.server import running_nats_server
 from tests.integration.kafka.support import TEST_QUERY, tansu
 

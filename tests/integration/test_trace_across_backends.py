@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind
 
 import broker
 from broker import Message, OutboundMessage
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.telemetry import instrument
 from tests.integration.jetstream.server import running_nats_server
 from tests.integration.kafka.support import TEST_QUERY, tansu, unique

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from tests.security.certs import Pki, make_pki
 
 #: Users of the secured NATS server: name -> password.

@@ -16,7 +16,7 @@ import pytest
 
 import broker
 from broker import OutboundMessage
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.errors import AuthenticationFailed, ConnectionFailed, Timeout
 from tests.security.certs import Pki
 from tests.security.conftest import TlsStub

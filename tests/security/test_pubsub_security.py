@@ -86,8 +86,8 @@ def test_defaults_verify_chain_and_host_name(monkeypatch: pytest.MonkeyPatch, pk
 def test_service_account_credentials(pki: Pki, tmp_path: Any) -> None:
     from broker.backends.pubsub.clients import Clients
     from broker.backends.pubsub.settings import PubsubSettings
+    from broker.driver.settings import describe
     from broker.errors import ConfigError
-    from broker.settings import describe
 
     info = _service_account(pki)
     settings = PubsubSettings(project="p", credentials_json=json.dumps(info))

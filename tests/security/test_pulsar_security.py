@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.errors import ConnectionFailed, Timeout
 from tests.security.certs import Pki
 from tests.security.conftest import TlsStub
@@ -123,7 +123,7 @@ async def test_a_token_supplier_is_asked_for_the_token(
     pulsar_lite_server: ProcessServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     from broker.backends.pulsar.settings import PulsarSettings
-    from broker.settings import describe
+    from broker.driver.settings import describe
 
     asked: list[float] = []
 

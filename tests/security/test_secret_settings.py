@@ -1,6 +1,6 @@
 """Every secret setting of every backend (old and new) stays out of ``repr`` and ``describe()``.
 
-Walks the settings dataclasses: a field made with :func:`broker.settings.secret` (or marked secret in
+Walks the settings dataclasses: a field made with :func:`broker.driver.settings.secret` (or marked secret in
 its metadata) is set to a recognisable value, which must then show nowhere. A setting whose name
 says it holds a credential must be marked secret.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from broker.settings import describe
+from broker.driver.settings import describe
 
 #: Each backend's settings class and the least it needs to be valid.
 SETTINGS = {

@@ -46,7 +46,7 @@ from proton import (
 )
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from broker.devserver import StartedInWith
+from broker.driver.devserver import StartedInWith
 from tests.servicebus_fake.admin_http import ManagementServer
 from tests.servicebus_fake.entities import (
     EntityError,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.spark.support import (
     ONE_RECORD_PER_BATCH,
     QUERY_TIMEOUT,

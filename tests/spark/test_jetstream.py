@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import broker
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.spark.support import QUERY_TIMEOUT, collect, produce, read_jetstream, unique
 
 pytestmark = pytest.mark.timeout(180)

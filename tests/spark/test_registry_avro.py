@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker import schemas
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.schema_registry_stub import registry_stub
 from tests.spark.support import kafka_backend, kafka_options, unique
 from tests.unit.schemas.support import ORDER_V1, ORDER_V2, mock_registry

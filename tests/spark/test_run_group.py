@@ -11,7 +11,7 @@ import pytest
 
 from broker.backends.kafka.processor import GroupGraph, Tester, define_group, input, join, persist
 from broker.contrib.spark import UnsupportedOnSpark, run_group
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.spark.support import ONE_RECORD_PER_BATCH, read_kafka, unique
 
 pytestmark = pytest.mark.timeout(300)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.backend import BackendBase
+from broker.driver.base import BackendBase
 from broker.errors import ClosedError
 
 

@@ -1,10 +1,10 @@
-"""``broker.batch_limits``: the batch-argument checks that the batched consumers of several backends share."""
+"""``broker.driver.batch_limits``: the batch-argument checks the batched consumers of backends share."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.batch_limits import check_batch_limits
+from broker.driver.batch_limits import check_batch_limits
 from broker.errors import ConfigError
 
 

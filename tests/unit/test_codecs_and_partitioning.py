@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from broker.codecs import BytesCodec, JsonCodec, MsgpackCodec, StrCodec, codec_by_name
+from broker.driver.partitioning import fnv1a, murmur2, partition_for, partitioner_by_name
 from broker.errors import ConfigError, DecodeError, EncodeError
-from broker.partitioning import fnv1a, murmur2, partition_for, partitioner_by_name
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 The settings still accept every consumer option as a URL query parameter and a mapping key, still
 check the consumer fields, keep secrets out of ``repr``, and turn into a ``ConsumerOptions`` with
-:func:`broker.settings.options_from`.
+:func:`broker.driver.settings.options_from`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import pytest
 
+from broker.driver.settings import build_settings, describe, field_values, options_from, parse_url
 from broker.errors import ConfigError, UnknownSetting
-from broker.settings import build_settings, describe, field_values, options_from, parse_url
 from tests.unit.test_shared_settings_helpers import BACKENDS, REQUIRED
 
 #: The backends whose settings inherit the consumer fields (all but Pub/Sub), the settings class of

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from broker.connect import _factory, available_backends
+from broker.driver.settings import build_settings
 from broker.errors import ConfigError, NotSupported
-from broker.settings import build_settings
 
 #: The settings a backend needs before any other one can be built (no server is dialled).
 BASE: dict[str, dict[str, Any]] = {

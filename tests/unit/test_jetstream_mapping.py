@@ -10,8 +10,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from broker.backends.jetstream.mapping import KEY_HEADER, to_messages
+from broker.driver.acking import Acker
 from broker.errors import ReceiveError
-from broker.message import Acker
 
 ACKER: Acker = object()  # type: ignore[assignment]  # never called: nothing is settled here
 

@@ -21,7 +21,8 @@ import pytest
 from broker import OutboundMessage
 from broker.backends.kafka import fastpath as pure
 from broker.backends.kafka import mapping
-from broker.message import EMPTY_ATTRIBUTES, Record
+from broker.driver.acking import EMPTY_ATTRIBUTES
+from broker.message import Record
 
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed (the test extra pins it)")
 st = hypothesis.strategies

@@ -6,7 +6,8 @@ import dataclasses
 from typing import Any
 
 from broker.backends.kafka.mapping import KafkaRecord, to_records
-from broker.message import EMPTY_ATTRIBUTES, Record
+from broker.driver.acking import EMPTY_ATTRIBUTES
+from broker.message import Record
 
 
 class SdkMessage:

@@ -9,9 +9,9 @@ import pytest
 
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import Partition
+from broker.driver.log_base import LogBase
 from broker.errors import ClosedError
 from broker.log import Log, TopicPartition, with_client_id
-from broker.log_base import LogBase
 
 
 def _partition(count: int, base: int = 0) -> Partition:

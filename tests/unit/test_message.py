@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from broker.driver.acking import LazyMessage, claim_acks
 from broker.errors import AckError, NotSupported
-from broker.message import LazyMessage, Message, OutboundMessage, Record, claim_acks
+from broker.message import Message, OutboundMessage, Record
 from tests.unit.scripted import RecordingAcker
 
 

@@ -4,7 +4,7 @@ A bad number or choice raises :class:`~broker.errors.ConfigError` (naming the op
 from the call that takes it: ``receiver(concurrency=0)`` fails at once, not when the receiver runs.
 The table covers every numeric and enumerated option of every consumer and publisher factory on
 ``inmem://``; a second test shows every backend's own consumer factories call the core's checks (one
-implementation, in :mod:`broker.options`), before anything is opened.
+implementation, in :mod:`broker.driver.options`), before anything is opened.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ async def test_the_check_runs_before_anything_is_opened() -> None:
 def test_settings_made_directly_refuse_nan() -> None:
     """NaN passes every comparison, so the shared range checks test for it (not only URLs do)."""
     from broker.backends.inmem.settings import ConsumerOptions
-    from broker.settings import check_at_least, check_positive
+    from broker.driver.settings import check_at_least, check_positive
 
     with pytest.raises(ConfigError, match="ack_deadline must be > 0 seconds, got nan"):
         ConsumerOptions(ack_deadline=NAN)
@@ -244,7 +244,7 @@ class Count:
 def test_an_integer_like_count_is_accepted_and_checked() -> None:
     """Counts are checked through ``operator.index``: an integer-like value (a NumPy integer, or
     any type with ``__index__``) is accepted and range-checked; a bool, 2.5 and "3" are not."""
-    from broker.options import check_batching, check_count, check_receiver_options
+    from broker.driver.options import check_batching, check_count, check_receiver_options
 
     check_count("concurrency", Count(4))
     check_batching(Count(0), 1.0)

@@ -7,15 +7,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from broker.errors import NotSupported
-from broker.message import (
+from broker.driver.acking import (
     BulkAcker,
     DeadLetterAcker,
-    Message,
     NativePropertiesAcker,
     acks_in_bulk,
     can_dead_letter,
 )
+from broker.errors import NotSupported
+from broker.message import Message
 from broker.telemetry.core import TracedAcker, TracedBulkAcker
 
 #: (module, acker class, has a bulk ack path): every backend's acker dead-letters.

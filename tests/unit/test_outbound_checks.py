@@ -1,4 +1,4 @@
-"""The portable checks of messages to publish (``broker.outbound``, ``broker.attributes``)."""
+"""The portable checks of messages to publish (``broker.driver.outbound``, ``broker.driver.attributes``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from broker import OutboundMessage
-from broker.attributes import validate_attributes
+from broker.driver.attributes import validate_attributes
+from broker.driver.outbound import check_batch
 from broker.errors import InvalidAttributes, InvalidMessage
-from broker.outbound import check_batch
 
 
 class CountingAttributes(dict[str, str]):

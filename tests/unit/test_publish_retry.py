@@ -9,10 +9,10 @@ import pytest
 
 import broker
 from broker.backoff import Backoff
+from broker.driver.publishing import DriverPublisher, Send
 from broker.errors import ConfigError, InvalidMessage, PublishError, Throttled, Timeout
 from broker.message import OutboundMessage
 from broker.publish_retry import retrying_publish
-from broker.publishing import DriverPublisher, Send
 from broker.testing import collect
 
 FAST = Backoff(0.0, 1.0, 0.0)

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 import broker
-from broker.backend import BackendBase
+from broker.driver.base import BackendBase
+from broker.driver.publishing import DriverPublisher, Send
 from broker.errors import ClosedError
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher, Send
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""broker.publishing: the Publisher/Topic every backend shares, over a recording driver."""
+"""broker.driver.publishing: the Publisher/Topic every backend shares, over a recording driver."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import pytest
 
 import broker
+from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, ConfigError, InvalidMessage
 from broker.message import OutboundMessage
-from broker.publishing import DriverPublisher
 
 
 class RecordingDriver:

@@ -1,4 +1,4 @@
-"""Shared pull-side pieces: broker.pulled shells, settle.ack_in_turn, publishing.ClosingDriver."""
+"""Shared pull-side pieces: broker.driver.pulled shells, settle.ack_in_turn, publishing.ClosingDriver."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from collections import deque
 
 import pytest
 
+from broker.driver.publishing import ClosingDriver
+from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration
+from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError, Timeout
 from broker.message import Message
-from broker.publishing import ClosingDriver
-from broker.pulled import PulledBatchedMessageIteration, PulledMessageIteration
-from broker.settle import ack_in_turn
 
 
 class _Taker:

@@ -1,4 +1,4 @@
-"""The push-delivery iterator shells (broker.pushed) over a scripted driver."""
+"""The push-delivery iterator shells (broker.driver.pushed) over a scripted driver."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from broker.driver.pushed import PushedBatchedMessageIterator, PushedMessageIterator
 from broker.errors import ClosedError, ConfigError, Timeout
 from broker.message import Message
-from broker.pushed import PushedBatchedMessageIterator, PushedMessageIterator
 
 
 class ScriptedDriver:

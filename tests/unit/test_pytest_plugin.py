@@ -27,7 +27,7 @@ import pytest
 
 import broker
 from broker import OutboundMessage
-from broker.clock import clock
+from broker.driver.clock import clock
 from broker.errors import Throttled
 
 {mark}
@@ -166,7 +166,7 @@ def test_a_module_not_using_the_plugin_sees_nothing_of_it(pytester: pytest.Pytes
 
             @pytest.mark.asyncio
             async def test_real_time():
-                from broker.clock import clock
+                from broker.driver.clock import clock
                 assert not clock.virtual and clock.monotonic is time.monotonic
                 loop = asyncio.get_running_loop()
                 assert "time" not in vars(loop)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from broker.cli.matrix import capability_matrix
-from broker.options import PORTABLE_OPTIONS
+from broker.driver.options import PORTABLE_OPTIONS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -1,6 +1,6 @@
 """The shared parts of a backend's registration and of ``BackendBase``.
 
-``broker.registration.BackendRegistration`` (the lazy ``open``, URL checks), capabilities declared
+``broker.driver.registration.BackendRegistration`` (the lazy ``open``, URL checks), capabilities declared
 once through ``Capabilities.claiming`` over a factory's ``mechanisms``, and the ``BackendBase``
 hooks the backends share.
 """
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from broker.backend import BackendBase, Batching
 from broker.capabilities import Capabilities
+from broker.driver.base import BackendBase, Batching
+from broker.driver.registration import BackendRegistration, no_path, one_host
+from broker.driver.settings import ParsedUrl, parse_url
 from broker.errors import ConfigError, MissingDependency
 from broker.interfaces import Publisher
-from broker.registration import BackendRegistration, no_path, one_host
 from broker.retry import DeadLetterTopic, RetryPolicy
-from broker.settings import ParsedUrl, parse_url
 
 BACKENDS = ("inmem", "jetstream", "kafka", "pubsub", "pulsar", "rabbitmq", "servicebus")
 

@@ -15,6 +15,7 @@ import pytest
 import broker
 from broker import adapt
 from broker.backoff import Backoff
+from broker.driver.testing.harness import collect, drain
 from broker.errors import ConfigError
 from broker.message import Message, OutboundMessage, Record
 from broker.retry import (
@@ -32,7 +33,6 @@ from broker.retry import (
     RetryPolicy,
     ThresholdEvent,
 )
-from broker.testing.harness import collect, drain
 from tests.unit.scripted import ScriptedIterator
 
 FAST = Backoff(0.01, 1.0, 0.01)

@@ -11,9 +11,9 @@ import pytest
 
 import broker
 from broker import adapt
+from broker.driver.testing.harness import drain, wait_until
 from broker.errors import ClosedError, ConfigError, ConnectionFailed, ReceiveError
 from broker.message import Message, OutboundMessage
-from broker.testing.harness import drain, wait_until
 from tests.unit.scripted import ScriptedIterator
 
 
@@ -164,7 +164,7 @@ async def test_a_backend_at_a_wrong_host_fails_the_run_at_start() -> None:
     """``run`` pings its backends before any receiver starts: one at a wrong host (here the
     publishing side, which no receiver would ever touch) raises ConnectionFailed at once, every
     backend is closed, and the waiting message is left for the next run (nothing taken, nothing lost)."""
-    from broker.testing.ping import unreachable
+    from broker.driver.testing.ping import unreachable
 
     name = f"inmem://run-ping-{uuid.uuid4().hex}"
     consuming = broker.connect(name)

@@ -21,9 +21,9 @@ import pytest
 
 import broker
 from broker import adapt, schemas, telemetry, typed
+from broker.driver.testing.harness import collect, drain
 from broker.errors import NotSupported
 from broker.message import OutboundMessage
-from broker.testing.harness import collect, drain
 
 _COUNT = 16  # per topic
 _SIGNAL_AFTER = 6  # handled messages before SIGTERM

@@ -1,11 +1,11 @@
-"""The shared part of the backends' ``translate``: :class:`broker.sdk_errors.ErrorTable`."""
+"""The shared part of the backends' ``translate``: :class:`broker.driver.sdk_errors.ErrorTable`."""
 
 from __future__ import annotations
 
 import pytest
 
+from broker.driver.sdk_errors import ErrorRule, ErrorTable, exception_detail
 from broker.errors import AckError, BrokerError, ConfigError, Timeout, UnknownTopic
-from broker.sdk_errors import ErrorRule, ErrorTable, exception_detail
 
 
 class SdkError(Exception):

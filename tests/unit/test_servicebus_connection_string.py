@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import broker
+from broker.driver.settings import redact_url
 from broker.errors import ConfigError
-from broker.settings import redact_url
 
 pytest.importorskip("azure.servicebus")
 

@@ -10,8 +10,8 @@ import pytest
 
 import broker
 import broker.connect
+from broker.driver.settings import build_settings, describe, parse_url, redact_url, secret
 from broker.errors import ConfigError, MissingDependency, UnknownBackend, UnknownSetting
-from broker.settings import build_settings, describe, parse_url, redact_url, secret
 
 connect_module = sys.modules["broker.connect"]  # the module: the package attribute is the function
 
@@ -161,6 +161,6 @@ def test_undialable_hosts_are_config_errors_from_connect(url: str) -> None:
 
 
 def test_bracketed_ipv6_and_host_lists_parse() -> None:
-    from broker.settings import parse_url
+    from broker.driver.settings import parse_url
 
     assert parse_url("kafka://[::1]:9092,h2:9093").hosts == ("[::1]:9092", "h2:9093")

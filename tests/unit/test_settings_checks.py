@@ -1,11 +1,11 @@
-"""``broker.settings.check_at_least``: the lower-bound check the backends' settings share."""
+"""``broker.driver.settings.check_at_least``: the lower-bound check the backends' settings share."""
 
 from __future__ import annotations
 
 import pytest
 
+from broker.driver.settings import check_at_least
 from broker.errors import ConfigError
-from broker.settings import check_at_least
 
 
 def test_values_at_or_above_the_minimum_pass() -> None:

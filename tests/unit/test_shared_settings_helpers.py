@@ -8,16 +8,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.dependencies import import_for_extra
-from broker.errors import ConfigError, MissingDependency, UnknownSetting
-from broker.options import build_consumer_options
-from broker.settings import (
+from broker.driver.dependencies import import_for_extra
+from broker.driver.options import build_consumer_options
+from broker.driver.settings import (
     build_settings,
     check_positive,
     field_values,
     parse_url,
     with_default_port,
 )
+from broker.errors import ConfigError, MissingDependency, UnknownSetting
 
 BACKENDS = {
     "inmem": "InmemSettings",

@@ -1,4 +1,4 @@
-"""One clock (broker.clock) and virtual time (broker.testing.virtual_time) on the in-memory broker."""
+"""One clock (broker.driver.clock) and virtual time (broker.testing.virtual_time) on the in-memory broker."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import broker
 from broker import OutboundMessage
 from broker.backoff import Backoff
-from broker.clock import clock, follow_loop, monotonic, wall
+from broker.driver.clock import clock, follow_loop, monotonic, wall
 from broker.errors import ConfigError
 from broker.retry import RetryPolicy
 from broker.testing.virtual_time import check_virtual_time_url, virtual_time

@@ -21,8 +21,8 @@ from broker.backends.kafka.errors import translate
 from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.threads import resolve
 from broker.codecs import Codec
+from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, EncodeError, PublishError, Timeout
-from broker.resources import AsyncResource
 
 __all__ = ["DeliveryCallback", "DeliveryReport", "Producer"]
 

@@ -31,9 +31,9 @@ from broker.backends.kafka.client.logs import (
 )
 from broker.backends.kafka.errors import translate
 from broker.backends.kafka.sdk_consumer import ReaderCore
+from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-from broker.resources import AsyncResource
 
 __all__ = [
     "FIRST_OFFSET",

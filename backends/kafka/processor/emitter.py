@@ -21,9 +21,9 @@ from broker.backends.kafka.processor.errors import EmitterClosed
 from broker.backends.kafka.processor.settings import resolve_partitioner
 from broker.backends.kafka.processor.topics import TopicManager
 from broker.codecs import Codec
+from broker.driver.partitioning import Partitioner
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import Log, TopicPartition, with_client_id
-from broker.partitioning import Partitioner
 
 if TYPE_CHECKING:
     from broker.backends.kafka.processor.tracing import EmitTracing

@@ -60,8 +60,8 @@ from broker.backends.kafka.processor.processor import Processor
 from broker.backends.kafka.processor.stats import InputStats, PartitionStats, ProcessorStats, TableStats
 from broker.backends.kafka.processor.table import RecoveryStats
 from broker.backends.kafka.processor.view import View
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError
-from broker.resources import AsyncResource
 
 __all__ = ["ASGIReceive", "ASGIScope", "ASGISend", "Monitor", "MonitorServer", "jsonable"]
 

@@ -12,9 +12,9 @@ from broker.backends.kafka.processor.storage import StorageBuilder
 from broker.backends.kafka.processor.table import UpdateCallback, default_update
 from broker.backends.kafka.processor.topics import TopicManager, TopicManagerBuilder, TopicManagerConfig
 from broker.backoff import Backoff
+from broker.driver.partitioning import Partitioner, partitioner_by_name
 from broker.errors import ConfigError, UnknownSetting
 from broker.log import StartPosition
-from broker.partitioning import Partitioner, partitioner_by_name
 
 if TYPE_CHECKING:
     from broker.backends.kafka.processor.graph import GroupGraph

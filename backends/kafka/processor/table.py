@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 from broker.backends.kafka.processor.errors import PartitionerMismatch
 from broker.backends.kafka.processor.storage import MemoryStorage, Storage
+from broker.driver.partitioning import Partitioner, partitioner_by_name
 from broker.log import Log, LogReader, TopicPartition
 from broker.message import Record
-from broker.partitioning import Partitioner, partitioner_by_name
 
 __all__ = [
     "STALL_PERIOD",

@@ -36,8 +36,8 @@ from typing import Any, Final, Self
 
 from broker.backends.kafka.processor.stats import ProcessorStats
 from broker.backends.kafka.processor.table import TableStatus
+from broker.driver.otel import otel as _otel
 from broker.errors import ConfigError
-from broker.telemetry._deps import otel as _otel
 
 __all__ = ["PROCESSOR_METRICS", "ProcessorMetrics"]
 

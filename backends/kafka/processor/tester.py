@@ -38,10 +38,10 @@ from broker.backends.kafka.processor.processor import Processor
 from broker.backends.kafka.processor.settings import ProcessorOptions, ProcessorState, resolve_partitioner
 from broker.backends.kafka.processor.view import View
 from broker.codecs import Codec
+from broker.driver.resources import AsyncResource
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import OFFSET_END, Log, LogConsumer, LogReader, TopicPartition
 from broker.message import Record
-from broker.resources import AsyncResource
 
 __all__ = ["Clock", "Tester", "Timestamp", "Tracker"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.telemetry._deps import Otel
-from broker.telemetry._deps import otel as _otel
+from broker.driver.otel import Otel
+from broker.driver.otel import otel as _otel
 
 if TYPE_CHECKING:
     from broker.backends.kafka.processor.context import Context
@@ -43,8 +43,7 @@ def system_of(log_port: Any) -> str:
 
 def _tracer(otel: Otel, tracer_provider: Any) -> Any:
     from broker import __version__
-    from broker.telemetry.core import SCHEMA_URL
-    from broker.telemetry.metrics import METER_NAME
+    from broker.driver.otel import METER_NAME, SCHEMA_URL
 
     return otel.trace.get_tracer(
         METER_NAME, __version__, tracer_provider=tracer_provider, schema_url=SCHEMA_URL

@@ -44,9 +44,9 @@ from broker.backends.kafka.processor.table import (
 )
 from broker.backoff import Backoff
 from broker.codecs import Codec
+from broker.driver.partitioning import Partitioner
 from broker.errors import ClosedError, ConfigError
 from broker.log import Log, with_client_id
-from broker.partitioning import Partitioner
 
 __all__ = ["StateCallback", "StateChanges", "View", "ViewIterator", "ViewState"]
 

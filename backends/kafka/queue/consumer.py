@@ -44,10 +44,11 @@ from broker.backends.kafka.queue.errors import is_timeout_error
 from broker.backends.kafka.queue.metrics import QueueMetrics
 from broker.backends.kafka.queue.producer import MessageSender
 from broker.backends.kafka.queue.source import QueueSource
+from broker.driver.acking import claim_ack, own_acker, start_ack_deadline
+from broker.driver.resources import AsyncResource
 from broker.errors import AckError, AuthenticationFailed, BrokerError, ClosedError, PermissionDenied, Timeout
 from broker.log import TopicPartition
-from broker.message import Message, claim_ack, own_acker, start_ack_deadline
-from broker.resources import AsyncResource
+from broker.message import Message
 
 __all__ = ["QueueConsumer"]
 

@@ -10,8 +10,8 @@ import logging
 import random
 from collections.abc import Awaitable, Mapping
 
-from broker.attributes import validate_attributes
 from broker.backends.kafka.queue.settings import HEADER_KEY, QueueSettings
+from broker.driver.attributes import validate_attributes
 from broker.log import Log, TopicPartition
 
 __all__ = ["MessageSender", "QueueProducer"]

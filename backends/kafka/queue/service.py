@@ -11,10 +11,10 @@ from broker.backends.kafka.queue.metrics import QueueMetrics
 from broker.backends.kafka.queue.producer import QueueProducer
 from broker.backends.kafka.queue.settings import QueueSettings
 from broker.backends.kafka.queue.tracker import RedeliveryTracker
+from broker.driver.resources import BatchedMessageIteration, MessageIteration
 from broker.errors import ClosedError, ConfigError, ReceiveError, Timeout
 from broker.log import Log
 from broker.message import Message
-from broker.resources import BatchedMessageIteration, MessageIteration
 
 __all__ = ["QueueBatchedMessageIterator", "QueueMessageIterator", "QueueService", "open_messages"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.settings import normalize_choices
 from broker.errors import ConfigError
-from broker.settings import normalize_choices
 
 __all__ = [
     "GO_TRACKER_GROUP",
@@ -241,7 +241,7 @@ def queue_settings_for_topic(topic: str, options: dict[str, Any]) -> QueueSettin
     portable name) and ``max_attempts`` for ``max_deliveries``; the markers topic defaults to
     ``<topic>.markers``. Unknown names raise UnknownSetting.
     """
-    from broker.settings import build_settings
+    from broker.driver.settings import build_settings
 
     values = dict(options)
     for portable, own in (("ack_deadline", "redelivery_timeout"), ("max_attempts", "max_deliveries")):

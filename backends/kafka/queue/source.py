@@ -22,8 +22,9 @@ from broker.backends.kafka.queue.settings import (
     HEADER_ORIGINAL_ID,
     HEADER_REDELIVERY_FOR,
 )
+from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, LazyMessage
 from broker.log import LogConsumer, RawBatches, RawFields, TopicPartition
-from broker.message import EMPTY_ATTRIBUTES, Acker, LazyMessage, Message, Record
+from broker.message import Message, Record
 
 __all__ = ["QueueSource", "RawSource", "RecordSource", "source_for"]
 

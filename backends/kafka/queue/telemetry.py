@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from broker.telemetry._deps import otel as _otel
+from broker.driver.otel import otel as _otel
 
 __all__ = ["QUEUE_METRICS", "OtelQueueMetrics"]
 
@@ -88,8 +88,7 @@ class OtelQueueMetrics:
         then: Callable[[str, int], None] | None = None,
     ) -> None:
         from broker import __version__
-        from broker.telemetry.core import SCHEMA_URL
-        from broker.telemetry.metrics import METER_NAME
+        from broker.driver.otel import METER_NAME, SCHEMA_URL
 
         otel = _otel()
         self._meter = otel.metrics.get_meter(

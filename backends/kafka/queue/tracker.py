@@ -57,6 +57,7 @@ from broker.backends.kafka.queue.settings import (
     QueueSettings,
     RedeliveryBackoff,
 )
+from broker.driver.resources import AsyncResource
 from broker.errors import (
     AuthenticationFailed,
     ClosedError,
@@ -67,7 +68,6 @@ from broker.errors import (
 )
 from broker.log import Log, LogConsumer, TopicPartition
 from broker.message import Record
-from broker.resources import AsyncResource
 
 __all__ = ["AssignedPartition", "GiveUp", "RedeliveryTracker"]
 

@@ -14,8 +14,8 @@ import pytest
 
 import broker
 from broker.backends.inmem import InmemBackend, InmemLog
+from broker.driver.testing.log_port import LogHarness, LogPortSuite
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-from broker.testing.log_port import LogHarness, LogPortSuite
 
 
 class InmemLogHarness(LogHarness):

@@ -8,7 +8,7 @@ import pytest
 
 import broker
 from broker.backends.jetstream.backend import JetStreamBackend
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.jetstream.server import running_nats_server
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from broker.backends.jetstream.registration import factory
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import pytest
 import broker
 from broker import OutboundMessage
 from broker.backends.jetstream.backend import JetStreamBackend
-from broker.testing.harness import collect
+from broker.driver.testing.harness import collect
 from tests.integration.jetstream.helpers import unique
 
 

@@ -1,4 +1,4 @@
-"""The portable option names (:mod:`broker.options`) on JetStream: accepted, mapped, honoured.
+"""The portable option names (:mod:`broker.driver.options`) on JetStream: accepted, mapped, honoured.
 
 ``ack_deadline`` is the consumer's ``ack_wait``, ``max_attempts`` its ``max_deliver`` and
 ``dead_letter_topic`` the subject a message is republished to when it is dead-lettered.

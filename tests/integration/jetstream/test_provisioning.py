@@ -9,9 +9,9 @@ import broker
 from broker import OutboundMessage
 from broker.backends.jetstream.backend import JetStreamBackend
 from broker.backends.jetstream.provisioning import stream_name_for, subject_covers
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
+from broker.driver.testing.harness import collect
 from broker.errors import ConfigError, UnknownTopic
-from broker.testing.harness import collect
 from tests.integration.jetstream.helpers import unique
 
 

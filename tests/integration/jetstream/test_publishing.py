@@ -8,9 +8,9 @@ import broker
 from broker import OutboundMessage
 from broker.backends.jetstream.backend import JetStreamBackend
 from broker.backends.jetstream.mapping import ENCODED_HEADER, KEY_HEADER, decode_headers, encode_headers
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
+from broker.driver.testing.harness import collect, drain
 from broker.errors import ClosedError, ConfigError, MessageTooLarge, Timeout, UnknownTopic
-from broker.testing.harness import collect, drain
 from tests.integration.jetstream.helpers import stored, unique
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import broker
 from broker import OutboundMessage
 from broker.backends.jetstream.backend import JetStreamBackend
-from broker.testing.harness import collect_records
+from broker.driver.testing.harness import collect_records
 from tests.integration.jetstream.helpers import unique
 
 

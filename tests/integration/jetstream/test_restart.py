@@ -13,9 +13,9 @@ import broker
 from broker import OutboundMessage
 from broker.backends.jetstream.backend import JetStreamBackend
 from broker.backends.jetstream.registration import factory
-from broker.devserver import free_port
+from broker.driver.devserver import free_port
+from broker.driver.testing.harness import collect
 from broker.errors import ConnectionFailed
-from broker.testing.harness import collect
 from tests.integration.jetstream.helpers import unique
 
 

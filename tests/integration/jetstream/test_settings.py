@@ -14,8 +14,8 @@ from broker.backends.jetstream.backend import JetStreamBackend
 from broker.backends.jetstream.devserver import NatsServerNotFound, find_nats_server
 from broker.backends.jetstream.registration import factory
 from broker.backends.jetstream.settings import JetStreamSettings
+from broker.driver.settings import describe
 from broker.errors import ConfigError, MissingDependency
-from broker.settings import describe
 
 
 def test_url_maps_onto_settings() -> None:

@@ -15,7 +15,7 @@ import pytest
 import broker
 from broker import OutboundMessage
 from broker.backends.jetstream.devserver import nats_dev_server
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.errors import AuthenticationFailed, PermissionDenied
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import broker
 from broker.backends.kafka.backend import KafkaBackend
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, TEST_QUERY, tansu
 
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from broker.backends.kafka.registration import factory
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 
 #: Group joins on Tansu cost about session.timeout/2 (servers.md §1); short fetch waits keep
 #: single-record round trips fast (the default fetch_max_wait is 0.5 s).

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer  # type: ignore[import-untyped]
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[import-untyped]
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.kafka.support import TANSU_ABORTED_VISIBLE_BUG, unique
 
 

@@ -23,7 +23,7 @@ from broker.backends.kafka.client import (
     read_topic_partitions,
 )
 from broker.codecs import JsonCodec, MsgpackCodec
-from broker.devserver import free_port
+from broker.driver.devserver import free_port
 from broker.errors import ConfigError, EncodeError, PublishError, Timeout
 from broker.log import TopicPartition
 from tests.integration.kafka.support import ONE_RECORD_PER_BATCH, unique

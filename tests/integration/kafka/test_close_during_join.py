@@ -18,7 +18,7 @@ import broker
 from broker.backends.kafka import sdk
 from broker.backends.kafka.backend import KafkaBackend
 from broker.backends.kafka.records import KafkaRecordIterator
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.kafka.support import TEST_QUERY, unique
 
 #: Long, so that a close waiting for it stands out from one bounded by the session timeout.

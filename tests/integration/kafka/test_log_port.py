@@ -1,4 +1,4 @@
-"""The broker.log port on Kafka (Tansu): the shared suite of broker.testing.log_port.
+"""The broker.log port on Kafka (Tansu): the shared suite of broker.driver.testing.log_port.
 
 Waits are longer than in memory (group joins take about a second), and the default assignment
 strategies rebalance eagerly. The log uses the one-record-per-batch producer (``exact_backend``),
@@ -17,7 +17,7 @@ import pytest
 from broker.backends.kafka import sdk
 from broker.backends.kafka.backend import KafkaBackend
 from broker.backends.kafka.log import KafkaLog
-from broker.testing.log_port import LogHarness, LogPortSuite
+from broker.driver.testing.log_port import LogHarness, LogPortSuite
 
 
 class KafkaLogHarness(LogHarness):

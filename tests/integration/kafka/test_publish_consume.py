@@ -15,9 +15,9 @@ import broker
 from broker import OutboundMessage, Record
 from broker.backends.kafka.backend import KafkaBackend
 from broker.backends.kafka.records import KafkaRecordIterator
+from broker.driver.partitioning import partition_for
 from broker.errors import ClosedError, InvalidAttributes, Timeout
 from broker.log import TopicPartition
-from broker.partitioning import partition_for
 from tests.integration.kafka.support import unique
 
 PATIENCE = 15.0

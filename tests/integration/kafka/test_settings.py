@@ -13,8 +13,8 @@ from broker.backends.kafka.rdkafka_config import consumer_config, producer_confi
 from broker.backends.kafka.registration import factory
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.capabilities import Capabilities
+from broker.driver.settings import describe
 from broker.errors import ConfigError, UnknownSetting
-from broker.settings import describe
 
 
 def kafka_settings(**values: Any) -> KafkaSettings:

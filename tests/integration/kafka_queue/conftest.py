@@ -9,7 +9,7 @@ import pytest
 import broker
 from broker.backends.kafka.backend import KafkaBackend
 from broker.backends.kafka.log import KafkaLog
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.kafka.support import TEST_QUERY, tansu
 
 

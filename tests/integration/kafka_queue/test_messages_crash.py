@@ -1,6 +1,6 @@
 """A ``messages()`` consumer process SIGKILLed mid-flight; a new one takes over (issue 14, finding 12).
 
-The child is ``broker.testing.crash_consumer``: it prints ``took N`` when a message is handed to
+The child is ``broker.driver.testing.crash_consumer``: it prints ``took N`` when a message is handed to
 it and ``acked N`` once ``ack()`` returned. Counting on both sides shows what was lost, what came
 back twice, which delivery attempts were raised, and how long recovery took.
 """
@@ -45,7 +45,7 @@ async def crash_and_take_over(backend: KafkaBackend, kafka_url: str) -> dict[str
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "broker.testing.crash_consumer",
+        "broker.driver.testing.crash_consumer",
         json.dumps(spec),
         cwd=REPO,
         stdout=asyncio.subprocess.PIPE,

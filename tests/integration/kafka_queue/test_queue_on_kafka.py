@@ -26,10 +26,10 @@ from broker.backends.kafka.backend import KafkaBackend
 from broker.backends.kafka.log import KafkaLog
 from broker.backends.kafka.queue import QueueConsumer, QueueService, QueueSettings, RedeliveryTracker
 from broker.backends.kafka.queue.source import RawSource, RecordSource
+from broker.driver.partitioning import partition_for
 from broker.errors import Timeout
 from broker.log import OFFSET_BEGINNING, TopicPartition
 from broker.message import Message, Record
-from broker.partitioning import partition_for
 from broker.testing import wait_until
 from tests.integration.kafka.support import unique
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 
 _server: ProcessServer | None = None
 

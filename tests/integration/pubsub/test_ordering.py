@@ -32,7 +32,7 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransp
 
 import broker
 from broker.backends.pubsub.backend import PubsubBackend
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.message import OutboundMessage
 
 PATIENCE = 15.0

@@ -29,7 +29,7 @@ from google.pubsub_v1.types import PubsubMessage
 import broker
 from broker.backends.pubsub.backend import BACKLOG_FOR_NEW_SUBSCRIPTIONS, PubsubBackend
 from broker.backends.pubsub.mapping import KEY_ATTRIBUTE
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.errors import ConfigError, InvalidAttributes, NotSupported, UnknownSetting, UnknownTopic
 from broker.message import Message, OutboundMessage
 from broker.testing import collect, drain

@@ -20,10 +20,10 @@ import pytest
 import broker
 from broker.backends.pubsub.backend import PubsubBackend
 from broker.backends.pubsub.receiver import PubsubReceiver
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
+from broker.driver.settings import describe
 from broker.errors import AckError, ClosedError, ConfigError, MessageTooLarge, UnknownTopic
 from broker.message import Message, OutboundMessage
-from broker.settings import describe
 from broker.testing import collect, drain
 
 PATIENCE = 15.0

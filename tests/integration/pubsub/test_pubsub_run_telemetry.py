@@ -8,7 +8,7 @@ import uuid
 import broker
 from broker import telemetry
 from broker.backends.pubsub.backend import PubsubBackend
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from broker.message import OutboundMessage
 
 PATIENCE = 15.0

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("pulsar", reason="the pulsar extra (pulsar-client) is not installed")
 
 from broker.backends.pulsar.registration import factory
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 
 #: The bugs of pulsar-lite 0.2.0 that tests run into (observed; see research/servers.md §3).
 EXCLUSIVE_NACK = "Exclusive/Failover subscriptions never redeliver nacked or timed-out messages"

@@ -19,8 +19,8 @@ import pytest
 import broker
 from broker import OutboundMessage
 from broker.backends.pulsar.backend import PulsarBackend
+from broker.driver.testing.harness import collect_records
 from broker.testing import collect, drain
-from broker.testing.harness import collect_records
 from tests.integration.pulsar.server import (
     BATCH_INDEX_ACK,
     CUMULATIVE_BATCH_ACK,

@@ -1,6 +1,6 @@
 """A Pulsar consumer process SIGKILLed mid-flight: nothing is lost, and only its in-flight work repeats.
 
-The consumer runs in a subprocess (``broker.testing.crash_consumer``) and reports each message it
+The consumer runs in a subprocess (``broker.driver.testing.crash_consumer``) and reports each message it
 took and acked; it is killed with SIGKILL after about a quarter of the messages were acked. A new
 consumer then takes over. Pulsar redelivers whatever it had dispatched to the dead consumer,
 including messages only prefetched into its receive queue, and counts every one of them as a
@@ -50,7 +50,7 @@ async def test_sigkilled_consumer_loses_nothing_and_repeats_only_in_flight_work(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "broker.testing.crash_consumer",
+        "broker.driver.testing.crash_consumer",
         json.dumps(config),
         stdout=asyncio.subprocess.PIPE,
     )

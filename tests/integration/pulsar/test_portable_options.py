@@ -1,4 +1,4 @@
-"""The portable option names (:mod:`broker.options`) on Pulsar: accepted, mapped, and honoured.
+"""The portable option names (:mod:`broker.driver.options`) on Pulsar: accepted, mapped, and honoured.
 
 ``ack_deadline`` is the consumer's ack timeout: an unacknowledged message comes back about
 ``ack_deadline`` after it was handed out - not before, and not much later (the client checks

@@ -8,9 +8,9 @@ import pytest
 
 from broker import OutboundMessage
 from broker.backends.pulsar.backend import PulsarBackend
+from broker.driver.testing.harness import collect_records
 from broker.errors import ConfigError
 from broker.testing import collect
-from broker.testing.harness import collect_records
 
 Name = Callable[..., str]
 

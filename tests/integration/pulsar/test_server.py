@@ -13,8 +13,8 @@ from broker import OutboundMessage
 from broker.backends.pulsar.backend import PulsarBackend
 from broker.backends.pulsar.devserver import CONFIG_NAME, pulsar_lite
 from broker.backends.pulsar.registration import factory
+from broker.driver.testing.harness import collect_records
 from broker.testing import collect, drain
-from broker.testing.harness import collect_records
 from tests.integration.pulsar.server import PulsarTestServer
 
 Name = Callable[..., str]

@@ -11,8 +11,8 @@ from broker.backends.pulsar.consumer import consumer_configuration
 from broker.backends.pulsar.publisher import producer_configuration
 from broker.backends.pulsar.registration import factory
 from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
+from broker.driver.settings import describe, parse_url
 from broker.errors import ConfigError, UnknownSetting
-from broker.settings import describe, parse_url
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import broker
 from broker import OutboundMessage
 from broker.backends.rabbitmq import factory
-from broker.devserver import free_port
+from broker.driver.devserver import free_port
 from tests.integration.rabbitmq.server import running_rabbitmq_server
 
 

@@ -7,8 +7,8 @@ import pytest
 import broker
 from broker.backends.rabbitmq.backend import RabbitmqBackend
 from broker.backends.rabbitmq.settings import RabbitmqSettings
+from broker.driver.settings import describe
 from broker.errors import ConfigError, UnknownSetting
-from broker.settings import describe
 
 
 def test_url_maps_onto_settings() -> None:

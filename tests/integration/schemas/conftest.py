@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.jetstream.server import running_nats_server
 from tests.integration.kafka.support import tansu
 from tests.integration.rabbitmq.server import running_rabbitmq_server

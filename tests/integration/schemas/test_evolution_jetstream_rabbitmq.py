@@ -7,8 +7,8 @@ import pytest
 
 import broker
 from broker import schemas
+from broker.driver.testing.harness import Harness, collect, subscribed_topic
 from broker.errors import NotSupported
-from broker.testing.harness import Harness, collect, subscribed_topic
 from tests.integration.schemas.evolution import FORMATS, scenario, tag_message
 from tests.unit.schemas.support import KEY_AVRO
 

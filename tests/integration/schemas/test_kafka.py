@@ -14,7 +14,7 @@ import pytest
 
 import broker
 from broker import schemas
-from broker.devserver import ProcessServer
+from broker.driver.devserver import ProcessServer
 from tests.integration.kafka.support import TEST_QUERY
 from tests.integration.schemas.evolution import FORMATS, scenario, tag_record
 from tests.unit.schemas.support import KEY_AVRO, ORDER_V1, ctx, mock_registry

@@ -34,7 +34,7 @@ import pytest
 import broker
 from broker import OutboundMessage, schemas
 from broker.backends.kafka.devserver import HOST, tansu_binary
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from broker.errors import PublishError
 from tests.integration.kafka.support import TEST_QUERY
 from tests.unit.schemas.support import ORDER_JSON, mock_registry

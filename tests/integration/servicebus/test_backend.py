@@ -19,8 +19,8 @@ import pytest
 
 import broker
 from broker import OutboundMessage
+from broker.driver.testing.harness import collect, drain
 from broker.errors import AckError, ClosedError, MessageTooLarge, NotSupported, UnknownTopic
-from broker.testing.harness import collect, drain
 from tests.servicebus_fake import FakeServiceBus
 
 

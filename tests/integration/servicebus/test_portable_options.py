@@ -1,4 +1,5 @@
-"""The portable option names (:mod:`broker.options`) on Service Bus, through the real SDK against the FAKE.
+"""The portable option names (:mod:`broker.driver.options`) on Service Bus, through the real SDK
+against the FAKE.
 
 ``ack_deadline``: the consumer renews the lock of a message it handed out until the deadline and
 abandons it then, so an unsettled message comes back about ``ack_deadline`` after it was handed
@@ -21,9 +22,9 @@ import broker
 from broker import OutboundMessage
 from broker.backends.servicebus.consumer import _Settler
 from broker.backends.servicebus.settings import ConsumerOptions
+from broker.driver.acking import own_acker
+from broker.driver.testing.harness import collect
 from broker.errors import AckError, ConfigError, UnknownSetting
-from broker.message import own_acker
-from broker.testing.harness import collect
 from tests.servicebus_fake import FakeServiceBus
 
 

@@ -11,9 +11,9 @@ import broker
 from broker import OutboundMessage
 from broker.backends.servicebus.registration import factory
 from broker.backends.servicebus.settings import MAX_BATCH_SIZE, ServiceBusSettings
+from broker.driver.settings import build_settings, describe, parse_url
+from broker.driver.testing.harness import collect
 from broker.errors import ConfigError, UnknownSetting
-from broker.settings import build_settings, describe, parse_url
-from broker.testing.harness import collect
 from tests.servicebus_fake import FakeServiceBus
 
 SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="

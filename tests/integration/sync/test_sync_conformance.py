@@ -1,4 +1,5 @@
-"""The blocking API's conformance subset (:class:`broker.sync.testing.SyncConformanceSuite`) on every backend.
+"""The blocking API's conformance subset (:class:`broker.driver.testing.sync.SyncConformanceSuite`)
+on every backend.
 
 Each class borrows the ``harness`` fixture of the backend's conformance module (and its server
 fixture), so the blocking API meets the same servers, URLs and settings as the async suite.
@@ -21,8 +22,8 @@ import tests.conformance.test_pubsub as pubsub_suite
 import tests.conformance.test_pulsar as pulsar_suite
 import tests.conformance.test_rabbitmq as rabbitmq_suite
 import tests.conformance.test_servicebus as servicebus_suite
-from broker.sync.testing import SyncConformanceSuite
-from broker.testing import Harness
+from broker.driver.testing import Harness
+from broker.driver.testing.sync import SyncConformanceSuite
 from tests.integration.pulsar.server import PulsarTestServer
 
 # Every backend module is imported here, in the main thread. Under pytest, whose assertion rewriting

@@ -19,7 +19,7 @@ import pytest
 
 import broker.sync
 from broker import OutboundMessage
-from broker.devserver import ProcessServer, free_port
+from broker.driver.devserver import ProcessServer, free_port
 from tests.integration.jetstream.server import running_nats_server
 
 ROOT = Path(__file__).resolve().parents[3]

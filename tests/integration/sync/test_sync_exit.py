@@ -16,7 +16,7 @@ def test_publishes_to_a_broker_that_is_down_are_counted_at_exit_and_the_process_
         """
         import broker.sync
         from broker import OutboundMessage
-        from broker.devserver import free_port
+        from broker.driver.devserver import free_port
         backend = broker.sync.connect(f"kafka://127.0.0.1:{free_port()}", close_timeout=1)
         handle = backend.publisher().topic("t")
         for i in range(10):

@@ -12,6 +12,7 @@ import pytest
 
 import broker
 from broker.backends.inmem import InmemBackend, InmemLog
+from broker.driver.partitioning import partitioner_by_name
 from broker.errors import PublishError
 from broker.log import (
     Log,
@@ -22,7 +23,6 @@ from broker.log import (
     StartPosition,
     TopicPartition,
 )
-from broker.partitioning import partitioner_by_name
 
 #: The partitioner the ``table`` topic is written with.
 murmur2 = partitioner_by_name("murmur2")

@@ -17,7 +17,7 @@ import broker.backends.kafka.processor.processor as processor_module
 from broker.backends.kafka.processor import Context, Processor, Tester, View, define_group, input, persist
 from broker.backends.kafka.processor.monitor import Monitor, MonitorServer, jsonable
 from broker.backends.kafka.processor.table import TableStatus
-from broker.partitioning import partitioner_by_name
+from broker.driver.partitioning import partitioner_by_name
 from broker.testing import wait_until
 from tests.unit.processor.support import inmem_backend
 

@@ -27,9 +27,9 @@ from broker.backends.kafka.processor import (
     output,
     persist,
 )
+from broker.driver.partitioning import partitioner_by_name
 from broker.errors import ClosedError, ConfigError, UnknownSetting
 from broker.log import TopicPartition
-from broker.partitioning import partitioner_by_name
 from broker.testing import wait_until
 from tests.unit.processor.support import inmem_backend
 

@@ -17,9 +17,9 @@ from broker.backends.kafka.processor import (
     output,
     persist,
 )
+from broker.driver.partitioning import partitioner_by_name
 from broker.errors import ConfigError
 from broker.log import TopicPartition
-from broker.partitioning import partitioner_by_name
 from tests.unit.processor.support import inmem_backend
 
 

@@ -24,9 +24,9 @@ from broker.backends.kafka.processor import (
     persist,
 )
 from broker.backends.kafka.processor.storage import Storage
+from broker.driver.partitioning import partitioner_by_name
 from broker.errors import PublishError
 from broker.log import TopicPartition
-from broker.partitioning import partitioner_by_name
 from broker.testing import wait_until
 from tests.unit.processor.support import (
     FlakyLog,

@@ -12,10 +12,10 @@ import broker
 from broker.backend import Backlog
 from broker.backends.inmem.backend import InmemBackend
 from broker.backends.inmem.settings import InmemSettings
+from broker.driver.testing.harness import wait_until
 from broker.errors import ConnectionFailed, UnknownTopic
 from broker.message import OutboundMessage
 from broker.telemetry import InstrumentedBackend, PrometheusMetrics, instrument
-from broker.testing.harness import wait_until
 from tests.unit.telemetry.conftest import Otel
 
 GAUGE = "polybroker.consumer.backlog"
@@ -73,7 +73,7 @@ async def test_inmem_unknown_names_raise_unknown_topic() -> None:
 
 
 async def test_the_base_default_is_none() -> None:
-    from broker.backend import BackendBase
+    from broker.driver.base import BackendBase
 
     base = BackendBase()
     assert await base.backlog("t", "s") is None

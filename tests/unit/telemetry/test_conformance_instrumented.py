@@ -9,9 +9,9 @@ import pytest
 
 import broker
 from broker import OutboundMessage
+from broker.driver.testing import ConformanceSuite, Harness
+from broker.driver.testing.harness import collect
 from broker.telemetry import instrument
-from broker.testing import ConformanceSuite, Harness
-from broker.testing.harness import collect
 from tests.unit.telemetry.conftest import Otel
 
 

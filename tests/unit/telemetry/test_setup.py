@@ -10,8 +10,8 @@ import pytest
 
 import broker
 from broker import OutboundMessage
+from broker.driver.publishing import DriverPublisher, Send
 from broker.errors import ClosedError, ConnectionFailed, MissingDependency
-from broker.publishing import DriverPublisher, Send
 from broker.telemetry import PrometheusMetrics, instrument
 from tests.unit.telemetry.conftest import Otel
 
@@ -141,7 +141,7 @@ async def test_health_records_a_broker_failure_and_recovers(otel: Otel) -> None:
 async def test_check_health_pings_the_broker_for_readiness(otel: Otel) -> None:
     """A readiness endpoint's ``check_health()`` pings the broker: a reachable one is ready; one at a
     wrong host is live but not ready, with the ping's error in the report (and ``ping()`` raises it)."""
-    from broker.testing.ping import unreachable
+    from broker.driver.testing.ping import unreachable
 
     reachable = instrument(broker.connect(f"inmem://ping-{uuid.uuid4().hex}"), opentelemetry=False)
     report = await reachable.check_health(timeout=5)

@@ -163,8 +163,8 @@ async def test_records_carry_partition_and_offset(otel: Otel) -> None:
 async def test_failed_send_ends_its_span_with_an_error(backend: InstrumentedBackend, otel: Otel) -> None:
     from opentelemetry.trace import StatusCode
 
+    from broker.driver.publishing import DriverPublisher, Send
     from broker.errors import PublishError
-    from broker.publishing import DriverPublisher, Send
 
     publisher = backend.publisher()
     assert isinstance(publisher, DriverPublisher)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -11,15 +10,16 @@ from typing import Any, Protocol
 
 from broker.backend import Backend
 from broker.capabilities import Capabilities
-from broker.clock import clock
+from broker.driver.clock import clock
 from broker.interfaces import MessageIterator, RecordIterator
-from broker.message import Message, Record
+from broker.testing.waiting import collect, collect_records, drain, wait_until
 
 __all__ = [
     "Harness",
     "KillableServer",
     "clock_ahead",
     "collect",
+    "collect_records",
     "drain",
     "killable",
     "need",
@@ -63,9 +63,9 @@ def killable(server: Any, url: str | Mapping[str, Any]) -> KillableServer:
 class Harness:
     """What the conformance suite needs from a backend: the connected backend, its URL, timings.
 
-    The suite uses only the public API with the portable option names (:mod:`broker.options`),
+    The suite uses only the public API with the portable option names (:mod:`broker.driver.options`),
     so a backend that needs option translation or topics made ready beforehand fails it, as an
-    application would. The lifecycle tests (:mod:`broker.testing.lifecycle`) never call the
+    application would. The lifecycle tests (:mod:`broker.driver.testing.lifecycle`) never call the
     overridable hooks below; they exist for the older tests and are being retired.
     """
 
@@ -151,51 +151,6 @@ def need(harness: Harness, *flags: str) -> None:
         pytest.skip(f"backend {harness.backend.name!r} does not claim: {', '.join(missing)}")
 
 
-async def collect(
-    iterator: MessageIterator, count: int, timeout: float, *, ack: bool = True
-) -> list[Message]:
-    """Pull ``count`` messages (acking each unless ``ack=False``); fails after ``timeout`` seconds."""
-    out: list[Message] = []
-    async with asyncio.timeout(timeout):
-        while len(out) < count:
-            message = await iterator.next_message()
-            if ack:
-                await message.ack()
-            out.append(message)
-    return out
-
-
-async def collect_records(iterator: RecordIterator, count: int, timeout: float) -> list[Record]:
-    """Pull ``count`` records; fails after ``timeout`` seconds."""
-    out: list[Record] = []
-    async with asyncio.timeout(timeout):
-        while len(out) < count:
-            out.append(await iterator.next_record())
-    return out
-
-
-async def drain(iterator: MessageIterator, quiet: float) -> list[Message]:
-    """Pull (and ack) until nothing arrives for ``quiet`` seconds; what arrived."""
-    out: list[Message] = []
-    while True:
-        try:
-            message = await iterator.next_message(timeout=quiet)
-        except TimeoutError:
-            return out
-        await message.ack()
-        out.append(message)
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> None:
-    """Wait until ``condition()`` holds; ``TimeoutError`` after ``timeout`` seconds.
-
-    For conditions with no event to wait on (state another task or process changes).
-    """
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - there is no event to wait on
-            await asyncio.sleep(interval)
-
-
 async def subscribed_topic(harness: Harness, prefix: str) -> tuple[str, str]:
     """A new topic and a subscription of it that exists already (what is published from now on
     reaches it, also on brokers where a subscription starts empty)."""
@@ -208,7 +163,8 @@ async def subscribed_topic(harness: Harness, prefix: str) -> tuple[str, str]:
 
 @contextmanager
 def clock_ahead(seconds: float) -> Iterator[None]:
-    """Make the client's clock (:data:`broker.clock.clock`) read ``seconds`` ahead while the block runs.
+    """Make the client's clock (:data:`broker.driver.clock.clock`) read ``seconds`` ahead while the
+    block runs.
 
     The client then sees ack deadlines pass that the broker, on its own clock, does not: what a
     slow handler sees, without waiting for it. Blocks nest (their offsets add up). Only the

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError
 from broker.log import Log
-from broker.resources import AsyncResource
 
 __all__ = ["LogBase"]
 

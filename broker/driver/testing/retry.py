@@ -17,6 +17,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
     raise MissingDependency("test", "pytest") from exc
 
 from broker.backoff import Backoff
+from broker.driver.testing.harness import Harness, collect, need, subscribed_topic
 from broker.message import Message, OutboundMessage
 from broker.retry import (
     ATTR_ATTEMPTS,
@@ -28,7 +29,6 @@ from broker.retry import (
     DeadLetterTopic,
     RetryPolicy,
 )
-from broker.testing.harness import Harness, collect, need, subscribed_topic
 
 __all__ = ["RetrySuite"]
 

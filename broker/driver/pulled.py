@@ -7,16 +7,16 @@ came within ``timeout`` seconds. A backend writes that method, ``_take(limit, ti
 these mixins turn it into the portable iterators once: ``next_message()`` takes one, and
 ``next_batch()`` takes up to ``batch_size`` (waiting ``batch_timeout`` by default) and answers
 ``[]`` instead of raising when nothing came. Brokers that push deliveries to the client use
-:mod:`broker.pushed` instead.
+:mod:`broker.driver.pushed` instead.
 """
 
 from __future__ import annotations
 
 import abc
 
+from broker.driver.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 from broker.errors import Timeout
 from broker.message import Message
-from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
 __all__ = ["PulledBatchedMessageIteration", "PulledMessageIteration", "PulledMessages"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.attributes import validate_attributes
+from broker.driver.attributes import validate_attributes
 from broker.errors import InvalidMessage
 from broker.message import OutboundMessage
 

@@ -28,9 +28,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
     raise MissingDependency("test", "pytest") from exc
 
 from broker import typed
+from broker.driver.testing.harness import Harness, collect, need
 from broker.errors import DecodeError
 from broker.message import Message, OutboundMessage
-from broker.testing.harness import Harness, collect, need
 from broker.typed import cloudevents
 from broker.typed.formats import CONTENT_TYPE
 

@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 
-from broker.clock import clock
+from broker.driver.clock import clock
 
 try:
     import pytest
@@ -22,14 +22,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
 import broker
 from broker import adapt
-from broker.backend import BackendBase
-from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
-from broker.interfaces import MessageIterator
-from broker.message import Message, OutboundMessage
-from broker.publishing import DriverPublisher
-from broker.testing.backlog import BacklogSuite
-from broker.testing.cloudevents import CloudEventsSuite
-from broker.testing.harness import (
+from broker.driver.base import BackendBase
+from broker.driver.publishing import DriverPublisher
+from broker.driver.testing.backlog import BacklogSuite
+from broker.driver.testing.cloudevents import CloudEventsSuite
+from broker.driver.testing.harness import (
     Harness,
     clock_ahead,
     collect,
@@ -39,12 +36,15 @@ from broker.testing.harness import (
     subscribed_topic,
     wait_until,
 )
-from broker.testing.lifecycle import LifecycleSuite
-from broker.testing.ping import PingSuite
-from broker.testing.retry import RetrySuite
-from broker.testing.server_gone import ServerGoneSuite
-from broker.testing.telemetry import TelemetrySuite
-from broker.testing.typed import TypedSuite
+from broker.driver.testing.lifecycle import LifecycleSuite
+from broker.driver.testing.ping import PingSuite
+from broker.driver.testing.retry import RetrySuite
+from broker.driver.testing.server_gone import ServerGoneSuite
+from broker.driver.testing.telemetry import TelemetrySuite
+from broker.driver.testing.typed import TypedSuite
+from broker.errors import ClosedError, ConfigError, InvalidAttributes, InvalidMessage
+from broker.interfaces import MessageIterator
+from broker.message import Message, OutboundMessage
 
 __all__ = ["ConformanceSuite"]
 
@@ -101,7 +101,7 @@ class ConformanceSuite(
         every backend: what an interceptor returns is what is sent, for publish and batch publish."""
         need(harness, "messages")
         publisher = harness.backend.publisher()
-        assert isinstance(publisher, DriverPublisher), "every backend publishes through broker.publishing"
+        assert isinstance(publisher, DriverPublisher), "every backend publishes through DriverPublisher"
         seen: list[tuple[str, int]] = []
 
         def stamp(topic: str, messages: Sequence[OutboundMessage]) -> list[OutboundMessage]:

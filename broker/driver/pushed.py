@@ -15,11 +15,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Final, Protocol, Self
 
-from broker.batch_limits import check_batch_limits
-from broker.clock import clock
+from broker.driver.batch_limits import check_batch_limits
+from broker.driver.clock import clock
+from broker.driver.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 from broker.errors import ClosedError, Timeout
 from broker.message import Message
-from broker.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 
 __all__ = ["PushDriver", "PushedBatchedMessageIterator", "PushedMessageIterator"]
 

@@ -18,10 +18,10 @@ import pytest
 
 from broker.backend import Backend
 from broker.connect import connect
+from broker.driver.testing.harness import Harness, collect, collect_records, need
 from broker.errors import BrokerError
 from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage, Record
-from broker.testing.harness import Harness, collect, collect_records, need
 
 __all__ = ["ServerGoneSuite"]
 

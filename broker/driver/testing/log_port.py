@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
+from broker.driver.partitioning import partition_for
 from broker.errors import ClosedError, ConfigError, UnknownTopic
 from broker.log import (
     OFFSET_BEGINNING,
@@ -35,7 +36,6 @@ from broker.log import (
     TopicPartition,
 )
 from broker.message import Record
-from broker.partitioning import partition_for
 
 __all__ = ["LogHarness", "LogPortSuite", "RecordingListener"]
 

@@ -14,10 +14,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
     raise MissingDependency("test", "pytest") from exc
 
-from broker.clock import clock
 from broker.connect import connect
+from broker.driver.clock import clock
+from broker.driver.testing.harness import Harness
 from broker.errors import AuthenticationFailed, ConnectionFailed
-from broker.testing.harness import Harness
 
 __all__ = ["PingSuite", "unreachable"]
 

@@ -2,7 +2,7 @@
 
 A backend supplies a :class:`PublishDriver` (send validated messages to one topic; close); this
 module does the rest once for every backend: the topic-handle cache, name and message
-validation (typed errors from :mod:`broker.outbound`), the closed state, and the publish
+validation (typed errors from :mod:`broker.driver.outbound`), the closed state, and the publish
 interceptors (:class:`PublishInterceptor`, synchronous rewrites) and the send middleware
 (:data:`SendMiddleware`, async "around" hooks that see the send complete or fail) where
 cross-cutting features such as tracing and metrics (:mod:`broker.telemetry`) hook in. A
@@ -28,13 +28,13 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from broker.driver.options import check_seconds
+from broker.driver.outbound import check_batch, check_outbound, is_plain
+from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, ConfigError
 from broker.message import OutboundMessage
-from broker.options import check_seconds
-from broker.outbound import check_batch, check_outbound, is_plain
-from broker.resources import AsyncResource
 
-log = logging.getLogger("broker.publishing")
+log = logging.getLogger("broker.driver.publishing")
 
 #: How long a shared publisher's ``close()`` waits for its sends in flight by default (seconds).
 DEFAULT_CLOSE_TIMEOUT = 10.0

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from broker.devserver import free_port
+from broker.driver.devserver import free_port
+from broker.driver.testing.harness import Harness
 from broker.errors import BrokerError, ClosedError
 from broker.message import OutboundMessage
 from broker.sync.backend import GRPC_BACKENDS, SyncBackend, connect
 from broker.sync.consuming import SyncMessages
-from broker.testing.harness import Harness
 
 __all__ = ["SyncConformanceSuite"]
 

@@ -23,9 +23,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
 from broker import typed
 from broker.backoff import Backoff
+from broker.driver.testing.harness import Harness, collect, collect_records, need, subscribed_topic
 from broker.message import Message, OutboundMessage
 from broker.retry import ATTR_ERROR_TYPE, ATTR_REASON, DeadLetterTopic, RetryPolicy
-from broker.testing.harness import Harness, collect, collect_records, need, subscribed_topic
 
 __all__ = ["TypedSuite"]
 

@@ -1,7 +1,7 @@
 """What every backend's ``registration.py`` shares: the factory base class and URL checks.
 
 A backend registers a factory under the ``broker.backends`` entry-point group (the
-:class:`~broker.backend.BackendFactory` protocol). The factories of this repository subclass
+:class:`~broker.driver.base.BackendFactory` protocol). The factories of this repository subclass
 :class:`BackendRegistration`, which opens the backend lazily: the factory's module imports no SDK,
 and :meth:`BackendRegistration.open` imports the SDK (a missing one is a
 :class:`~broker.errors.MissingDependency` naming the extra to install), then the backend class.
@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker.backend import Backend
-from broker.dependencies import import_for_extra
+from broker.driver.dependencies import import_for_extra
+from broker.driver.settings import ParsedUrl
 from broker.errors import ConfigError
-from broker.settings import ParsedUrl
 
 __all__ = ["BackendRegistration", "no_path", "one_host"]
 
 
 class BackendRegistration(abc.ABC):
-    """A backend factory (:class:`~broker.backend.BackendFactory`) with the lazy :meth:`open`.
+    """A backend factory (:class:`~broker.driver.base.BackendFactory`) with the lazy :meth:`open`.
 
     A subclass names its ``extra``, ``settings_type``, ``sdk``, ``backend`` and ``mechanisms``,
     and implements :meth:`url_options`; a backend whose server runs locally adds ``dev_server()``.

@@ -19,8 +19,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
     raise MissingDependency("test", "pytest") from exc
 
 from broker.backoff import Backoff
+from broker.driver.testing.harness import Harness, need
 from broker.message import Message, OutboundMessage
-from broker.testing.harness import Harness, need
 
 __all__ = ["TelemetrySuite"]
 

@@ -2,7 +2,7 @@
 
 Every test here goes through the backend's public API only: no topic or subscription is made
 ready beforehand (no ``Harness.prepare``), options are the portable names of
-:mod:`broker.options`. The rule they prove: once ``async with backend.messages(...)`` has been
+:mod:`broker.driver.options`. The rule they prove: once ``async with backend.messages(...)`` has been
 entered, every message published afterwards is delivered to that subscription, also after it
 was closed and opened again, and a consumer that dies loses nothing.
 
@@ -24,7 +24,9 @@ from typing import Any
 
 import pytest
 
-from broker.clock import clock
+from broker.driver.clock import clock
+from broker.driver.options import PORTABLE_OPTIONS
+from broker.driver.testing.harness import Harness, collect, drain, need
 from broker.errors import (
     AckError,
     ClosedError,
@@ -35,8 +37,6 @@ from broker.errors import (
 )
 from broker.interfaces import MessageIterator
 from broker.message import Message, OutboundMessage, Record
-from broker.options import PORTABLE_OPTIONS
-from broker.testing.harness import Harness, collect, drain, need
 
 __all__ = ["LifecycleSuite", "consumer_wrappers"]
 
@@ -380,7 +380,7 @@ class LifecycleSuite:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "broker.testing.crash_consumer",
+            "broker.driver.testing.crash_consumer",
             json.dumps(config),
             stdout=asyncio.subprocess.PIPE,
         )

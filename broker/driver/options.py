@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from broker.backoff import Backoff
+from broker.driver.settings import build_settings, field_values
 from broker.errors import ConfigError
 from broker.retry import RetryPolicy
-from broker.settings import build_settings, field_values
 
 __all__ = [
     "PORTABLE_OPTIONS",
@@ -130,7 +130,7 @@ def build_consumer_options(
 
     ``settings`` carries the defaults under ``cls``'s field names; ``overrides`` may use the portable
     names (:func:`rename_portable` with ``native_names``) and strings, coerced as
-    :func:`~broker.settings.build_settings` does. Unknown names raise
+    :func:`~broker.driver.settings.build_settings` does. Unknown names raise
     :class:`~broker.errors.UnknownSetting`, bad values :class:`~broker.errors.ConfigError`.
     """
     values = field_values(cls, settings)

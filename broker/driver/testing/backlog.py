@@ -22,9 +22,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
     raise MissingDependency("test", "pytest") from exc
 
+from broker.driver.testing.harness import Harness, need
 from broker.errors import UnknownTopic
 from broker.message import OutboundMessage
-from broker.testing.harness import Harness, need
 
 __all__ = ["BacklogSuite"]
 

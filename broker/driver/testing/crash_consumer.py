@@ -1,6 +1,6 @@
 """A consumer to be killed: the conformance suite runs it in a subprocess and SIGKILLs it mid-flight.
 
-``python -m broker.testing.crash_consumer CONFIG`` where CONFIG is a JSON object with ``url``
+``python -m broker.driver.testing.crash_consumer CONFIG`` where CONFIG is a JSON object with ``url``
 (a URL string or a connect mapping), ``topic``, ``subscription``, ``options`` (keyword options of
 ``messages()``) and ``pause`` (seconds to spend on each message). It prints ``ready`` once its
 consumer is entered, then for every message ``took DATA`` when handed out and ``acked DATA`` once
