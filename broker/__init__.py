@@ -12,8 +12,8 @@ conversions between them, :mod:`broker.errors` for what can go wrong.
 """
 
 from broker import adapt, codecs, errors
-from broker.backend import Backend
-from broker.backoff import Backoff
+from broker.backend import Backend, Backlog, QueueTracking
+from broker.backoff import Backoff, FailureCounter, Jitter
 from broker.capabilities import Capabilities
 from broker.connect import available_backends, connect
 from broker.interfaces import (
@@ -22,6 +22,7 @@ from broker.interfaces import (
     BatchedMessageStream,
     BatchedReceiver,
     BatchHandler,
+    Closeable,
     Handler,
     MessageIterator,
     MessageStream,
@@ -32,6 +33,7 @@ from broker.interfaces import (
     TransactionalPublisher,
 )
 from broker.message import Message, OutboundMessage, Record, RecordBatch
+from broker.publish_retry import retrying_publish
 from broker.retry import DeadLetterTopic, ErrorThreshold, Retrier, RetryPolicy, ThresholdEvent
 from broker.run import run
 from broker.settle import ack_all, commit_highest_offsets, nack_all
@@ -40,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backend",
+    "Backlog",
     "Backoff",
     "BatchHandler",
     "BatchedIterator",
@@ -47,14 +50,18 @@ __all__ = [
     "BatchedMessageStream",
     "BatchedReceiver",
     "Capabilities",
+    "Closeable",
     "DeadLetterTopic",
     "ErrorThreshold",
+    "FailureCounter",
     "Handler",
+    "Jitter",
     "Message",
     "MessageIterator",
     "MessageStream",
     "OutboundMessage",
     "Publisher",
+    "QueueTracking",
     "Receiver",
     "Record",
     "RecordBatch",
@@ -73,6 +80,7 @@ __all__ = [
     "connect",
     "errors",
     "nack_all",
+    "retrying_publish",
     "run",
 ]
 

@@ -22,7 +22,6 @@ from broker.interfaces import (
 )
 
 __all__ = [
-    "DEFAULT_PING_TIMEOUT",
     "Backend",
     "Backlog",
     "QueueTracking",

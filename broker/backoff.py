@@ -21,7 +21,7 @@ from typing import Literal
 from broker.errors import ConfigError
 from broker.message import Message
 
-__all__ = ["DEFAULT_BACKOFF", "Backoff", "FailureCounter", "Jitter"]
+__all__ = ["Backoff", "FailureCounter", "Jitter"]
 
 #: How a delay is spread: no jitter, uniform in ``[0, d]``, or uniform in ``[d/2, d]``.
 Jitter = Literal["none", "full", "equal"]

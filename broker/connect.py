@@ -12,7 +12,7 @@ from broker.driver.base import BackendFactory
 from broker.driver.settings import build_settings, looks_like_connection_string, parse_url, redact_url
 from broker.errors import ConfigError, MissingDependency, UnknownBackend
 
-__all__ = ["available_backends", "connect", "register_backend"]
+__all__ = ["available_backends", "connect"]
 
 ENTRY_POINT_GROUP = "broker.backends"
 

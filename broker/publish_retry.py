@@ -26,7 +26,7 @@ from broker.driver.publishing import Send, SendMiddleware
 from broker.errors import BrokerError, ConfigError
 from broker.message import OutboundMessage
 
-__all__ = ["DEFAULT_PUBLISH_BACKOFF", "retrying_publish"]
+__all__ = ["retrying_publish"]
 
 log = logging.getLogger("broker.publish")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker import Capabilities
 from broker.backends.inmem.backlog import backlog as _backlog
 from broker.backends.inmem.faults import Faults, faults_of
 from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
@@ -12,7 +13,6 @@ from broker.backends.inmem.queue import InmemBatchedMessageIterator, InmemMessag
 from broker.backends.inmem.registration import InmemFactory
 from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
 from broker.backends.inmem.store import InmemBroker, forget, get_broker, resolve_partitioner
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase, Batching
 from broker.driver.options import build_consumer_options
 from broker.errors import ConfigError

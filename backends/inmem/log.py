@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 
+from broker import Record
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
 from broker.driver.clock import clock
@@ -21,7 +22,6 @@ from broker.log import (
     StartPosition,
     TopicPartition,
 )
-from broker.message import Record
 
 __all__ = ["GroupConsumer", "InmemLog", "InmemReader", "InmemRecordIterator"]
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from broker import OutboundMessage
 from broker.backends.inmem.store import InmemBroker, TopicState
 from broker.driver.partitioning import Partitioner
 from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
-from broker.message import OutboundMessage
 
 __all__ = ["InmemPublishDriver", "InmemPublisher", "InmemTransactionalPublisher"]
 

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Self
 
+from broker import Message, OutboundMessage
 from broker.backends.inmem.settings import ConsumerOptions
 from broker.backends.inmem.slices import partition_slice
 from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change, wake
@@ -24,7 +25,6 @@ from broker.driver.partitioning import Partitioner
 from broker.driver.pulled import PulledBatchedMessageIteration
 from broker.driver.resources import AsyncResource
 from broker.errors import AckError, ClosedError, ConfigError, Timeout
-from broker.message import Message, OutboundMessage
 
 __all__ = ["InmemBatchedMessageIterator", "InmemMessageIterator", "Subscription"]
 

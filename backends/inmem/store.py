@@ -13,12 +13,12 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from broker import OutboundMessage
 from broker.driver.acking import EMPTY_ATTRIBUTES
 from broker.driver.clock import clock
 from broker.driver.partitioning import Partitioner, partitioner_by_name
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import TopicPartition
-from broker.message import OutboundMessage
 
 if TYPE_CHECKING:
     from broker.backends.inmem.faults import Faults

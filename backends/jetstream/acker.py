@@ -34,12 +34,12 @@ from typing import Final
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from broker import Message, Record
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.settings import ConsumerOptions
 from broker.driver.acking import claim_acks, release_claim
 from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError
-from broker.message import Message, Record
 
 __all__ = ["DeadLetterer", "JetStreamAcker", "JetStreamCommitter", "nak_quietly"]
 

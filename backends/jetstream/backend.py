@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from nats.js import api
 
+from broker import Capabilities, Message, OutboundMessage
 from broker.backends.jetstream.acker import DeadLetterer, JetStreamAcker
 from broker.backends.jetstream.backlog import consumer_backlog
 from broker.backends.jetstream.connection import Connection
@@ -42,12 +43,10 @@ from broker.backends.jetstream.publisher import JetStreamPublishDriver, JetStrea
 from broker.backends.jetstream.pull import PullEngine, Resolver, Target
 from broker.backends.jetstream.registration import JetStreamFactory
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase, Batching, topics_tuple
 from broker.driver.options import check_batching
 from broker.driver.settings import describe
 from broker.errors import BrokerError, ConfigError
-from broker.message import Message, OutboundMessage
 
 __all__ = ["CAPABILITIES", "JetStreamBackend"]
 

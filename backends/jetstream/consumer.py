@@ -19,6 +19,7 @@ from collections import deque
 
 from nats.aio.msg import Msg
 
+from broker import Message, Record
 from broker.backends.jetstream.acker import JetStreamAcker, JetStreamCommitter, nak_quietly
 from broker.backends.jetstream.mapping import to_messages, to_records
 from broker.backends.jetstream.pull import PullEngine
@@ -32,7 +33,6 @@ from broker.driver.resources import (
     RecordIteration,
 )
 from broker.errors import Timeout
-from broker.message import Message, Record
 
 __all__ = [
     "JetStreamBatchedMessageIterator",

@@ -27,10 +27,10 @@ from typing import Any, Final
 
 from nats.aio.msg import Msg
 
+from broker import Message, Record
 from broker.backends.jetstream.settings import MSG_ID_HEADER
 from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage
 from broker.errors import InvalidAttributes, ReceiveError
-from broker.message import Message, Record
 
 __all__ = [
     "ENCODED_HEADER",

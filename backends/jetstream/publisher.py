@@ -25,14 +25,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from broker import errors
+from broker import OutboundMessage, errors
 from broker.backends.jetstream.connection import Connection
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.mapping import encode_headers
 from broker.backends.jetstream.provisioning import Provisioner
 from broker.backends.jetstream.settings import JetStreamSettings, check_subject
 from broker.driver.publishing import ClosingDriver, DriverPublisher
-from broker.message import OutboundMessage
 
 __all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 

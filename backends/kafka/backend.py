@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from broker import Capabilities
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
 from broker.backends.kafka.log import KafkaLog
@@ -24,7 +25,6 @@ from broker.backends.kafka.registration import KafkaFactory
 from broker.backends.kafka.sdk_consumer import GroupCore
 from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase, Batching, topics_tuple
 from broker.driver.options import build_consumer_options
 from broker.errors import ConfigError

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
+from broker import Record
 from broker.backends.kafka import sdk
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.errors import translate
@@ -35,7 +36,6 @@ from broker.driver.log_base import LogBase
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
-from broker.message import Record
 
 __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
 

@@ -25,12 +25,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from broker import Record, RecordBatch
 from broker.backends.kafka import fastpath as _pure
 from broker.backends.kafka import sdk
 from broker.driver.acking import EMPTY_ATTRIBUTES, Committer
 from broker.errors import InvalidAttributes, InvalidMessage
 from broker.log import RawFields
-from broker.message import Record, RecordBatch
 
 __all__ = [
     "FASTPATH_VARIANT",

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from broker import OutboundMessage, Record
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.mapping import produce_all
@@ -22,7 +23,6 @@ from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
 from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
-from broker.message import OutboundMessage, Record
 
 __all__ = ["GroupMetadataSource", "KafkaPublishDriver", "KafkaPublisher", "KafkaTransactionalPublisher"]
 

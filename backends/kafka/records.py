@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker import Record
 from broker.backends.kafka.sdk_consumer import GroupCore
 from broker.driver.resources import BatchedRecordIteration, RecordIteration
 from broker.errors import Timeout
 from broker.log import TopicPartition
-from broker.message import Record
 
 __all__ = ["KafkaBatchedIterator", "KafkaRecordIterator"]
 

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Final
 
+from broker import Record
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import (
     AUTHENTICATION,
@@ -40,7 +41,6 @@ from broker.backends.kafka.mapping import accepted, to_records
 from broker.backends.kafka.threads import SdkThread, resolve, sdk_client
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, RebalanceListener, TopicPartition
-from broker.message import Record
 
 __all__ = ["COMMIT_INTERVAL", "JOIN_WAIT_SESSIONS", "POLL_SLICE", "GroupCore", "ReaderCore"]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from broker import Capabilities
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionTarget
@@ -28,11 +29,9 @@ from broker.backends.pubsub.pull import PubsubBatchedMessageIterator, PubsubMess
 from broker.backends.pubsub.receiver import PubsubReceiver
 from broker.backends.pubsub.registration import PubsubFactory
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, ConsumerOptions, PubsubSettings
-from broker.backoff import DEFAULT_BACKOFF
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase
 from broker.driver.options import check_batching, check_receiver_options
-from broker.driver.receiving import DEFAULT_DRAIN_TIMEOUT, NackDelay
+from broker.driver.receiving import DEFAULT_BACKOFF, DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.driver.settings import build_settings, describe
 from broker.errors import ConfigError
 from broker.retry import RetryPolicy

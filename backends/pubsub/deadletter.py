@@ -12,12 +12,12 @@ import logging
 
 from google.pubsub_v1.types import PubsubMessage
 
+from broker import Message
 from broker.backends.pubsub.admin import SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.mapping import KEY_ATTRIBUTE, raw_ordering_key
 from broker.errors import AckError
-from broker.message import Message
 
 __all__ = ["forward_dead_letter"]
 

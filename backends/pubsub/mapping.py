@@ -25,9 +25,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from broker import Message, OutboundMessage
 from broker.driver.acking import EMPTY_ATTRIBUTES, Acker
 from broker.errors import InvalidAttributes
-from broker.message import Message, OutboundMessage
 
 __all__ = [
     "EMPTY_MARKER",

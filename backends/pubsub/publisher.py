@@ -34,6 +34,7 @@ from google.api_core.retry import Retry, if_exception_type
 from google.cloud import pubsub_v1  # type: ignore[import-untyped]
 from google.pubsub_v1.types import PubsubMessage
 
+from broker import OutboundMessage
 from broker.backends.pubsub.admin import Admin
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.errors import translate
@@ -48,7 +49,6 @@ from broker.backends.pubsub.mapping import (
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
 from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import MessageTooLarge, PublishError, Timeout
-from broker.message import OutboundMessage
 
 __all__ = ["PubsubPublishDriver", "PubsubPublisher"]
 

@@ -33,6 +33,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.pubsub_v1.types import PullResponse
 
+from broker import Message
 from broker.backends.pubsub.admin import SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionConsumer, SubscriptionTarget
@@ -43,7 +44,6 @@ from broker.backends.pubsub.settings import MAX_ACK_DEADLINE
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration
 from broker.errors import AckError, BrokerError, ClosedError, ReceiveError, Timeout
-from broker.message import Message
 
 __all__ = ["PubsubBatchedMessageIterator", "PubsubMessageIterator", "PullSettler"]
 

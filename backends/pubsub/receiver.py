@@ -32,6 +32,7 @@ from typing import Any
 from google.cloud.pubsub_v1 import types as sdk_types  # type: ignore[import-untyped]
 from google.cloud.pubsub_v1.subscriber.scheduler import Scheduler  # type: ignore[import-untyped]
 
+from broker import Backoff, BatchHandler, FailureCounter, Handler, Message
 from broker.backends.pubsub.admin import SubscriptionInfo
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionConsumer, SubscriptionTarget
@@ -41,13 +42,10 @@ from broker.backends.pubsub.futures import post
 from broker.backends.pubsub.mapping import from_streamed
 from broker.backends.pubsub.pull import PullSettler, nack_seconds
 from broker.backends.pubsub.settings import MAX_ACK_DEADLINE, MIN_ACK_DEADLINE
-from broker.backoff import DEFAULT_BACKOFF, Backoff, FailureCounter
 from broker.driver.batch_limits import check_batch_limits
-from broker.driver.receiving import DEFAULT_DRAIN_TIMEOUT, NackDelay
+from broker.driver.receiving import DEFAULT_BACKOFF, DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.driver.settling import UnsettledWarnings
 from broker.errors import ReceiveError
-from broker.interfaces import BatchHandler, Handler
-from broker.message import Message
 from broker.retry import Retrier
 
 __all__ = ["LoopScheduler", "PubsubReceiver", "StreamSettler"]

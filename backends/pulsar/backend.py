@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import Any, Final
 
-from broker import adapt
+from broker import Capabilities, OutboundMessage, adapt
 from broker.backends.pulsar.callbacks import outcome, settle, wait
 from broker.backends.pulsar.client import create_client
 from broker.backends.pulsar.consumer import (
@@ -21,10 +21,8 @@ from broker.backends.pulsar.publisher import PulsarPublishDriver, PulsarPublishe
 from broker.backends.pulsar.records import PulsarReader, PulsarRecordIterator
 from broker.backends.pulsar.registration import PulsarFactory
 from broker.backends.pulsar.settings import ConsumerOptions, PulsarSettings
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase, Batching
 from broker.errors import BrokerError, ConnectionFailed, PermissionDenied, UnknownTopic
-from broker.message import OutboundMessage
 
 __all__ = ["MAX_MESSAGE_BYTES", "PulsarBackend", "capabilities_for"]
 

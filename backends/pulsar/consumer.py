@@ -29,6 +29,7 @@ from typing import Any, Final, Self
 import _pulsar  # type: ignore[import-not-found]
 import pulsar  # type: ignore[import-untyped]
 
+from broker import Message, OutboundMessage
 from broker.backends.pulsar.callbacks import outcome, wait
 from broker.backends.pulsar.errors import translate
 from broker.backends.pulsar.fetcher import Fetcher
@@ -40,7 +41,6 @@ from broker.driver.batch_limits import check_batch_limits
 from broker.driver.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError, NotSupported, ReceiveError
-from broker.message import Message, OutboundMessage
 
 __all__ = [
     "CLOSE_TIMEOUT",

@@ -20,10 +20,10 @@ from typing import Any, Final
 
 import _pulsar  # type: ignore[import-not-found]
 
+from broker import Message, OutboundMessage, Record
 from broker.driver.acking import Acker, Committer, LazyMessage
 from broker.driver.attributes import validate_attributes
 from broker.errors import ConfigError, InvalidMessage
-from broker.message import Message, OutboundMessage, Record
 
 __all__ = [
     "DEFAULT_TENANT_NAMESPACE",

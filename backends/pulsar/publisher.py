@@ -16,12 +16,12 @@ from typing import Any, Final
 
 import _pulsar  # type: ignore[import-not-found]
 
+from broker import OutboundMessage
 from broker.backends.pulsar.callbacks import error_or_value, outcome, settle, wait
 from broker.backends.pulsar.mapping import build
 from broker.backends.pulsar.settings import PulsarSettings
 from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import BrokerError, PublishError, Timeout
-from broker.message import OutboundMessage
 
 __all__ = ["PulsarPublishDriver", "PulsarPublisher", "producer_configuration"]
 

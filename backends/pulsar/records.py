@@ -17,6 +17,7 @@ from typing import Any, Self
 
 import _pulsar  # type: ignore[import-not-found]
 
+from broker import Record
 from broker.backends.pulsar.consumer import MAX_CHUNK, Subscription
 from broker.backends.pulsar.errors import translate
 from broker.backends.pulsar.fetcher import Fetcher
@@ -26,7 +27,6 @@ from broker.backends.pulsar.settings import ConsumerOptions
 from broker.driver.acking import Committer
 from broker.driver.resources import RecordIteration
 from broker.errors import AckError, ClosedError, ConfigError
-from broker.message import Record
 
 __all__ = ["PulsarReader", "PulsarRecordIterator"]
 

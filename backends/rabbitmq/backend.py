@@ -41,6 +41,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
 
+from broker import Capabilities, OutboundMessage
 from broker.backends.rabbitmq import RabbitmqFactory
 from broker.backends.rabbitmq.consumer import RabbitmqBatchedMessageIterator, RabbitmqMessageIterator
 from broker.backends.rabbitmq.mapping import (
@@ -58,11 +59,9 @@ from broker.backends.rabbitmq.settings import (
     check_name,
     queue_name,
 )
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase, Batching
 from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, ConnectionFailed, PublishError, Timeout
-from broker.message import OutboundMessage
 
 __all__ = [
     "CAPABILITIES",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
+from broker import Message
 from broker.backends.rabbitmq.mapping import (
     close_quietly,
     declare_exchange,
@@ -45,7 +46,6 @@ from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue
 from broker.driver.acking import start_ack_deadline
 from broker.driver.pushed import PushedBatchedMessageIterator, PushedMessageIterator
 from broker.errors import AckError
-from broker.message import Message
 
 if TYPE_CHECKING:
     from broker.backends.rabbitmq.backend import RabbitmqConnection

@@ -43,11 +43,10 @@ from aio_pika.abc import (
     ExchangeType,
 )
 
-from broker import errors
+from broker import Message, OutboundMessage, errors
 from broker.backends.rabbitmq.settings import RabbitmqSettings
 from broker.driver.acking import EMPTY_ATTRIBUTES, Acker
 from broker.driver.sdk_errors import ErrorRule, ErrorTable
-from broker.message import Message, OutboundMessage
 
 __all__ = [
     "CONTENT_TYPE_ATTRIBUTE",

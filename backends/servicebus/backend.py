@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from broker import Capabilities
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.backlog import BacklogReader
 from broker.backends.servicebus.connection import Shutdowns
@@ -36,7 +37,6 @@ from broker.backends.servicebus.ping import ping
 from broker.backends.servicebus.publisher import ServiceBusPublishDriver, ServiceBusPublisher
 from broker.backends.servicebus.registration import ServiceBusFactory
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings
-from broker.capabilities import Capabilities
 from broker.driver.base import BackendBase, Batching
 from broker.driver.options import build_consumer_options
 from broker.errors import ConfigError

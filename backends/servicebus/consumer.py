@@ -49,6 +49,7 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 
+from broker import Message
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.connection import Shutdowns, close_quietly, make_client
 from broker.backends.servicebus.errors import translate
@@ -64,7 +65,6 @@ from broker.driver.pulled import PulledBatchedMessageIteration
 from broker.driver.resources import AsyncResource, MessageIteration
 from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError, ConfigError, NotSupported, ReceiveError, Timeout
-from broker.message import Message
 
 __all__ = ["Entity", "ReceiveTarget", "ServiceBusBatchedMessageIterator", "ServiceBusMessageIterator"]
 

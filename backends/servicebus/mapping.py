@@ -23,10 +23,10 @@ from typing import Any, Final
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from broker import Message, OutboundMessage
 from broker.driver.acking import EMPTY_ATTRIBUTES, Acker
 from broker.driver.attributes import validate_attributes
 from broker.errors import InvalidAttributes, InvalidMessage
-from broker.message import Message, OutboundMessage
 
 __all__ = [
     "ATTEMPT_PROPERTY",

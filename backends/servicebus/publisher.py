@@ -21,6 +21,7 @@ from azure.servicebus.exceptions import (
     ServiceBusError,
 )
 
+from broker import OutboundMessage
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.connection import Shutdowns, close_quietly, make_client
 from broker.backends.servicebus.errors import translate
@@ -28,7 +29,6 @@ from broker.backends.servicebus.mapping import to_sdk
 from broker.backends.servicebus.settings import ServiceBusSettings
 from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import MessageTooLarge, PublishError, Timeout
-from broker.message import OutboundMessage
 
 __all__ = ["ServiceBusPublishDriver", "ServiceBusPublisher"]
 

@@ -18,10 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import broker
-from broker import typed
+from broker import retrying_publish, typed
 from broker.backoff import Backoff
 from broker.errors import DecodeError
-from broker.publish_retry import retrying_publish
 from broker.retry import DeadLetterTopic, RetryPolicy
 
 __all__ = ["Confirmation", "OrderService", "Settings"]

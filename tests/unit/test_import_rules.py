@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,102 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("backends", "contrib"
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- the house: the public API, the driver kit, and the seams between them --------------------------
+
+#: Modules of the core that a backend may import: the public API (docs/versioning.md) and ``broker``.
+#: Anything else it needs is in ``broker.driver``.
+BACKEND_MAY_IMPORT = (
+    "broker.adapt",
+    "broker.codecs",
+    "broker.errors",
+    "broker.log",
+    "broker.retry",
+    "broker.typed",
+    "broker.schemas",
+    "broker.telemetry",
+)
+
+#: The driver-kit modules the application-facing core imports, each for a named reason. Anything
+#: else of ``broker.driver`` stays out of application code.
+SEAMS = {
+    "broker.driver": "the moved names' deprecation shims (module __getattr__ of broker, broker.testing)",
+    "broker.driver.base": "BackendFactory, which connect() looks up; topics_tuple for the telemetry wrapper",
+    "broker.driver.clock": "the one clock the core, the backends and virtual time read",
+    "broker.driver.resources": "AsyncResource: the async-with and close semantics every resource shares",
+    "broker.driver.publishing": "DriverPublisher: where telemetry and the test recorder wrap publishing",
+    "broker.driver.options": "the portable option checks the adapt receivers and broker.sync share with backends",
+    "broker.driver.outbound": "the message checks broker.sync shares with every backend's publisher",
+    "broker.driver.settings": "URL parsing and credential redaction for connect(), the command line and logs",
+}
+
+
+def backend_rule(path: Path, module: str) -> str | None:
+    own = "broker.backends." + path.relative_to(ROOT / "backends").parts[0]
+    if not under(module, "broker") or under(module, own) or under(module, "broker.driver"):
+        return None
+    if module == "broker" or any(under(module, public) for public in BACKEND_MAY_IMPORT):
+        return None
+    return "a backend imports the public API, broker.driver and its SDK only"
+
+
+def app_rule(path: Path, module: str) -> str | None:
+    if "driver" in path.relative_to(ROOT / "broker").parts[:1]:
+        return None  # the kit itself
+    if not under(module, "broker.driver"):
+        return None
+    if under(module, "broker.driver.testing"):
+        return "the conformance kit is for backend authors, never imported by application code"
+    if module not in SEAMS:
+        return "application-facing code imports the driver kit through the named seams only"
+    return None
+
+
+def test_backends_import_the_public_api_and_the_driver_kit_only() -> None:
+    assert violations("backends", backend_rule) == []
+
+
+def test_application_code_reaches_the_driver_kit_through_named_seams_only() -> None:
+    assert violations("broker", app_rule) == []
+
+
+def test_the_rules_catch_a_counter_example(tmp_path: Path) -> None:
+    """Each rule fails on a file that breaks it (so a passing run means something)."""
+    backend_file = ROOT / "backends" / "inmem" / "counter_example.py"
+    app_file = ROOT / "broker" / "typed" / "counter_example.py"
+    assert backend_rule(backend_file, "broker.message") is not None  # private core module
+    assert backend_rule(backend_file, "broker.settle") is not None
+    assert backend_rule(backend_file, "broker.driver.pulled") is None
+    assert backend_rule(backend_file, "broker") is None
+    assert app_rule(app_file, "broker.driver.pulled") is not None
+    assert app_rule(app_file, "broker.driver.testing.harness") is not None
+    assert app_rule(app_file, "broker.driver.clock") is None
+    # and on a real file on disk, through the same walk the tests use
+    bad = ROOT / "backends" / "inmem" / "_counter_example_for_the_test.py"
+    bad.write_text("from broker.settle import ack_in_turn\n")
+    try:
+        found = violations("backends", backend_rule)
+    finally:
+        bad.unlink()
+    assert found == [
+        "backends/inmem/_counter_example_for_the_test.py:1 imports broker.settle: "
+        "a backend imports the public API, broker.driver and its SDK only"
+    ]
+
+
+def test_no_application_example_imports_the_driver_kit() -> None:
+    """examples/ and the docs' code (but the page for backend authors) never import broker.driver."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "examples").rglob("*.py"))
+        for line, module in imports_of(path)
+        if under(module, "broker.driver")
+    ]
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        if page.name in {"writing-a-backend.md", "architecture.md", "versioning.md"} or "reference" in page.parts:
+            continue
+        for number, text in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"^\s*(from|import) broker\.driver\b", text):
+                found.append(f"{page.relative_to(ROOT)}:{number}")
+    assert found == []

@@ -102,6 +102,7 @@ from broker.backends.kafka.processor.topics import (
     TopicManagerConfig,
 )
 from broker.backends.kafka.processor.view import StateChanges, View, ViewIterator, ViewState
+from broker.driver.partitioning import Partitioner, partitioner_by_name
 
 __all__ = [
     "Assignment",
@@ -128,6 +129,7 @@ __all__ = [
     "NullStorage",
     "OutputStats",
     "PartitionStats",
+    "Partitioner",
     "PartitionerMismatch",
     "Processor",
     "ProcessorError",
@@ -176,6 +178,7 @@ __all__ = [
     "memory_storage",
     "null_storage",
     "output",
+    "partitioner_by_name",
     "persist",
     "reset_suffixes",
     "set_data_dir",

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from broker import Record
 from broker.backends.kafka.processor.errors import CallbackFailed, ContextError
 from broker.errors import EncodeError
-from broker.message import Record
 
 if TYPE_CHECKING:
     from broker.backends.kafka.processor.partition import PartitionState

@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
+from broker import Record
 from broker.backends.kafka.processor.assignment import group_consumer_options, kafka_log_of
 from broker.backends.kafka.processor.context import Context
 from broker.backends.kafka.processor.defaults import memory_when_locked, resolve_processor_storage
@@ -96,7 +97,6 @@ from broker.errors import (
     UnknownTopic,
 )
 from broker.log import Log, LogConsumer, TopicPartition, with_client_id
-from broker.message import Record
 
 if TYPE_CHECKING:
     from broker.backends.kafka.processor.tracing import CallbackTracing

@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from broker import Backoff
 from broker.backends.kafka.processor.storage import StorageBuilder
 from broker.backends.kafka.processor.table import UpdateCallback, default_update
 from broker.backends.kafka.processor.topics import TopicManager, TopicManagerBuilder, TopicManagerConfig
-from broker.backoff import Backoff
 from broker.driver.partitioning import Partitioner, partitioner_by_name
 from broker.errors import ConfigError, UnknownSetting
 from broker.log import StartPosition

@@ -25,11 +25,11 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from broker import Record
 from broker.backends.kafka.processor.errors import PartitionerMismatch
 from broker.backends.kafka.processor.storage import MemoryStorage, Storage
 from broker.driver.partitioning import Partitioner, partitioner_by_name
 from broker.log import Log, LogReader, TopicPartition
-from broker.message import Record
 
 __all__ = [
     "STALL_PERIOD",

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from broker import Record
 from broker.backends.kafka.processor.codecs import resolve_codec
 from broker.backends.kafka.processor.emitter import Emitter
 from broker.backends.kafka.processor.errors import NotOwned, ProcessorError
@@ -41,7 +42,6 @@ from broker.codecs import Codec
 from broker.driver.resources import AsyncResource
 from broker.errors import ConfigError, UnknownTopic
 from broker.log import OFFSET_END, Log, LogConsumer, LogReader, TopicPartition
-from broker.message import Record
 
 __all__ = ["Clock", "Tester", "Timestamp", "Tracker"]
 

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Self
 
+from broker import Backoff
 from broker.backends.kafka.processor.codecs import resolve_codec
 from broker.backends.kafka.processor.defaults import resolve_view_storage
 from broker.backends.kafka.processor.errors import TableNotReady
@@ -42,7 +43,6 @@ from broker.backends.kafka.processor.table import (
     partitioner_name,
     recover,
 )
-from broker.backoff import Backoff
 from broker.codecs import Codec
 from broker.driver.partitioning import Partitioner
 from broker.errors import ClosedError, ConfigError

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from broker import Message
 from broker.backends.kafka.queue.client import MqClient
 from broker.backends.kafka.queue.errors import is_timeout_error
 from broker.backends.kafka.queue.metrics import QueueMetrics
@@ -48,7 +49,6 @@ from broker.driver.acking import claim_ack, own_acker, start_ack_deadline
 from broker.driver.resources import AsyncResource
 from broker.errors import AckError, AuthenticationFailed, BrokerError, ClosedError, PermissionDenied, Timeout
 from broker.log import TopicPartition
-from broker.message import Message
 
 __all__ = ["QueueConsumer"]
 

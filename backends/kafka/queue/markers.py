@@ -45,10 +45,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, cast
 
+from broker import Record
 from broker.backends.kafka.queue.settings import HEADER_ATTEMPT, QueueSettings
 from broker.errors import DecodeError
 from broker.log import Log, TopicPartition
-from broker.message import Record
 
 __all__ = [
     "BatchMarker",

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from broker import Record
 from broker.errors import Timeout
 from broker.log import Log, LogReader, ReadHints, TopicPartition
-from broker.message import Record
 
 __all__ = ["QueueTopicReader"]
 

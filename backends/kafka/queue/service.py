@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Literal, Self
 
+from broker import Message
 from broker.backends.kafka.queue.client import MqClient
 from broker.backends.kafka.queue.consumer import QueueConsumer
 from broker.backends.kafka.queue.metrics import QueueMetrics
@@ -14,7 +15,6 @@ from broker.backends.kafka.queue.tracker import RedeliveryTracker
 from broker.driver.resources import BatchedMessageIteration, MessageIteration
 from broker.errors import ClosedError, ConfigError, ReceiveError, Timeout
 from broker.log import Log
-from broker.message import Message
 
 __all__ = ["QueueBatchedMessageIterator", "QueueMessageIterator", "QueueService", "open_messages"]
 

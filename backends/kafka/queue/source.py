@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Literal
 
+from broker import Message, Record
 from broker.backends.kafka.queue.markers import MessageId, OffsetRange, ranges_reader
 from broker.backends.kafka.queue.settings import (
     HEADER_ATTEMPT,
@@ -24,7 +25,6 @@ from broker.backends.kafka.queue.settings import (
 )
 from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, LazyMessage
 from broker.log import LogConsumer, RawBatches, RawFields, TopicPartition
-from broker.message import Message, Record
 
 __all__ = ["QueueSource", "RawSource", "RecordSource", "source_for"]
 

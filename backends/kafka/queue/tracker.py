@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Self
 
+from broker import Record
 from broker.backends.kafka.queue.client import read_hints
 from broker.backends.kafka.queue.fleet import FleetGuard, scan_for_batched
 from broker.backends.kafka.queue.markers import MarkerProducer, MessageId, decode
@@ -67,7 +68,6 @@ from broker.errors import (
     UnknownTopic,
 )
 from broker.log import Log, LogConsumer, TopicPartition
-from broker.message import Record
 
 __all__ = ["AssignedPartition", "GiveUp", "RedeliveryTracker"]
 
