@@ -143,7 +143,7 @@ class Telemetry:
 
 
 class TracedAcker:
-    """Stands in front of a backend's :class:`~broker.Acker`: settling also ends in a span and a count.
+    """Stands in front of a backend's :class:`~broker.driver.Acker`: settling also ends in a span and a count.
 
     Every attribute it does not define is the wrapped acker's (``wrapped``). ``dead_letter``
     raises :class:`~broker.errors.NotSupported` where the wrapped acker cannot dead-letter; an
@@ -215,7 +215,7 @@ class TracedBulkAcker(TracedAcker):
 
 
 class TracedCommitter:
-    """Stands in front of a backend's :class:`~broker.Committer`: a commit is also a span and a count."""
+    """Stands in front of a backend's :class:`~broker.driver.Committer`: a commit is also a span and a count."""
 
     __slots__ = ("_consumer", "wrapped")
 

@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from broker import Message
 from broker.contrib.spark import runtime
 from broker.contrib.spark.arrow import arrow_schema, messages_batch, pa
 from broker.contrib.spark.options import Options
 from broker.errors import ConfigError
-from broker.message import Message
 
 __all__ = ["AckSource", "read_journal"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from broker.message import Message, Record
+from broker import Message, Record
 
 __all__ = [
     "COLUMNS",

@@ -21,8 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from broker.backend import Backend
-from broker.connect import connect
+from broker import Backend, connect
 from broker.driver.settings import parse_url
 from broker.errors import ConfigError
 

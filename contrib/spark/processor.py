@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
+from broker import Record
 from broker.backends.kafka.processor.context import Context
 from broker.backends.kafka.processor.errors import CallbackFailed, ProcessorError
 from broker.backends.kafka.processor.graph import GroupGraph
@@ -55,7 +56,6 @@ from broker.contrib.spark.errors import UnsupportedOnSpark
 from broker.contrib.spark.options import Options
 from broker.driver.acking import EMPTY_ATTRIBUTES
 from broker.errors import ConfigError
-from broker.message import Record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -18,6 +18,7 @@ from typing import Any
 
 import _pulsar  # type: ignore[import-not-found]
 
+from broker import Record
 from broker.backends.pulsar.backend import PulsarBackend
 from broker.backends.pulsar.mapping import DEFAULT_TENANT_NAMESPACE, offset_of
 from broker.contrib.spark import runtime
@@ -25,7 +26,6 @@ from broker.contrib.spark.arrow import records_batch
 from broker.contrib.spark.offsets import Offsets, Range
 from broker.contrib.spark.options import Options
 from broker.errors import ConfigError, Timeout
-from broker.message import Record
 
 __all__ = ["PulsarPlanner", "partition_topic", "read_range", "unpack"]
 

@@ -37,12 +37,11 @@ import asyncio
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from broker.backend import Backend
+from broker import Backend, OutboundMessage
 from broker.contrib.spark import runtime
 from broker.contrib.spark.arrow import to_text
 from broker.contrib.spark.options import Options
 from broker.errors import ConfigError
-from broker.message import OutboundMessage
 
 __all__ = ["DEFAULT_ID_ATTRIBUTE", "TRACE_OPTION_PREFIX", "id_attribute", "trace_options", "write_batches"]
 

@@ -10,6 +10,7 @@ import pytest
 
 import broker
 import broker.connect
+import broker.driver
 from broker.driver.settings import build_settings, describe, parse_url, redact_url, secret
 from broker.errors import ConfigError, MissingDependency, UnknownBackend, UnknownSetting
 
@@ -138,7 +139,7 @@ def test_third_parties_can_register_a_backend(monkeypatch: pytest.MonkeyPatch) -
     # registered for this test only: a backend left behind would show in every later capability
     # matrix of this worker (tests/unit/test_readme.py compares the README's with it)
     monkeypatch.setattr(connect_module, "_loaded", dict(connect_module._loaded))
-    broker.register_backend("mine", InmemFactory())
+    broker.driver.register_backend("mine", InmemFactory())
     assert "mine" in broker.available_backends()
     assert broker.connect("mine://registered").name == "inmem"
 
