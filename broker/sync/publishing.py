@@ -4,6 +4,10 @@ A publish from any thread appends to the publisher's queue under a lock and, onl
 drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The drainer takes up to
 ``max_batch`` messages at a time and sends each topic's share with the async topic's
 ``batch_publish``: a burst of publishes costs one loop round trip per batch, not per message.
+Where the backend's SDK client is thread-safe (confluent-kafka's producer: the driver offers
+:class:`~broker.driver.publishing.ThreadSafePublishDriver`) and the publisher has no interceptor
+or send middleware, the calling thread enqueues into the SDK itself with the backend's mapping,
+and only the delivery reports come back through the loop.
 The queue is bounded by ``max_pending`` messages (queued and in flight); a publish that finds it
 full waits for room up to its timeout, then raises :class:`~broker.errors.Timeout`.
 """
@@ -16,11 +20,13 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from broker.backend import Backend
 from broker.driver.outbound import check_outbound, is_plain
+from broker.driver.publishing import DeliveryDone, DriverPublisher
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
@@ -84,6 +90,8 @@ class SyncPublisher:
         self._async_topics: dict[str, Topic] = {}
         backend = self._backend._async_backend()  # here: in a forked child it re-connects first
         self._async: Publisher = self._backend._call(_make_publisher, backend, what="publisher()")
+        #: The async publisher when it may offer a thread-safe send (asked again per publish).
+        self._direct = self._async if isinstance(self._async, DriverPublisher) else None
         self._portal = _portal.portal()
         _portal.flush_at_exit(self)
         self._gen = generation()  # last: another thread uses the state only once this is current
@@ -149,13 +157,61 @@ class SyncPublisher:
                     )
                 if self._closed:
                     raise ClosedError("the blocking publisher is closed")
-            self._queue.append((topic, item, callback))
+            direct = self._direct
+            send = direct.threadsafe_send() if direct is not None and self._idle else None
+            if send is None:
+                self._queue.append((topic, item, callback))
+                if self._idle:
+                    self._idle = False
+                    wake = True
             self._pending += count
-            if self._idle:
-                self._idle = False
-                wake = True
-        if wake:
+        if send is not None:
+            self._send_direct(send, topic, item, count, callback, timeout)
+        elif wake:
             self._portal.call_soon(self._start_drain)
+
+    def _send_direct(
+        self,
+        send: Callable[[str, Sequence[OutboundMessage], DeliveryDone, float], None],
+        topic: str,
+        item: Any,
+        count: int,
+        callback: Callable[[BaseException | None], object] | None,
+        timeout: float | None,
+    ) -> None:
+        """Enqueue into the SDK from this thread; the outcome comes back through :meth:`_delivered`."""
+        messages = item if type(item) is tuple else (item,)
+        try:
+            limit = self.timeout if timeout is None else timeout
+            send(topic, messages, partial(self._delivered, topic, count, callback), limit)
+        except BaseException:
+            with self._lock:
+                self._pending -= count
+                self._cond.notify_all()
+            raise
+
+    def _delivered(
+        self,
+        topic: str,
+        count: int,
+        callback: Callable[[BaseException | None], object] | None,
+        error: BaseException | None,
+    ) -> None:
+        """On the loop's thread: the broker has the messages of one direct send, or they failed."""
+        if callback is not None:
+            try:
+                callback(error)
+            except Exception:
+                log.exception("an on_delivery callback raised")
+        with self._lock:
+            self._pending -= count
+            if error is not None and callback is None:
+                self._failed += count
+                if self._first_error is None:
+                    self._first_error = error
+            self._cond.notify_all()
+        if error is not None and callback is None:
+            log.warning("publishing %d messages to %r failed: %s", count, topic, error)
 
     # -- the loop side -------------------------------------------------------------------
     def _start_drain(self) -> None:
@@ -285,21 +341,28 @@ class SyncTopic:
         return f"<SyncTopic {self.name!r}>"
 
     def publish_nowait(
-        self, message: OutboundMessage, *, on_delivery: DeliveryCallback | None = None
+        self,
+        message: OutboundMessage,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Hand ``message`` over and return at once; the loop thread sends it in a batch.
 
         ``on_delivery(error, message)`` runs on the loop thread once the broker has it (``error``
         None) or the publish failed: keep it short. Failures of messages without a callback are
         logged and raised by :meth:`SyncPublisher.flush`. Bad input raises
-        :class:`~broker.errors.InvalidMessage` here.
+        :class:`~broker.errors.InvalidMessage` here. Returning at once needs room: when
+        ``max_pending`` messages are pending (or the SDK's own queue is full), it waits for room up
+        to ``timeout`` seconds (the publisher's default when None), then raises
+        :class:`~broker.errors.Timeout` with the message not handed over.
         """
         if _portal._get_running_loop() is not None:
             check_not_in_loop("publish_nowait()")
         if not is_plain(message):
             check_outbound(message)
         callback = None if on_delivery is None else _deliver(on_delivery, message)
-        self._publisher._put(self.name, message, 1, callback, None)
+        self._publisher._put(self.name, message, 1, callback, timeout)
 
     def publish_future(self, message: OutboundMessage) -> concurrent.futures.Future[None]:
         """Hand ``message`` over and return a future that completes when the broker has it."""
@@ -390,10 +453,11 @@ class SyncTypedTopic(Generic[T]):
         key: str | None = None,
         attributes: Mapping[str, str] | None = None,
         on_delivery: DeliveryCallback | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Encode ``value`` and hand it over without waiting (see :meth:`SyncTopic.publish_nowait`)."""
         self.topic.publish_nowait(
-            self.message(value, key=key, attributes=attributes), on_delivery=on_delivery
+            self.message(value, key=key, attributes=attributes), on_delivery=on_delivery, timeout=timeout
         )
 
     def batch_publish(
