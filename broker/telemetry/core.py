@@ -215,7 +215,8 @@ class TracedBulkAcker(TracedAcker):
 
 
 class TracedCommitter:
-    """Stands in front of a backend's :class:`~broker.driver.Committer`: a commit is also a span and a count."""
+    """Stands in front of a backend's :class:`~broker.driver.Committer`: a commit is also a span and a
+    count."""
 
     __slots__ = ("_consumer", "wrapped")
 
