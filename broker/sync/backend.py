@@ -69,6 +69,7 @@ class SyncBackend:
 
     def _reconnect(self) -> None:
         if self._gen != -1:  # a forked child
+            _portal.abandon(self._async)  # never freed here: see portal.abandon
             _check_fork_support(self._async)
         else:
             # the backend's package is imported here, not on the loop thread; the loop thread

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
+from broker.driver.clock import clock
 from broker.errors import AckError, ClosedError, Timeout
 from broker.message import Message, Record
 from broker.settle import ack_all, commit_highest_offsets, nack_all
@@ -85,6 +86,9 @@ class _Consumer(Generic[W]):
         self._settling = False
         self._unsettled = 0
         self._settle_errors: list[BaseException] = []
+        #: Items the fetcher pulled after close() took its snapshot: nacked by the close.
+        self._late: list[Any] = []
+        self._fetch_task: asyncio.Task[None] | None = None
         self._portal = _portal.portal()
         self._backend._async_backend()  # here: in a forked child it re-connects first
         self._source: Any = self._backend._call(_opened, self._opener, what=f"opening the {self._what}")
@@ -92,6 +96,7 @@ class _Consumer(Generic[W]):
         self._fetcher: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
             self._fetch(), self._portal.loop
         )
+        _portal.flush_at_exit(self)
         self._gen = generation()
 
     def __repr__(self) -> str:
@@ -118,6 +123,7 @@ class _Consumer(Generic[W]):
         raise NotImplementedError
 
     async def _fetch(self) -> None:
+        self._fetch_task = asyncio.current_task()
         self._room = asyncio.Event()
         read_ahead, cond, buffer = self._read_ahead, self._cond, self._buffer
         try:
@@ -137,6 +143,9 @@ class _Consumer(Generic[W]):
                 except Timeout:
                     continue  # a backend whose pull has a default timeout: keep reading ahead
                 with cond:
+                    if self._closed:  # close() took its snapshot: it nacks this one too
+                        self._late.append(item)
+                        return
                     buffer.append(item)
                     cond.notify()
         except asyncio.CancelledError:
@@ -199,6 +208,7 @@ class _Consumer(Generic[W]):
 
     def _reopen(self) -> None:
         """A forked child: the inherited source and buffer are abandoned, a fresh source opened."""
+        _portal.abandon(dict(self.__dict__))  # never freed here: see portal.abandon
         self._open()
 
     def _settle(self, op: int, item: Any, arg: Any, future: concurrent.futures.Future[None] | None) -> None:
@@ -217,13 +227,33 @@ class _Consumer(Generic[W]):
         asyncio.get_running_loop().create_task(self._settle_all())
 
     async def _settle_all(self) -> None:
+        self._in_flight: list[tuple[int, Any, Any, Any]] = []
+        try:
+            await self._settle_queued()
+        except BaseException as exc:  # the loop is going away (cancelled) or worse: fail, never hang
+            with self._lock:
+                dropped: list[tuple[int, Any, Any, Any]] = list(self._settle_queue)
+                self._settle_queue.clear()
+                self._settling = False
+                self._unsettled = 0
+                self._settle_errors.append(exc)
+                self._cond.notify_all()
+            for entry in (*self._in_flight, *dropped):
+                future = entry[3]
+                if future is not None and not future.done():
+                    future.set_exception(
+                        ClosedError(f"the settlement was not done: the {self._what}'s loop stopped")
+                    )
+            raise
+
+    async def _settle_queued(self) -> None:
         while True:
             with self._lock:
                 if not self._settle_queue:
                     self._settling = False
                     self._cond.notify_all()
                     return
-                taken = list(self._settle_queue)
+                taken = self._in_flight = list(self._settle_queue)
                 self._settle_queue.clear()
             for group, futures in _groups(taken):
                 op, arg = group[0][0], group[0][2]
@@ -276,6 +306,16 @@ class _Consumer(Generic[W]):
             except concurrent.futures.TimeoutError:
                 raise Timeout(f"the settlement did not finish within {limit} s") from None
 
+    def _flush_at_exit(self, deadline: float) -> int:
+        """At interpreter exit: send the queued acks, nacks and commits (by ``deadline`` at the
+        latest); the number still pending."""
+        if self._gen != generation() or self._closed:
+            return 0
+        limit = max(0.0, min(self.close_timeout, deadline - clock.monotonic()))
+        with self._lock:
+            self._cond.wait_for(lambda: not self._settling, limit)
+            return self._unsettled
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every ack, nack and commit queued so far is done (``timeout`` seconds at most).
 
@@ -310,9 +350,10 @@ class _Consumer(Generic[W]):
             self._buffer.clear()
             self._cond.notify_all()
         self._fetcher.cancel()
+        _portal.forget_at_exit(self)
         if not self._backend.closed:
             self._backend._call(
-                _close_source, self._source, left, timeout=limit, what=f"closing the {self._what}"
+                _close_source, self, left, timeout=limit, what=f"closing the {self._what}"
             )
         if error is not None:
             raise error
@@ -325,14 +366,24 @@ async def _opened(opener: Callable[[], Any]) -> Any:
     return await source.__aenter__()
 
 
-async def _close_source(source: Any, left: list[Any]) -> None:
+async def _close_source(consumer: Any, left: list[Any]) -> None:
+    task = consumer._fetch_task
+    if task is not None and not task.done():
+        task.cancel()  # and wait: a pull finishing now puts its item in _late, nacked below
+        await asyncio.wait({task}, timeout=_FETCH_STOP)
+    left = [*left, *consumer._late]
+    consumer._late.clear()
     unsettled = [item for item in left if isinstance(item, Message) and not item.settled]
     if unsettled:  # read ahead, never handed out: redelivered promptly
         try:
             await nack_all(unsettled)
         except Exception:
             log.debug("nacking the read-ahead messages failed", exc_info=True)
-    await source.close()
+    await consumer._source.close()
+
+
+#: Seconds a close waits for the read-ahead task to stop before it closes the source anyway.
+_FETCH_STOP = 5.0
 
 
 def _groups(

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import ctypes
+import gc
 import logging
 import os
 import threading
@@ -25,12 +27,14 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from broker.driver.clock import clock
 from broker.errors import BlockingInEventLoop, BrokerError, Timeout
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "Portal",
+    "abandon",
     "check_not_in_loop",
     "generation",
     "portal",
@@ -52,7 +56,9 @@ _get_running_loop = asyncio._get_running_loop  # the C fast path: no exception w
 
 
 class _Flushable(Protocol):
-    def _flush_at_exit(self) -> int: ...
+    close_timeout: float
+
+    def _flush_at_exit(self, deadline: float) -> int: ...
 
 
 def check_not_in_loop(what: str = "a blocking call") -> None:
@@ -157,7 +163,8 @@ def portal() -> Portal:
 
 
 def flush_at_exit(resource: _Flushable) -> None:
-    """Flush ``resource`` (a publisher) when the interpreter exits, unless it was closed before."""
+    """Flush ``resource`` (a publisher's pending publishes, a consumer's queued settlements) when the
+    interpreter exits, unless it was closed before."""
     _at_exit.add(resource)
 
 
@@ -166,29 +173,72 @@ def forget_at_exit(resource: _Flushable) -> None:
     _at_exit.discard(resource)
 
 
+#: What a forked child inherited and replaced: kept referenced for the life of the process, never
+#: freed (see :func:`abandon`). Its own reference count is raised once more below, so even the
+#: clearing of module globals at interpreter shutdown does not free it.
+_ABANDONED: list[Any] = []
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_ABANDONED))
+
+
+def abandon(*inherited: Any) -> None:
+    """Keep ``inherited`` (a forked child's copies of the parent's clients) alive until the process ends.
+
+    Freeing an SDK client in a forked child runs its native destructor, which can wait forever on a
+    lock one of the parent's threads held at the fork (a Pulsar consumer's destructor does, with
+    the GIL held: the whole child freezes). The child abandons them instead: they are never freed.
+    """
+    _ABANDONED.extend(inherited)
+
+
 def _after_fork_in_child() -> None:
     global _portal, _generation, _lock, _at_exit, _reopen_lock
+    # Everything inherited is moved out of reach of the cyclic garbage collector: a collection in
+    # the child would otherwise free the parent's SDK objects (see abandon()).
+    gc.freeze()
+    abandon(_portal)
     _portal = None  # its thread did not survive the fork; its loop and SDK clients are abandoned
     _generation += 1
     _lock = threading.Lock()  # a parent thread may have held it at the fork
     _reopen_lock = threading.RLock()
     _at_exit = weakref.WeakSet()  # the parent's pending messages are the parent's to send
+    _flush_in_process_children()
+
+
+def _flush_in_process_children() -> None:
+    """A child of ``multiprocessing`` (or Celery's ``billiard``) ends with ``os._exit``, skipping
+    ``atexit``: run the exit flush from their exit finalizers too (it does nothing the second time)."""
+    import sys
+
+    for name in ("multiprocessing.util", "billiard.util"):
+        util = sys.modules.get(name)
+        finalize = getattr(util, "Finalize", None)
+        if finalize is not None:
+            try:
+                finalize(None, _at_interpreter_exit, exitpriority=100)
+            except Exception:  # an unexpected version: atexit still covers plain exits
+                log.debug("cannot register the exit flush with %s", name, exc_info=True)
 
 
 def _at_interpreter_exit() -> None:
-    """Flush every open publisher's non-waiting publishes within the close timeout; log what is left."""
+    """Flush every open publisher's non-waiting publishes and every open consumer's queued acks,
+    all within one deadline (the largest ``close_timeout`` among them); log what is left."""
     if _portal is None or _portal.pid != os.getpid():
         return
+    resources = list(_at_exit)
+    _at_exit.clear()
+    if not resources:
+        return
+    deadline = clock.monotonic() + max(resource.close_timeout for resource in resources)
     left = 0
-    for resource in list(_at_exit):
+    for resource in resources:
         try:
-            left += resource._flush_at_exit()
+            left += resource._flush_at_exit(deadline)
         except Exception:  # never a traceback at exit: what is left is counted below
             log.debug("flush at exit failed", exc_info=True)
     if left:
         log.error(
-            "broker.sync: %d published messages were still pending at interpreter exit "
-            "after the publishers' close_timeout and are lost",
+            "broker.sync: %d published messages or settlements were still pending at interpreter "
+            "exit after close_timeout and are lost (settlements: redelivered after the ack deadline)",
             left,
         )
 

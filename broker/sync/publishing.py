@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from broker.backend import Backend
+from broker.driver.clock import clock
 from broker.driver.outbound import check_outbound, is_plain
 from broker.driver.publishing import DeliveryDone, DriverPublisher
 from broker.errors import ClosedError, PublishError, Timeout
@@ -142,6 +143,7 @@ class SyncPublisher:
             check_not_in_loop("publish")
             with _portal.reopen_lock():
                 if self._gen != generation():
+                    _portal.abandon(dict(self.__dict__))  # never freed here: see portal.abandon
                     self._open()  # a forked child: fresh loop and connection; the parent's queue is not ours
         wake = False
         with self._lock:
@@ -218,22 +220,52 @@ class SyncPublisher:
         asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._idle = True
+        taken: list[_Item] = []
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._idle = True
+                        self._cond.notify_all()
+                        return
+                    taken = []
+                    size = 0
+                    while self._queue and size < self._max_batch:
+                        item = self._queue.popleft()
+                        taken.append(item)
+                        size += len(item[1]) if type(item[1]) is tuple else 1
+                await self._send(taken)
+                with self._lock:
+                    self._pending -= size
                     self._cond.notify_all()
-                    return
-                taken: list[_Item] = []
-                size = 0
-                while self._queue and size < self._max_batch:
-                    item = self._queue.popleft()
-                    taken.append(item)
-                    size += len(item[1]) if type(item[1]) is tuple else 1
-            await self._send(taken)
-            with self._lock:
-                self._pending -= size
-                self._cond.notify_all()
+                taken = []
+        except BaseException as exc:  # the loop is going away: fail what is left, never hang a flush
+            self._fail_all(taken, exc)
+            raise
+
+    def _fail_all(self, taken: list[_Item], cause: BaseException) -> None:
+        """Fail the batch in hand and everything queued: the drainer cannot send them any more."""
+        error = ClosedError("the blocking publisher's loop stopped before the broker had the message")
+        error.__cause__ = cause
+        with self._lock:
+            lost = [*taken, *self._queue]
+            self._queue.clear()
+            self._idle = True
+            count = sum(len(item[1]) if type(item[1]) is tuple else 1 for item in lost)
+            silent = sum(
+                len(item[1]) if type(item[1]) is tuple else 1 for item in lost if item[2] is None
+            )
+            self._pending -= count
+            self._failed += silent
+            if silent and self._first_error is None:
+                self._first_error = error
+            self._cond.notify_all()
+        for _, _, callback in lost:
+            if callback is not None:
+                try:
+                    callback(error)
+                except Exception:  # a callback already told (the send failed half-way)
+                    log.debug("a delivery callback raised", exc_info=True)
 
     async def _send(self, taken: list[_Item]) -> None:
         by_topic: dict[str, list[_Item]] = {}
@@ -292,11 +324,12 @@ class SyncPublisher:
         if failed:
             raise PublishError(f"{failed} messages published without on_delivery failed") from first
 
-    def _flush_at_exit(self) -> int:
+    def _flush_at_exit(self, deadline: float) -> int:
         if self._gen != generation() or self._closed:
             return 0
+        limit = max(0.0, min(self.close_timeout, deadline - clock.monotonic()))
         with self._lock:
-            self._cond.wait_for(lambda: self._pending == 0, self.close_timeout)
+            self._cond.wait_for(lambda: self._pending == 0, limit)
             return self._pending
 
     def close(self, timeout: float | None = None) -> None:

@@ -182,11 +182,18 @@ class SyncConformanceSuite:
                     context.Process(target=_child_publishes, args=(b, topic, name, 10, results))
                     for b, name in ((unused, "before"), (used, "after"))
                 ]
-                for child in children:
-                    child.start()
-                for child in children:
-                    child.join(60)
-                assert not any(child.is_alive() for child in children), "a forked child hung"
+                try:
+                    for child in children:
+                        child.start()
+                    for child in children:
+                        child.join(60)
+                    hung = [child.pid for child in children if child.is_alive()]
+                finally:
+                    for child in children:
+                        if child.is_alive():  # never leave a hung child behind (it holds our pipes)
+                            child.kill()
+                            child.join(10)
+                assert not hung, f"a forked child hung: {hung}"
                 outcomes: list[str] = []
                 while not results.empty() or len(outcomes) < sum(c.exitcode == 0 for c in children):
                     outcomes.append(results.get(timeout=10))
