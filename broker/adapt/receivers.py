@@ -80,17 +80,17 @@ _Feed = Callable[[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[None]
 async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounter) -> None:
     """Nack the unsettled messages of a failed handler call, each with its backoff delay."""
     if not isinstance(nack_delay, Backoff):
-        await nack_leftovers([unit], nack_delay)
+        await nack_leftovers([unit], nack_delay, bounded=False)
         return
     leftovers = messages_in([unit])
     if not leftovers:
         return
     delays = {nack_delay.delay(failures.attempt(m)) for m in leftovers}
     if len(delays) == 1:
-        await nack_leftovers(leftovers, delays.pop())
+        await nack_leftovers(leftovers, delays.pop(), bounded=False)
     else:
         for message in leftovers:
-            await nack_leftovers([message], nack_delay.delay(failures.attempt(message)))
+            await nack_leftovers([message], nack_delay.delay(failures.attempt(message)), bounded=False)
 
 
 def _caller(
