@@ -50,18 +50,47 @@ def messages_in(items: Iterable[Any]) -> list[Message]:
     return out
 
 
-async def nack_leftovers(items: Iterable[Any], delay: float | None = None) -> None:
+#: Seconds that nacking the messages left over when a receiver, stream or batcher stops, is
+#: cancelled or closes may take in all. A broker that has not answered by then is not waited for
+#: any longer (a cancel or a close never hangs): the messages not nacked stay unsettled, never
+#: acked, and the broker redelivers them at their ack deadline (lock expiry), so none is lost.
+SHUTDOWN_NACK_TIMEOUT = 5.0
+
+
+async def nack_leftovers(items: Iterable[Any], delay: float | None = None, *, bounded: bool = True) -> None:
     """Nack every unsettled Message in ``items``; never raises (failures are logged).
 
-    Records need nothing: an uncommitted offset is read again by the next consumer.
+    ``bounded``: give up after :data:`SHUTDOWN_NACK_TIMEOUT` seconds (the messages not nacked by
+    then are left to the broker's redelivery); False waits for every nack. Records need nothing:
+    an uncommitted offset is read again by the next consumer.
     """
     leftovers = messages_in(items)
     if not leftovers:
         return
-    results = await asyncio.gather(*(m.nack(delay) for m in leftovers), return_exceptions=True)
-    for message, result in zip(leftovers, results, strict=True):
-        if isinstance(result, BaseException):
-            log.warning("could not nack message %s on shutdown: %r", message.id, result)
+    nacks = [asyncio.ensure_future(m.nack(delay)) for m in leftovers]
+    try:
+        await asyncio.wait(nacks, timeout=SHUTDOWN_NACK_TIMEOUT if bounded else None)
+    finally:
+        for nack in nacks:
+            if not nack.done():
+                nack.cancel()  # an unanswered settlement: the message stays unsettled
+                nack.add_done_callback(_retrieve)
+    for message, nack in zip(leftovers, nacks, strict=True):
+        if not nack.done():
+            log.warning(
+                "could not nack message %s on shutdown within %ss: the broker redelivers it after its "
+                "ack deadline",
+                message.id,
+                SHUTDOWN_NACK_TIMEOUT,
+            )
+        elif not nack.cancelled() and nack.exception() is not None:
+            log.warning("could not nack message %s on shutdown: %r", message.id, nack.exception())
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a cancelled nack's late failure as seen (it was logged as not done in time)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def hand_over(items: Sequence[T], put: Callable[[T], Awaitable[None]]) -> None:

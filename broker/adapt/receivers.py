@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from broker.adapt._common import (
+    SHUTDOWN_NACK_TIMEOUT,
     enter_source,
     hand_over,
     leave_source,
@@ -73,6 +74,10 @@ NackDelay = Backoff | float | None
 #: Seconds ``stop()`` lets running handlers finish before cancelling them.
 DEFAULT_DRAIN_TIMEOUT = 30.0
 
+#: Seconds after which the receiver's tasks still running after a cancel are cancelled again: longer
+#: than their bounded nacking of leftovers (``SHUTDOWN_NACK_TIMEOUT``), which it must not cut short.
+_RECANCEL_INTERVAL = SHUTDOWN_NACK_TIMEOUT + 1.0
+
 #: Feed: ``feed(put, gate)`` pulls units and puts them; ``gate()`` is awaited before each pull.
 _Feed = Callable[[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[None]]], Awaitable[None]]
 
@@ -80,17 +85,17 @@ _Feed = Callable[[Callable[[Any], Awaitable[None]], Callable[[], Awaitable[None]
 async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounter) -> None:
     """Nack the unsettled messages of a failed handler call, each with its backoff delay."""
     if not isinstance(nack_delay, Backoff):
-        await nack_leftovers([unit], nack_delay)
+        await nack_leftovers([unit], nack_delay, bounded=False)
         return
     leftovers = messages_in([unit])
     if not leftovers:
         return
     delays = {nack_delay.delay(failures.attempt(m)) for m in leftovers}
     if len(delays) == 1:
-        await nack_leftovers(leftovers, delays.pop())
+        await nack_leftovers(leftovers, delays.pop(), bounded=False)
     else:
         for message in leftovers:
-            await nack_leftovers([message], nack_delay.delay(failures.attempt(message)))
+            await nack_leftovers([message], nack_delay.delay(failures.attempt(message)), bounded=False)
 
 
 def _caller(
@@ -152,6 +157,7 @@ async def _run(
         held[key] = unit
         await call(unit)
         del held[key]
+        _raise_if_cancelled()
 
     async def worker() -> None:
         while not stop.is_set():
@@ -236,10 +242,8 @@ async def _run(
                 raise worker_task.exception()  # type: ignore[misc]
     finally:
         tasks = [feed_task, stop_task, *workers]
-        for task in tasks:
-            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+            await asyncio.shield(_cancel_and_wait(tasks))
         leftovers = list(held.values())
         for behind in waiting.values():
             leftovers.extend(behind)
@@ -252,6 +256,31 @@ async def _run(
                 await asyncio.shield(nack_leftovers(leftovers))
     if error is not None:
         raise error
+
+
+def _raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` when this task was cancelled and the error got lost on the way.
+
+    Python 3.11's ``asyncio.wait_for`` (which SDKs await their calls with) returns the awaited
+    result and drops the cancellation when both arrive together; the task's ``cancelling()``
+    count still shows it.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def _cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until all are done, cancelling again every
+    ``_RECANCEL_INTERVAL`` seconds those still running (a cancellation lost inside an SDK call
+    must not leave a task waiting forever)."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_RECANCEL_INTERVAL)
+        if pending:
+            log.warning("%d receiver task(s) still running after a cancel: cancelling again", len(pending))
 
 
 class StoppableReceiver:

@@ -225,6 +225,10 @@ class _Server(Handler):
         self.container: Container | None = None
         self.acceptor: Any = None
         self.stopping = False
+        #: Fault: ignore the client's dispositions of locked messages and its ``$management``
+        #: requests (settlements, lock renewals): never apply, never answer, as a broker that stops
+        #: answering does; the locks then run out and the messages come back.
+        self.withhold_outcomes = False
 
     # -- plumbing -------------------------------------------------------------------------------
     def on_reactor_init(self, event: Event) -> None:
@@ -531,6 +535,8 @@ class _Server(Handler):
                 correlation_id=request.id,
                 properties={"status-code": 202, "status-description": "Accepted"},
             )
+        elif self.withhold_outcomes:
+            return
         else:
             entity = node[: -len("/$management")] if node.lower().endswith("/$management") else node
             response = handle_management(self.namespace, entity, request)
@@ -542,6 +548,8 @@ class _Server(Handler):
 
     def _outcome(self, delivery: Delivery) -> None:
         lock: Lock | None = getattr(delivery, "fake_lock", None)
+        if lock is not None and self.withhold_outcomes:
+            return
         if lock is None:  # a response on a $cbs/$management link, or a pre-settled delivery
             if delivery.settled or delivery.remote_state:
                 delivery.settle()
@@ -731,6 +739,17 @@ class FakeServiceBus(StartedInWith):
         return future.result(timeout)
 
     # -- fixture API ----------------------------------------------------------------------------
+    def withhold_outcomes(self, withhold: bool = True) -> None:
+        """Fault: from now on ignore (``withhold=True``) or answer again the client's settlements
+        (complete, abandon, dead-letter; on receive links and through ``$management``) and its
+        other ``$management`` requests; ignored settlements are never applied, so their messages
+        come back when their locks expire."""
+
+        def switch() -> None:
+            self._handler.withhold_outcomes = withhold
+
+        self.call(switch)
+
     def create_queue(self, name: str, **options: Any) -> None:
         """Create queue ``name`` with :class:`EntityOptions` fields as keywords."""
         opts = EntityOptions(**options) if options else None

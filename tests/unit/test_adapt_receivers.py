@@ -76,6 +76,35 @@ async def test_cancel_nacks_in_flight_and_queued_messages() -> None:
     assert source.acker.acked == []
 
 
+async def test_cancel_returns_when_a_handler_loses_the_cancellation() -> None:
+    """A handler whose await loses the CancelledError returns normally; the cancelled receive()
+    still returns. Python 3.11's ``asyncio.wait_for``, with which the azure-servicebus SDK waits
+    for a settlement's answer, returns the answer and drops the cancel when both arrive together:
+    the worker then went back to its queue and receive() never returned."""
+    source = ScriptedIterator()
+    source.feed(*range(3))
+    settling = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        if message.id == "0":
+            settling.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                pass  # lost on the way, as wait_for loses it
+        await message.ack()
+
+    task = asyncio.ensure_future(adapt.receiver(source, concurrency=2).receive(handler))
+    await settling.wait()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done, "the cancelled receive() did not return"
+    assert task.cancelled()
+    settled = sorted([*source.acker.acked, *(m for m, _ in source.acker.nacked)])
+    assert settled == ["0", "1", "2"]  # each taken message settled once: none lost
+
+
 async def test_a_source_error_stops_the_receiver_and_is_raised() -> None:
     source = ScriptedIterator()
     source.feed(1, ReceiveError("broker gone"))
