@@ -46,6 +46,7 @@ from broker.interfaces import (
     BatchedMessageIterator,
     BatchedReceiver,
     BatchHandler,
+    DrainingReceiver,
     Handler,
     MessageIterator,
     Publisher,
@@ -339,7 +340,7 @@ def receiver(
     publisher: Publisher | None = None,
     topic: str | None = None,
     subscription: str | None = None,
-) -> Receiver:
+) -> DrainingReceiver:
     """A receiver calling its handler for each message of ``iterator``, ``concurrency`` at a time.
 
     ``retry`` applies a :class:`~broker.retry.RetryPolicy` (``publisher`` serves its
