@@ -199,8 +199,9 @@ class BackendBase(AsyncResource):
 
     @property
     def faults(self) -> FaultInjection:
-        """Fault injection (see :class:`Backend`); ``NotSupported`` unless the backend has it."""
-        raise self._not_supported("fault injection (use the in-memory backend)")
+        """Fault injection (see :class:`Backend`): on a backend without it, setting a fault raises
+        ``NotSupported`` (reading the property does not, so ``isinstance(b, Backend)`` holds)."""
+        return _NoFaults(self._not_supported("fault injection (use the in-memory backend)"))
 
     # -- consumers: the portable shells over a backend's ``_open_*`` hooks ---------------------
     def _consumer_options(self, options: dict[str, Any]) -> Any:
@@ -398,6 +399,35 @@ class BackendBase(AsyncResource):
         for result in results:
             if isinstance(result, Exception):
                 raise result
+
+
+class _NoFaults:
+    """The ``faults`` of a backend without fault injection: setting a fault raises ``NotSupported``."""
+
+    injected = 0
+    active = False
+
+    def __init__(self, error: NotSupported) -> None:
+        self._error = error
+
+    def fail_publishes(self, count: int = 1, error: Any = None, *, topic: str | None = None) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def drop_connection(self, error: Any = None) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def reconnect(self) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def slow_consumer(self, subscription: str | None = None, delay: float = 1.0) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def clear(self) -> None:
+        """Nothing to clear: no fault can be set."""
 
 
 def _is_closed(resource: Any) -> bool:
