@@ -196,7 +196,9 @@ class QueueTracking(Protocol):
     """The optional marker-queue extra of a backend whose ``messages()`` run on a marker queue (Kafka).
 
     ``queue_tracker(topic, **options)`` returns the queue's redelivery tracker for ``topic``
-    (``broker queue-tracker`` runs it as a process of its own).
+    (``broker queue-tracker`` runs it as a process of its own). Every :class:`Backend` has the
+    method (``NotSupported`` without a marker queue), so this protocol types a backend outside
+    ``BackendBase`` that has nothing else of :class:`Backend`.
     """
 
     def queue_tracker(self, topic: str, **options: Any) -> Any:
