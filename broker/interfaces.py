@@ -15,7 +15,7 @@ Conventions shared by every protocol here:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
@@ -28,12 +28,16 @@ __all__ = [
     "BatchedMessageStream",
     "BatchedReceiver",
     "Closeable",
+    "DrainingReceiver",
     "Handler",
     "MessageIterator",
     "MessageStream",
+    "MiddlewarePublisher",
     "Publisher",
     "Receiver",
     "RecordIterator",
+    "Send",
+    "SendMiddleware",
     "Topic",
     "TransactionalPublisher",
 ]
@@ -42,6 +46,17 @@ __all__ = [
 Handler = Callable[[Message], Awaitable[None]]
 #: A batched receiver's callback; unsettled messages of a batch that raised are nacked.
 BatchHandler = Callable[[list[Message]], Awaitable[None]]
+
+#: The rest of the send chain, as seen by a :data:`SendMiddleware`: ``await send(messages)``
+#: returns once the broker has ``messages`` (or raises the backend's error).
+Send = Callable[[Sequence[OutboundMessage]], Awaitable[None]]
+
+#: An async "around" hook on every send: ``await middleware(topic, messages, send)`` must call
+#: ``send`` (once) with the messages to send, typically ``messages`` with attributes added, and
+#: may do work before and after it (open and end a span, time the send, count its outcome). It
+#: runs after the interceptors; the messages it passes on are not validated again. An error it
+#: raises, or lets through from ``send``, fails the publish.
+SendMiddleware = Callable[[str, Sequence[OutboundMessage], Send], Awaitable[None]]
 
 
 @runtime_checkable
@@ -82,6 +97,18 @@ class Publisher(Closeable, Protocol):
 
     def topic(self, name: str) -> Topic:
         """The handle for topic ``name`` (cheap; handles are cached)."""
+
+
+@runtime_checkable
+class MiddlewarePublisher(Publisher, Protocol):
+    """A publisher that takes send middleware: what ``Backend.publisher()`` hands out.
+
+    :func:`broker.publish_retry.retrying_publish` and the telemetry's publish spans are such
+    middleware.
+    """
+
+    def wrap_send(self, middleware: SendMiddleware) -> None:
+        """Wrap ``middleware`` around every send from now on (inside those added before)."""
 
 
 @runtime_checkable
@@ -163,6 +190,15 @@ class Receiver(Protocol):
 
         On cancel, messages taken but not handled are nacked.
         """
+
+
+@runtime_checkable
+class DrainingReceiver(Receiver, Protocol):
+    """A receiver that stops gracefully: what ``Backend.receiver()`` hands out."""
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop taking messages; running handlers get ``drain_timeout`` seconds (default: the
+        receiver's), then ``receive()`` nacks what is left and returns."""
 
 
 @runtime_checkable

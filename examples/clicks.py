@@ -24,6 +24,7 @@ from typing import Any
 
 import broker
 from broker.backends.kafka.processor import Context, Emitter, Processor, View, define_group, input, persist
+from broker.log import Log
 
 TOPIC = "user-clicks"
 GROUP = "mini-group"
@@ -40,7 +41,7 @@ def process(ctx: Context, msg: str) -> None:
 graph = define_group(GROUP, input(TOPIC, "str", process), persist("json"))
 
 
-async def emit_clicks(log: Any, interval: float, users: int) -> None:
+async def emit_clicks(log: Log, interval: float, users: int) -> None:
     """Send a click for a random user every ``interval`` seconds."""
     async with Emitter(log, TOPIC, "str") as emitter:
         while True:
@@ -90,7 +91,7 @@ async def serve(view: View, port: int) -> asyncio.Server:
 
 async def run(url: str, port: int, interval: float, users: int, duration: float | None) -> None:
     """Emitter, processor, view and HTTP server together until ``duration`` passes (None: forever)."""
-    backend: Any = broker.connect(url)
+    backend = broker.connect(url)
     async with backend:
         log = backend.log()
         await log.create_topic(TOPIC, 4)

@@ -106,7 +106,7 @@ async def main(url: str) -> None:
             for metric in scope.metrics:
                 for point in metric.data.data_points:
                     value = point.value if hasattr(point, "value") else f"count={point.count}"
-                    labels = ",".join(f"{k}={v}" for k, v in sorted((point.attributes or {}).items()))
+                    labels = ",".join(k + "=" + str(v) for k, v in sorted((point.attributes or {}).items()))
                     print(f"  {metric.name}{{{labels}}} {value}")
 
     scrape = await asyncio.to_thread(fetch, f"http://127.0.0.1:{port}/metrics")

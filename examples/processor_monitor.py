@@ -20,11 +20,11 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import broker
 from broker.backends.kafka.processor import Context, Emitter, Processor, View, define_group, input, persist
 from broker.backends.kafka.processor.monitor import Monitor, MonitorServer
+from broker.log import Log
 
 TOPIC = "user-clicks"
 
@@ -46,7 +46,7 @@ users = define_group("clicks-monitored", input(TOPIC, "str", per_user), persist(
 totals = define_group("click-totals", input(TOPIC, "str", total), persist("int64"))
 
 
-async def emit_clicks(log: Any, interval: float, count: int) -> None:
+async def emit_clicks(log: Log, interval: float, count: int) -> None:
     """Send a click for a random user every ``interval`` seconds."""
     async with Emitter(log, TOPIC, "str") as emitter:
         while True:
@@ -67,7 +67,7 @@ async def run(
 
     ``on_serving(server)`` is awaited once the monitor serves (the example's test looks around).
     """
-    backend: Any = broker.connect(url)
+    backend = broker.connect(url)
     async with backend:
         log = backend.log()
         await log.create_topic(TOPIC, 4)

@@ -56,7 +56,7 @@ def graphs(prefix: str = "") -> tuple[GroupGraph, GroupGraph]:
 
 async def publish_lines(config: dict[str, Any], topic: str, words: str, lines: list[str]) -> None:
     """Create the topics (two partitions, co-partitioned) and publish the lines."""
-    backend: Any = broker.connect(config)
+    backend = broker.connect(config)
     async with backend:
         log = backend.log()
         for name in (topic, words):
@@ -67,7 +67,7 @@ async def publish_lines(config: dict[str, Any], topic: str, words: str, lines: l
 
 async def read_table(config: dict[str, Any], table: str) -> dict[str, int]:
     """The group table as a single-machine View sees it."""
-    backend: Any = broker.connect(config)
+    backend = broker.connect(config)
     async with backend:
         async with View(backend.log(), table, "int64") as view:
             await view.wait_running(60)

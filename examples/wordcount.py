@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-from typing import Any
 
 import broker
 from broker.backends.kafka.processor import (
@@ -53,7 +52,7 @@ wordcount = define_group("wordcount", input("words", "int64", count), persist("i
 
 async def run(url: str, partitions: int) -> dict[str, int]:
     """Count the words of TEXT; returns the counts."""
-    backend: Any = broker.connect(url)
+    backend = broker.connect(url)
     async with backend:
         log = backend.log()
         for topic in ("lines", "words"):

@@ -47,6 +47,7 @@ from broker.interfaces import (
     BatchedMessageIterator,
     BatchedReceiver,
     BatchHandler,
+    DrainingReceiver,
     Handler,
     MessageIterator,
     Publisher,
@@ -368,7 +369,7 @@ def receiver(
     publisher: Publisher | None = None,
     topic: str | None = None,
     subscription: str | None = None,
-) -> Receiver:
+) -> DrainingReceiver:
     """A receiver calling its handler for each message of ``iterator``, ``concurrency`` at a time.
 
     ``retry`` applies a :class:`~broker.retry.RetryPolicy` (``publisher`` serves its

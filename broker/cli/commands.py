@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from broker import typed
-from broker.backend import Backend, QueueTracking
+from broker.backend import Backend
 from broker.connect import _factory, available_backends, connect
 from broker.driver.clock import clock
 from broker.driver.settings import parse_url, redact_url
@@ -497,8 +497,6 @@ async def dev(args: argparse.Namespace) -> int:
 async def queue_tracker(args: argparse.Namespace) -> int:
     """Run the backend's redelivery tracker for a topic until Ctrl-C."""
     backend = _connect(args.url)
-    if not isinstance(backend, QueueTracking):
-        raise CommandError(f"the {backend.name} backend has no marker queue (it acks messages natively)")
     options = {
         name: value
         for name, value in (

@@ -14,11 +14,11 @@ import asyncio
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from broker import adapt
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
-from broker.backend import DEFAULT_PING_TIMEOUT, Backend
+from broker.backend import DEFAULT_PING_TIMEOUT, Backend, FaultInjection
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.driver.options import check_batching, check_receiver_options
@@ -29,13 +29,17 @@ from broker.errors import BrokerError, ClosedError, ConfigError, ConnectionFaile
 from broker.interfaces import (
     BatchedIterator,
     BatchedMessageIterator,
+    DrainingReceiver,
     MessageIterator,
+    MiddlewarePublisher,
     Publisher,
-    Receiver,
     RecordIterator,
     TransactionalPublisher,
 )
 from broker.retry import DeadLetterTopic, RetryPolicy
+
+if TYPE_CHECKING:
+    from broker.log import Log
 
 __all__ = ["BackendBase", "BackendFactory", "Batching", "topics_tuple"]
 
@@ -174,13 +178,30 @@ class BackendBase(AsyncResource):
             f"the {self.name} backend has no {what}; see its capabilities: {self.capabilities}"
         )
 
-    def publisher(self) -> Publisher:
+    def publisher(self) -> MiddlewarePublisher:
         """A publisher (see :class:`Backend`)."""
         raise self._not_supported("publisher")
 
     def transactional_publisher(self, **options: Any) -> TransactionalPublisher:
         """A transactional publisher (see :class:`Backend`)."""
         raise self._not_supported("transactions")
+
+    def log(self) -> Log:
+        """The :mod:`broker.log` port (see :class:`Backend`); ``NotSupported`` unless the backend has one."""
+        self._check_open()
+        raise self._not_supported("partitioned-log port (broker.log)")
+
+    def queue_tracker(self, topic: str, **options: Any) -> Any:
+        """The marker queue's redelivery tracker (see :class:`Backend`); ``NotSupported`` unless the
+        backend's ``messages()`` run on a marker queue."""
+        self._check_open()
+        raise self._not_supported("marker queue (it acks messages natively)")
+
+    @property
+    def faults(self) -> FaultInjection:
+        """Fault injection (see :class:`Backend`): on a backend without it, setting a fault raises
+        ``NotSupported`` (reading the property does not, so ``isinstance(b, Backend)`` holds)."""
+        return _NoFaults(self._not_supported("fault injection (use the in-memory backend)"))
 
     # -- consumers: the portable shells over a backend's ``_open_*`` hooks ---------------------
     def _consumer_options(self, options: dict[str, Any]) -> Any:
@@ -256,7 +277,7 @@ class BackendBase(AsyncResource):
         retry: RetryPolicy | None = None,
         drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT,
         **options: Any,
-    ) -> Receiver:
+    ) -> DrainingReceiver:
         """A receiver over :meth:`messages` with ``concurrency`` workers.
 
         A failed handler's messages are nacked with ``nack_delay``: by default a bounded
@@ -378,6 +399,35 @@ class BackendBase(AsyncResource):
         for result in results:
             if isinstance(result, Exception):
                 raise result
+
+
+class _NoFaults:
+    """The ``faults`` of a backend without fault injection: setting a fault raises ``NotSupported``."""
+
+    injected = 0
+    active = False
+
+    def __init__(self, error: NotSupported) -> None:
+        self._error = error
+
+    def fail_publishes(self, count: int = 1, error: Any = None, *, topic: str | None = None) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def drop_connection(self, error: Any = None) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def reconnect(self) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def slow_consumer(self, subscription: str | None = None, delay: float = 1.0) -> None:
+        """Raise ``NotSupported``."""
+        raise self._error
+
+    def clear(self) -> None:
+        """Nothing to clear: no fault can be set."""
 
 
 def _is_closed(resource: Any) -> bool:

@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from broker.driver.options import check_seconds
 from broker.driver.outbound import check_batch, check_outbound, is_plain
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, ConfigError
+from broker.interfaces import Send, SendMiddleware  # defined with the publisher protocols
 from broker.message import OutboundMessage
 
 log = logging.getLogger("broker.driver.publishing")
@@ -57,17 +58,6 @@ __all__ = [
 #: messages to send instead (for example with trace context added to their attributes), or
 #: ``None`` to send them unchanged. A failure raised here fails the publish.
 PublishInterceptor = Callable[[str, Sequence[OutboundMessage]], Sequence[OutboundMessage] | None]
-
-#: The rest of the send chain, as seen by a :data:`SendMiddleware`: ``await send(messages)``
-#: returns once the broker has ``messages`` (or raises the backend's error).
-Send = Callable[[Sequence[OutboundMessage]], Awaitable[None]]
-
-#: An async "around" hook on every send: ``await middleware(topic, messages, send)`` must call
-#: ``send`` (once) with the messages to send, typically ``messages`` with attributes added, and
-#: may do work before and after it (open and end a span, time the send, count its outcome). It
-#: runs after the interceptors; the messages it passes on are not validated again. An error it
-#: raises, or lets through from ``send``, fails the publish.
-SendMiddleware = Callable[[str, Sequence[OutboundMessage], Send], Awaitable[None]]
 
 
 class PublishDriver(Protocol):

@@ -13,11 +13,20 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from broker.backend import FaultInjection
 from broker.testing.recorder import PublishRecorder
 from broker.testing.virtual_time import virtual_time
 from broker.testing.waiting import collect, collect_records, drain, wait_until
 
-__all__ = ["PublishRecorder", "collect", "collect_records", "drain", "virtual_time", "wait_until"]
+__all__ = [
+    "FaultInjection",
+    "PublishRecorder",
+    "collect",
+    "collect_records",
+    "drain",
+    "virtual_time",
+    "wait_until",
+]
 
 #: Names that moved to :mod:`broker.driver.testing`; importable from here, with a
 #: ``DeprecationWarning``, until the release named in it.

@@ -30,12 +30,15 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
 from broker.testing.recorder import PublishRecorder
 from broker.testing.virtual_time import check_virtual_time_url, virtual_time
+
+if TYPE_CHECKING:
+    from broker.backend import Backend, FaultInjection
 
 try:
     import pytest_asyncio
@@ -155,7 +158,7 @@ def polybroker_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 
 @_async_fixture
-async def polybroker_backend(polybroker_url: str | None) -> AsyncIterator[Any]:
+async def polybroker_backend(polybroker_url: str | None) -> AsyncIterator[Backend]:
     """A backend for this test: a fresh in-memory broker (closed and forgotten after), or the real one."""
     import broker
 
@@ -172,7 +175,7 @@ async def polybroker_backend(polybroker_url: str | None) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def polybroker_recorder(polybroker_backend: Any) -> PublishRecorder:
+def polybroker_recorder(polybroker_backend: Backend) -> PublishRecorder:
     """A :class:`~broker.testing.recorder.PublishRecorder` of everything ``polybroker_backend`` publishes."""
     recorder = PublishRecorder()
     recorder.watch(polybroker_backend)
@@ -180,11 +183,12 @@ def polybroker_recorder(polybroker_backend: Any) -> PublishRecorder:
 
 
 @pytest.fixture
-def polybroker_faults(request: pytest.FixtureRequest, polybroker_url: str | None) -> Any:
+def polybroker_faults(request: pytest.FixtureRequest, polybroker_url: str | None) -> FaultInjection:
     """Fault injection on the test's in-memory broker (``broker.backends.inmem.faults.Faults``).
 
     Skipped, with the reason, against a real broker.
     """
     if polybroker_url is not None:
         pytest.skip(f"polybroker_faults: fault injection is for inmem:// only, not {polybroker_url}")
-    return request.getfixturevalue("polybroker_backend").faults
+    backend: Backend = request.getfixturevalue("polybroker_backend")
+    return backend.faults

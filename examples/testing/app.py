@@ -16,6 +16,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import broker
 from broker import retrying_publish, typed
@@ -52,7 +53,7 @@ class Settings:
     work: float = 2.0
 
     @classmethod
-    def named(cls, name: Callable[[str], str], **changes: float) -> Settings:
+    def named(cls, name: Callable[[str], str], **changes: Any) -> Settings:
         """Settings whose topic and subscription names go through ``name`` (unique names in tests)."""
         base = cls()
         return cls(
@@ -60,7 +61,7 @@ class Settings:
             confirmed=name(base.confirmed),
             dead=name(base.dead),
             subscription=name(base.subscription),
-            **changes,  # type: ignore[arg-type]
+            **changes,
         )
 
 
@@ -71,7 +72,7 @@ class OrderService:
         self.settings = s = settings or Settings()
         self.out_of_stock: set[str] = set()
         publisher = backend.publisher()
-        publisher.wrap_send(retrying_publish(max_attempts=5, backoff=Backoff(initial=0.2)))  # type: ignore[attr-defined]
+        publisher.wrap_send(retrying_publish(max_attempts=5, backoff=Backoff(initial=0.2)))
         self.confirmations = typed.topic(publisher, s.confirmed, Confirmation)
         policy = RetryPolicy(
             max_attempts=s.max_attempts,
@@ -105,7 +106,7 @@ class OrderService:
 
     def stop(self, drain_timeout: float | None = None) -> None:
         """Stop taking orders; running handlers get ``drain_timeout`` seconds (default: the setting's)."""
-        self.receiver.stop(self.settings.drain_timeout if drain_timeout is None else drain_timeout)  # type: ignore[attr-defined]
+        self.receiver.stop(self.settings.drain_timeout if drain_timeout is None else drain_timeout)
 
 
 async def main() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 from app import Confirmation, OrderService, Settings
@@ -22,6 +21,7 @@ from app import Confirmation, OrderService, Settings
 import broker
 from broker import OutboundMessage
 from broker.errors import Throttled
+from broker.testing import FaultInjection, PublishRecorder
 
 
 def order(number: int, item: str = "book", quantity: int = 1) -> OutboundMessage:
@@ -38,7 +38,7 @@ def settings(request: pytest.FixtureRequest, polybroker_name: Callable[[str], st
 
 
 @pytest.fixture
-async def service(polybroker_backend: Any, settings: Settings) -> AsyncIterator[OrderService]:
+async def service(polybroker_backend: broker.Backend, settings: Settings) -> AsyncIterator[OrderService]:
     """The service under test, running; stopped after the test."""
     service = OrderService(polybroker_backend, settings)
     running = asyncio.create_task(service.run())
@@ -48,13 +48,13 @@ async def service(polybroker_backend: Any, settings: Settings) -> AsyncIterator[
     await asyncio.gather(running, return_exceptions=True)
 
 
-async def publish(backend: Any, topic: str, *messages: OutboundMessage) -> None:
+async def publish(backend: broker.Backend, topic: str, *messages: OutboundMessage) -> None:
     """Publish as the shop would (not through the service's publisher)."""
     await backend.publisher().topic(topic).batch_publish(*messages)
 
 
 async def test_an_order_is_confirmed(
-    polybroker_backend: Any, polybroker_recorder: Any, service: OrderService
+    polybroker_backend: broker.Backend, polybroker_recorder: PublishRecorder, service: OrderService
 ) -> None:
     s = service.settings
     await publish(polybroker_backend, s.orders, order(7, "lamp"))
@@ -66,7 +66,7 @@ async def test_an_order_is_confirmed(
 
 
 async def test_a_malformed_order_is_dead_lettered_at_once(
-    polybroker_backend: Any, service: OrderService
+    polybroker_backend: broker.Backend, service: OrderService
 ) -> None:
     s = service.settings
     await publish(polybroker_backend, s.orders, OutboundMessage(b"not json"))
@@ -76,7 +76,9 @@ async def test_a_malformed_order_is_dead_lettered_at_once(
     assert message.data == b"not json"
 
 
-async def test_orders_are_confirmed_in_any_number(polybroker_backend: Any, service: OrderService) -> None:
+async def test_orders_are_confirmed_in_any_number(
+    polybroker_backend: broker.Backend, service: OrderService
+) -> None:
     s = service.settings
     await publish(polybroker_backend, s.orders, *(order(n) for n in range(5)))
     seen: set[int] = set()
@@ -90,7 +92,7 @@ async def test_orders_are_confirmed_in_any_number(polybroker_backend: Any, servi
 
 @pytest.mark.polybroker_virtual_time
 async def test_a_poison_order_is_dead_lettered_on_schedule(
-    polybroker_backend: Any, settings: Settings
+    polybroker_backend: broker.Backend, settings: Settings
 ) -> None:
     loop = asyncio.get_running_loop()
     s = settings
@@ -120,7 +122,7 @@ async def test_a_poison_order_is_dead_lettered_on_schedule(
 
 @pytest.mark.polybroker_virtual_time
 async def test_an_out_of_stock_order_waits_for_the_restock(
-    polybroker_backend: Any, polybroker_recorder: Any, service: OrderService
+    polybroker_backend: broker.Backend, polybroker_recorder: PublishRecorder, service: OrderService
 ) -> None:
     loop = asyncio.get_running_loop()
     s = service.settings
@@ -139,7 +141,7 @@ async def test_an_out_of_stock_order_waits_for_the_restock(
 
 @pytest.mark.polybroker_virtual_time
 async def test_shutdown_lets_running_orders_finish_within_the_drain_timeout(
-    polybroker_backend: Any, polybroker_recorder: Any, settings: Settings
+    polybroker_backend: broker.Backend, polybroker_recorder: PublishRecorder, settings: Settings
 ) -> None:
     loop = asyncio.get_running_loop()
     service = OrderService(polybroker_backend, settings)
@@ -165,7 +167,10 @@ async def test_shutdown_lets_running_orders_finish_within_the_drain_timeout(
 
 @pytest.mark.polybroker_virtual_time
 async def test_a_failed_publish_is_retried_by_the_service(
-    polybroker_backend: Any, polybroker_recorder: Any, polybroker_faults: Any, service: OrderService
+    polybroker_backend: broker.Backend,
+    polybroker_recorder: PublishRecorder,
+    polybroker_faults: FaultInjection,
+    service: OrderService,
 ) -> None:
     s = service.settings
     polybroker_faults.fail_publishes(2, Throttled, topic=s.confirmed)

@@ -377,7 +377,7 @@ class ConformanceSuite(
                 await kept.ack()
             assert kept.state == "acked"
         if harness.backend.name == "inmem":
-            assert await harness.backend.backlog(topic, sub) == 0  # type: ignore[attr-defined]
+            assert await harness.backend.backlog(topic, sub) == 0
 
     async def test_a_handler_that_returns_without_settling_is_warned_about(
         self, harness: Harness, caplog: pytest.LogCaptureFixture
