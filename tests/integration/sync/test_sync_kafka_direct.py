@@ -17,8 +17,7 @@ import pytest
 
 import broker.sync
 from broker import OutboundMessage
-from broker.devserver import ProcessServer
-from broker.driver.devserver import free_port
+from broker.driver.devserver import ProcessServer, free_port
 from broker.errors import Timeout
 from tests.conformance.test_kafka import kafka_server  # noqa: F401 - the module's Tansu
 from tests.integration.kafka.support import TEST_QUERY
