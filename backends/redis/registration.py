@@ -27,14 +27,14 @@ class RedisFactory(BackendRegistration):
     sdk_package = "redis"
     backend = "broker.backends.redis.backend:RedisBackend"
     mechanisms = {
-        "persistent": "streams (durable with the server's append-only file)",
-        "messages": "a consumer group per subscription, XREADGROUP",
-        "nack_redelivers": "XCLAIM with an idle time past the deadline, then XAUTOCLAIM",
-        "delayed_nack": "XCLAIM ... IDLE (deadline - delay); longer delays held by the consumer",
-        "ack_deadline": "idle time of pending entries, reclaimed with XAUTOCLAIM",
-        "in_progress": "XCLAIM ... JUSTID (resets the idle time)",
-        "delivery_attempt": "the pending entry's delivery count (XPENDING)",
-        "competing_consumers": "consumers of one consumer group",
+        "persistent": "streams, append-only file",
+        "messages": "consumer group per subscription",
+        "nack_redelivers": "XCLAIM IDLE, then XAUTOCLAIM",
+        "delayed_nack": "XCLAIM IDLE; past the deadline held by the client",
+        "ack_deadline": "idle time, XAUTOCLAIM",
+        "in_progress": "XCLAIM JUSTID",
+        "delivery_attempt": "XPENDING delivery count",
+        "competing_consumers": "consumers of one group",
     }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:
