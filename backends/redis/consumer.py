@@ -42,6 +42,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from broker import Message
 from broker.backends.redis.errors import translate
 from broker.backends.redis.mapping import to_message
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
@@ -49,7 +50,6 @@ from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
 from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration, PulledMessages
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, Timeout
-from broker.message import Message
 
 __all__ = ["RedisAcker", "RedisBatchedMessageIterator", "RedisMessageIterator", "consumer_name"]
 
