@@ -8,21 +8,10 @@ from contextlib import contextmanager
 import pytest
 
 import broker
-from broker.backends.redis import RedisServerNotFound, factory
 from broker.driver.devserver import ProcessServer
 from broker.driver.testing import ConformanceSuite, Harness
 from broker.driver.testing.harness import KillableServer, killable
-
-
-@contextmanager
-def running_redis_server() -> Iterator[ProcessServer]:
-    """A started ``redis-server`` on a free 127.0.0.1 port, stopped on exit (skips without one)."""
-    try:
-        server = factory.dev_server()
-    except RedisServerNotFound as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
+from tests.integration.redis.server import running_redis_server
 
 
 @pytest.fixture(scope="module")
