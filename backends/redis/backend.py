@@ -14,12 +14,15 @@ publish                        ``XADD <topic> *`` (a batch: one pipeline of ``XA
 ``in_progress``                ``XCLAIM ... JUSTID`` (resets the idle time)
 ``nack(delay)``                ``XCLAIM ... IDLE``: claimable at once, or after ``delay``
 ``delivery_attempt``           the pending entry's delivery count (``XPENDING``)
+``max_attempts``               deliveries after which an entry is moved to ``dead_letter_topic``
+``dead_letter_topic``          a stream the entry is copied to (``XADD``) as it is acked, in a
+                               ``MULTI``; the reason and source travel as ``x-dead-letter-*``
+                               attributes
 =============================  ===================================================================
 
 Nothing is ever trimmed: streams keep every entry until an operator trims them (Redis trims
 pending entries too, so retention is left to whoever knows every group has caught up). Cluster
-and Sentinel are not supported: the backend talks to one server. No ``records()``, dead letters or
-per-key order.
+and Sentinel are not supported: the backend talks to one server. No ``records()`` or per-key order.
 
 The backend holds one redis-py asyncio client (a connection pool), made on first use; the
 publisher and the consumers share it, and every blocked read holds one connection of the pool.
@@ -43,18 +46,15 @@ from broker.backends.redis.registration import RedisFactory
 from broker.backends.redis.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RedisSettings, check_name
 from broker.driver.base import BackendBase, Batching
 from broker.driver.publishing import DriverPublisher
-from broker.errors import ClosedError, NotSupported, PublishError, Timeout, UnknownTopic
+from broker.errors import ClosedError, PublishError, Timeout, UnknownTopic
 
 __all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver"]
 
 #: The claims and their mechanisms are ``RedisFactory.mechanisms``. Not ``per_key_order`` (the
 #: consumers of a group share its entries with no regard to keys, and a claimed entry comes back
-#: after later ones), ``records``, ``dead_letter``, nor ``backlog_for_new_subscriptions`` (a new
-#: group starts at the end of its stream).
+#: after later ones), ``records``, nor ``backlog_for_new_subscriptions`` (a new group starts at
+#: the end of its stream).
 CAPABILITIES = Capabilities.claiming(RedisFactory.mechanisms, max_message_bytes=MAX_MESSAGE_BYTES)
-
-#: Portable options of capabilities this backend does not claim.
-_UNSUPPORTED_OPTIONS = {"max_attempts": "dead_letter", "dead_letter_topic": "dead_letter"}
 
 
 class RedisConnection:
@@ -139,10 +139,6 @@ class RedisBackend(BackendBase):
         return self._track(publisher)  # type: ignore[no-any-return]
 
     def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
-        for name, capability in _UNSUPPORTED_OPTIONS.items():
-            if options.get(name) is not None:
-                raise NotSupported(f"redis: {name} needs the {capability} capability, which it lacks")
-            options.pop(name, None)
         return self.settings.consumer_options(options)
 
     def _open_messages(
@@ -151,7 +147,7 @@ class RedisBackend(BackendBase):
         """Consume ``topic`` (a stream) as a new consumer of the group ``subscription`` (created
         when entered or on the first read).
 
-        Options: ``ack_deadline``, ``poll_interval``, ``start``
+        Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``poll_interval``, ``start``
         (:class:`~broker.backends.redis.settings.ConsumerOptions`).
         """
         check_name(topic, "topic (stream)")

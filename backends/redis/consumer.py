@@ -37,19 +37,20 @@ import os
 import socket
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
-from broker import Message
+from broker import Message, OutboundMessage
 from broker.backends.redis.errors import translate
-from broker.backends.redis.mapping import to_message
+from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
 from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration, PulledMessages
 from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, Timeout
+from broker.retry import ATTR_ATTEMPTS, ATTR_MESSAGE_ID, ATTR_REASON, ATTR_SUBSCRIPTION, ATTR_TOPIC
 
 __all__ = ["RedisAcker", "RedisBatchedMessageIterator", "RedisMessageIterator", "consumer_name"]
 
@@ -83,12 +84,14 @@ class RedisAcker:
     ``Message.raw`` is the :class:`~broker.backends.redis.mapping.Entry`.
     """
 
-    def __init__(self, client: Redis, stream: str, group: str, name: str, ack_deadline: float) -> None:
+    def __init__(self, client: Redis, stream: str, group: str, name: str, options: ConsumerOptions) -> None:
         self._client = client
         self.stream = stream
         self.group = group
         self.name = name
-        self.ack_deadline = ack_deadline
+        self.ack_deadline = options.ack_deadline
+        self.max_attempts = options.max_attempts
+        self.dead_letter_topic = options.dead_letter_topic
         self._holds: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
@@ -128,8 +131,13 @@ class RedisAcker:
             raise translate(exc, self._where(doing), AckError) from exc
 
     async def nack(self, message: Message, delay: float | None) -> None:
-        """Make the entry claimable at once, or after ``delay`` seconds (see the module)."""
-        if not delay:
+        """Make the entry claimable at once, or after ``delay`` seconds (see the module); dead-letter
+        it instead when this was its last allowed delivery (``max_attempts``)."""
+        attempt = message.delivery_attempt or 1
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            reason = f"nacked on delivery {attempt} (max_attempts={self.max_attempts})"
+            await self.move_out([(message.id, _fields(message), attempt)], reason)
+        elif not delay:
             await self._claim([message.id], NACK_IDLE_MS, "nacking")
         elif delay <= self.ack_deadline:
             await self._claim([message.id], _ms(self.ack_deadline - delay), "nacking")
@@ -155,6 +163,40 @@ class RedisAcker:
             except AckError as exc:
                 log.warning("%r: %s; the entry comes back after its ack deadline", self, exc)
                 return
+
+    async def dead_letter(self, message: Message, reason: str | None) -> None:
+        """Copy the entry to the dead-letter topic (when there is one) and ``XACK`` it, atomically."""
+        attempt = message.delivery_attempt or 1
+        await self.move_out(
+            [(message.id, _fields(message), attempt)], reason or "dead-lettered by the consumer"
+        )
+
+    async def move_out(self, entries: Sequence[tuple[str, Mapping[bytes, bytes], int]], reason: str) -> None:
+        """Take ``entries`` (id, fields, deliveries) out of the group: ``XADD`` a copy of each to the
+        dead-letter topic with the reason as attributes, and ``XACK`` them, in one ``MULTI``; without a
+        dead-letter topic they are acked and dropped (with a warning)."""
+        ids = [entry_id for entry_id, _, _ in entries]
+        pipeline = self._client.pipeline(transaction=True)
+        topic = self.dead_letter_topic
+        if topic is not None:
+            for entry_id, fields, attempts in entries:
+                letter = dict(fields)
+                for name, value in (
+                    (ATTR_REASON, reason),
+                    (ATTR_TOPIC, self.stream),
+                    (ATTR_SUBSCRIPTION, self.group),
+                    (ATTR_ATTEMPTS, str(attempts)),
+                    (ATTR_MESSAGE_ID, entry_id),
+                ):
+                    letter[ATTRIBUTE_PREFIX + name.encode()] = value.encode()
+                pipeline.xadd(topic, letter)  # type: ignore[arg-type]
+        else:
+            log.warning("%r: dropping %d entries (%s): no dead_letter_topic", self, len(entries), reason)
+        pipeline.xack(self.stream, self.group, *ids)
+        try:
+            await pipeline.execute()
+        except Exception as exc:
+            raise translate(exc, self._where(f"dead-lettering {len(ids)} entries"), AckError) from exc
 
     async def in_progress(self, message: Message) -> None:
         """Reset the entry's idle time (``XCLAIM ... JUSTID`` to this consumer)."""
@@ -185,7 +227,7 @@ class RedisMessages(PulledMessages):
         self.subscription = subscription
         self.options = options
         self.name = consumer_name()
-        self.acker = RedisAcker(client, topic, subscription, self.name, options.ack_deadline)
+        self.acker = RedisAcker(client, topic, subscription, self.name, options)
         self._buffer: deque[Message] = deque()
         self._read: asyncio.Task[list[Message]] | None = None
         self._closing: asyncio.Future[None] | None = None
@@ -317,6 +359,18 @@ class RedisMessages(PulledMessages):
             if not entries:
                 return []
             counts = await self._delivery_counts([entry_id for entry_id, _ in entries])
+            most = self.options.max_attempts
+            if most is not None:
+                used_up = [
+                    (_text(entry_id), fields, count - 1)
+                    for entry_id, fields in entries
+                    if (count := counts.get(_text(entry_id), 2)) > most
+                ]
+                if used_up:
+                    reason = f"not acked after {most} deliveries (max_attempts={most})"
+                    await self.acker.move_out(used_up, reason)
+                    done = {entry_id for entry_id, _, _ in used_up}
+                    entries = [(i, f) for i, f in entries if _text(i) not in done]
         except Exception as exc:
             if "NOGROUP" in str(exc):
                 self._grouped = False
@@ -371,6 +425,14 @@ class RedisMessages(PulledMessages):
                 self,
                 exc,
             )
+
+
+def _fields(message: Message) -> Mapping[bytes, bytes]:
+    """The fields of the entry behind ``message`` (as read; rebuilt when ``raw`` was replaced)."""
+    entry = message.raw
+    if isinstance(entry, Entry):
+        return entry.fields
+    return to_fields(OutboundMessage(message.data, key=message.key, attributes=message.attributes))
 
 
 def _text(value: Any) -> str:

@@ -34,6 +34,7 @@ class RedisFactory(BackendRegistration):
         "ack_deadline": "idle time, XAUTOCLAIM",
         "in_progress": "XCLAIM JUSTID",
         "delivery_attempt": "XPENDING delivery count",
+        "dead_letter": "XADD to the dead-letter stream + XACK (MULTI)",
         "competing_consumers": "consumers of one group",
     }
 

@@ -46,6 +46,12 @@ class ConsumerOptions:
     #: it with ``XAUTOCLAIM`` and hands it out again. Consumers of one subscription should share
     #: it: each claims by its own.
     ack_deadline: float = 30.0
+    #: Deliveries after which an entry is dead-lettered instead of delivered again (None: no limit).
+    #: A nack on the last allowed delivery, or a claim of an entry delivered that often, moves it.
+    max_attempts: int | None = None
+    #: Topic (stream) that dead-lettered entries are copied to, with the reason as attributes; without
+    #: one they are acked and dropped.
+    dead_letter_topic: str | None = None
     #: Seconds one ``XREADGROUP`` blocks when nothing is new; also how often a consumer looks for
     #: pending entries whose deadline passed (so a nacked or expired entry comes back within it).
     poll_interval: float = 0.5
@@ -56,6 +62,10 @@ class ConsumerOptions:
     def __post_init__(self) -> None:
         normalize_choices(self)
         check_positive("seconds", ack_deadline=self.ack_deadline, poll_interval=self.poll_interval)
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1 (or None for unlimited), got {self.max_attempts}")
+        if self.dead_letter_topic is not None:
+            check_name(self.dead_letter_topic, "dead-letter topic (stream)")
         if self.poll_interval > self.ack_deadline:
             raise ConfigError(
                 f"poll_interval ({self.poll_interval}s) must not exceed ack_deadline ({self.ack_deadline}s): "

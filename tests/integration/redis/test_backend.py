@@ -14,7 +14,8 @@ from broker.backends.redis.backend import RedisBackend
 from broker.backends.redis.mapping import Entry
 from broker.driver.clock import clock
 from broker.driver.devserver import ProcessServer
-from broker.errors import ConfigError, NotSupported
+from broker.errors import ConfigError
+from broker.retry import ATTR_MESSAGE_ID, ATTR_REASON, ATTR_SUBSCRIPTION, ATTR_TOPIC
 
 
 def test_urls_fill_the_settings_and_hide_the_password() -> None:
@@ -40,9 +41,31 @@ def test_urls_fill_the_settings_and_hide_the_password() -> None:
             broker.connect(bad)
 
 
-async def test_dead_letter_options_are_refused_as_not_supported(backend: RedisBackend) -> None:
-    with pytest.raises(NotSupported, match="dead_letter"):
-        backend.messages("t", "s", max_attempts=3, dead_letter_topic="dlq")
+async def test_dead_letters_keep_the_entry_and_say_why(backend: RedisBackend) -> None:
+    """``dead_letter(reason)`` copies the entry with ``x-dead-letter-*`` attributes; an entry whose
+    deadline passed on its last allowed delivery is moved when it is claimed, not handed out again."""
+    options = {"ack_deadline": 0.3, "max_attempts": 1, "dead_letter_topic": "dl-letters"}
+    async with (
+        backend.messages("dl-letters", "inspect") as letters,
+        backend.messages("dl-source", "app", **options) as consumer,
+    ):
+        publish = backend.publisher().topic("dl-source").batch_publish
+        await publish(OutboundMessage(b"poison", key="k", attributes={"a": "1"}), OutboundMessage(b"stale"))
+        poison = await consumer.next_message(timeout=10)
+        stale = await consumer.next_message(timeout=10)  # never settled: its deadline passes
+        await poison.dead_letter("cannot parse")
+        with pytest.raises(asyncio.TimeoutError):  # reading, it claims the stale entry and moves it
+            await consumer.next_message(timeout=0.8)
+        got = [await letters.next_message(timeout=10), await letters.next_message(timeout=10)]
+        await broker.ack_all(got)
+    first, second = sorted(got, key=lambda m: m.data)
+    assert (first.data, first.key, first.attributes["a"]) == (b"poison", "k", "1")
+    assert first.attributes[ATTR_REASON] == "cannot parse"
+    assert (first.attributes[ATTR_TOPIC], first.attributes[ATTR_SUBSCRIPTION]) == ("dl-source", "app")
+    assert first.attributes[ATTR_MESSAGE_ID] == poison.id
+    assert second.data == b"stale" and second.attributes[ATTR_MESSAGE_ID] == stale.id
+    assert "max_attempts=1" in second.attributes[ATTR_REASON]
+    assert await backend.backlog("dl-source", "app") == 0
 
 
 async def test_the_dev_server_fsyncs_its_append_only_file(redis_server: ProcessServer) -> None:
