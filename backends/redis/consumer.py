@@ -37,7 +37,7 @@ import os
 import socket
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -74,6 +74,10 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+def _nothing() -> None:
+    pass
+
+
 def _ms(seconds: float) -> int:
     return max(0, int(seconds * 1000))
 
@@ -93,6 +97,8 @@ class RedisAcker:
         self.max_attempts = options.max_attempts
         self.dead_letter_topic = options.dead_letter_topic
         self._holds: set[asyncio.Task[None]] = set()
+        #: Called when a nack made an entry claimable at once (the consumer then looks at once).
+        self.released: Callable[[], None] = _nothing
 
     def __repr__(self) -> str:
         return f"<RedisAcker {self.stream!r} group={self.group!r} consumer={self.name!r}>"
@@ -139,6 +145,7 @@ class RedisAcker:
             await self.move_out([(message.id, _fields(message), attempt)], reason)
         elif not delay:
             await self._claim([message.id], NACK_IDLE_MS, "nacking")
+            self.released()
         elif delay <= self.ack_deadline:
             await self._claim([message.id], _ms(self.ack_deadline - delay), "nacking")
         else:
@@ -235,6 +242,7 @@ class RedisMessages(PulledMessages):
         self._group_lock = asyncio.Lock()
         self._cursor = "0-0"
         self._next_claim = 0.0
+        self.acker.released = self._claim_soon
         self._closed = False
         #: Pending entries this consumer found deleted from the stream before they were acked.
         self.lost = 0
@@ -269,6 +277,9 @@ class RedisMessages(PulledMessages):
                         exc, f"creating group {self.subscription!r} of stream {self.topic!r}", ReceiveError
                     ) from exc
             self._grouped = True
+
+    def _claim_soon(self) -> None:
+        self._next_claim = 0.0
 
     async def _take(self, limit: int, timeout: float | None) -> list[Message]:
         if self._closed:
