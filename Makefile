@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test faults lint typecheck java browser rabbitmq bench docs clean test-minimums
+.PHONY: demo test faults lint typecheck java browser rabbitmq redis bench docs clean test-minimums
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -45,13 +45,20 @@ rabbitmq:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq rabbitmq-server; }
 
+# The Redis suites start Debian's redis-server on loopback (never the system service).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || test -x /usr/bin/redis-server || { \
+	  echo "redis-server not found: installing it from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq redis-server; }
+
 # Two workers: most of the suite waits on servers and deadlines (tests/conftest.py groups what shares one).
-test: lint typecheck java browser rabbitmq
+test: lint typecheck java browser rabbitmq redis
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 # The whole fault matrix (tests/faults, docs/reliability.md): every backend's real server paused and
 # restarted under a workload; prints the backend x fault table. `make test` runs only its short subset.
-faults: $(STAMP) rabbitmq
+faults: $(STAMP) rabbitmq redis
 	POLYBROKER_FAULTS_SHAPE=3000@300 $(PY) -m pytest tests/faults -m faults --durations=15
 
 bench: $(STAMP) java
@@ -61,7 +68,7 @@ bench: $(STAMP) java
 # the test tools, docs toolchain and test servers stay at their pins (docs/supported-versions.md).
 VENV_MIN := .venv-minimums
 
-test-minimums: $(UV) java browser rabbitmq
+test-minimums: $(UV) java browser rabbitmq redis
 	$(UV) venv --quiet --clear --python $(PYTHON) $(VENV_MIN)
 	$(PYTHON) tests/unit/test_supported_versions.py --overrides > $(VENV_MIN)/overrides.txt
 	$(UV) pip install --quiet --python $(VENV_MIN)/bin/python --overrides $(VENV_MIN)/overrides.txt -e '.[test]'

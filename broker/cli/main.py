@@ -15,7 +15,7 @@ from broker.cli import commands
 
 DESCRIPTION = """\
 polybroker: one Python API for Kafka, NATS JetStream, Google Pub/Sub, Pulsar, Azure Service Bus,
-RabbitMQ and an in-memory broker. A broker is chosen by URL:
+RabbitMQ, Redis Streams and an in-memory broker. A broker is chosen by URL:
 
   inmem://NAME              in-memory, inside this process (the default; nothing to install)
   kafka://HOST:PORT         Kafka (pip install 'polybroker[kafka]')
@@ -25,6 +25,8 @@ RabbitMQ and an in-memory broker. A broker is chosen by URL:
   servicebus://NAMESPACE    Azure Service Bus, or a connection string (pip install 'polybroker[servicebus]')
   rabbitmq://USER:PASSWORD@HOST:PORT/VHOST
                             RabbitMQ (pip install 'polybroker[rabbitmq]')
+  redis://[USER:PASSWORD@]HOST:PORT[/DB]
+                            Redis Streams; rediss:// over TLS (pip install 'polybroker[redis]')
 
 Settings go in the query string: kafka://localhost:9092?group_id=orders
 """
@@ -157,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a local broker server for development and print its URL",
         description="Start a local server for a backend (bound to 127.0.0.1) and keep it up until Ctrl-C.",
     )
-    dev.add_argument("backend", help="kafka, nats, pubsub, pulsar or rabbitmq")
+    dev.add_argument("backend", help="kafka, nats, pubsub, pulsar, rabbitmq or redis")
     dev.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
     dev.set_defaults(run=commands.dev)
 

@@ -26,9 +26,10 @@ EXAMPLE_URLS: Mapping[str, str] = {
     "pulsar": "pulsar://127.0.0.1:6650",
     "servicebus": "servicebus://capability-matrix?shared_access_key_name=name&shared_access_key=key",
     "rabbitmq": "rabbitmq://guest:guest@127.0.0.1:5672/",
+    "redis": "redis://127.0.0.1:6379",
 }
 
-_ORDER = ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus", "rabbitmq")
+_ORDER = ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus", "rabbitmq", "redis")
 
 
 async def _capabilities(scheme: str) -> Capabilities:
@@ -43,9 +44,14 @@ async def capability_matrix() -> str:
     """The matrix as a Markdown table, for the backends installed here, at their default settings."""
     schemes = sorted(available_backends(), key=lambda s: (_ORDER.index(s) if s in _ORDER else 99, s))
     columns: list[tuple[str, Capabilities, Mapping[str, str]]] = []
+    factories: list[object] = []
     for scheme in schemes:
+        factory = _factory(scheme)
+        if any(factory is seen for seen in factories):
+            continue  # another scheme of a backend that has its column (rediss://: redis:// over TLS)
+        factories.append(factory)
         caps = await _capabilities(scheme)
-        mechanisms: Mapping[str, str] = getattr(_factory(scheme), "mechanisms", {})
+        mechanisms: Mapping[str, str] = getattr(factory, "mechanisms", {})
         columns.append((scheme, caps, mechanisms))
     lines = [
         "| capability | " + " | ".join(f"`{scheme}://`" for scheme, _, _ in columns) + " |",

@@ -91,6 +91,7 @@ PROTOCOLS: Final[Mapping[str, Protocol]] = {
     "pubsub": "http",
     "pulsar": "http",
     "inmem": "http",
+    "redis": "http",
     "http": "http",
 }
 
@@ -172,7 +173,7 @@ class CloudEvent(Generic[T]):
 # -- protocols ---------------------------------------------------------------------------------
 def protocol_of(target: Any) -> Protocol:
     """The protocol binding for ``target``: a backend (its ``name``), a backend name (``kafka``,
-    ``servicebus``, ``rabbitmq``, ``nats``, ``pubsub``, ``pulsar``, ``inmem``) or a binding name
+    ``servicebus``, ``rabbitmq``, ``nats``, ``pubsub``, ``pulsar``, ``redis``, ``inmem``) or a binding name
     (``kafka``, ``amqp``, ``rabbitmq``, ``http``). ``ConfigError`` for anything else."""
     name = target if isinstance(target, str) else getattr(target, "name", None)
     found = PROTOCOLS.get(name) if isinstance(name, str) else None

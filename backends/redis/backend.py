@@ -1,0 +1,228 @@
+"""The Redis Streams backend: ``redis://[user:password@]host:port[/db]`` (``rediss://``: TLS).
+
+=============================  ===================================================================
+portable                       Redis
+=============================  ===================================================================
+topic                          a stream (created by the first publish or consumer)
+subscription                   a consumer group of the stream, created by its first consumer
+                               (``XGROUP CREATE ... $ MKSTREAM``: it starts at the stream's end);
+                               consumers of one group compete for its entries
+publish                        ``XADD <topic> *`` (a batch: one pipeline of ``XADD``)
+``messages()``                 ``XREADGROUP`` as a consumer of its own in the group
+``ack``                        ``XACK``
+``ack_deadline``               the idle time after which ``XAUTOCLAIM`` hands an entry out again
+``in_progress``                ``XCLAIM ... JUSTID`` (resets the idle time)
+``nack(delay)``                ``XCLAIM ... IDLE``: claimable at once, or after ``delay``
+``delivery_attempt``           the pending entry's delivery count (``XPENDING``)
+``max_attempts``               deliveries after which an entry is moved to ``dead_letter_topic``
+``dead_letter_topic``          a stream the entry is copied to (``XADD``) as it is acked, in a
+                               ``MULTI``; the reason and source travel as ``x-dead-letter-*``
+                               attributes
+=============================  ===================================================================
+
+Nothing is ever trimmed: streams keep every entry until an operator trims them (Redis trims
+pending entries too, so retention is left to whoever knows every group has caught up). Cluster
+and Sentinel are not supported: the backend talks to one server. No ``records()`` or per-key order.
+
+The backend holds one redis-py asyncio client (a connection pool), made on first use; the
+publisher and the consumers share it, and every blocked read holds one connection of the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from broker import Capabilities, OutboundMessage
+from broker.backends.redis.consumer import RedisBatchedMessageIterator, RedisMessageIterator
+from broker.backends.redis.errors import translate
+from broker.backends.redis.mapping import to_fields
+from broker.backends.redis.registration import RedisFactory
+from broker.backends.redis.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RedisSettings, check_name
+from broker.driver.base import BackendBase, Batching
+from broker.driver.publishing import DriverPublisher
+from broker.errors import ClosedError, PublishError, Timeout, UnknownTopic
+
+__all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver"]
+
+#: The claims and their mechanisms are ``RedisFactory.mechanisms``. Not ``per_key_order`` (the
+#: consumers of a group share its entries with no regard to keys, and a claimed entry comes back
+#: after later ones), ``records``, nor ``backlog_for_new_subscriptions`` (a new group starts at
+#: the end of its stream).
+CAPABILITIES = Capabilities.claiming(RedisFactory.mechanisms, max_message_bytes=MAX_MESSAGE_BYTES)
+
+
+class RedisConnection:
+    """The backend's redis-py client, made on first use, closed once."""
+
+    def __init__(self, settings: RedisSettings) -> None:
+        self.settings = settings
+        self._client: Redis | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"<RedisConnection {s.host}:{s.port}/{s.db}{' tls' if s.uses_tls else ''}>"
+
+    def client(self) -> Redis:
+        """The client (its pool connects on first command)."""
+        if self._closed:
+            raise ClosedError("the Redis connection is closed")
+        if self._client is None:
+            s = self.settings
+            tls: dict[str, Any] = {}
+            if s.uses_tls:
+                # verifies the chain and the host name: never turned off
+                tls = {
+                    "ssl": True,
+                    "ssl_ca_certs": s.tls_ca_file,
+                    "ssl_certfile": s.tls_cert_file,
+                    "ssl_keyfile": s.tls_key_file,
+                    "ssl_cert_reqs": "required",
+                    "ssl_check_hostname": True,
+                }
+            self._client = Redis(
+                host=s.host,
+                port=s.port,
+                db=s.db,
+                username=s.user,
+                password=s.password,
+                socket_connect_timeout=s.connect_timeout,
+                # a blocking read waits poll_interval on the server, then its answer comes
+                socket_timeout=s.command_timeout + s.poll_interval,
+                # one retry on a broken pooled connection (a restarted server), quickly
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
+                max_connections=s.max_connections,
+                client_name=s.client_name,
+                decode_responses=False,
+                **tls,
+            )
+        return self._client
+
+    async def close(self) -> None:
+        """Close the client's connections (idempotent)."""
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                async with asyncio.timeout(self.settings.close_timeout):
+                    await client.aclose()
+            except (Exception, TimeoutError):
+                pass
+
+
+class RedisBackend(BackendBase):
+    """A connection to one Redis server (redis-py asyncio); connects on first use."""
+
+    name = "redis"
+    capabilities = CAPABILITIES
+    #: The backend counts delivered entries not acked yet (``pending``) with the unread ones.
+    backlog_counts_in_flight = True
+
+    def __init__(self, settings: RedisSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or RedisSettings()
+        self.connection = RedisConnection(self.settings)
+
+    def __repr__(self) -> str:
+        return f"<RedisBackend {self.connection!r}>"
+
+    def publisher(self) -> DriverPublisher:
+        """A publisher over the backend's one publish driver (it shares the backend's client)."""
+        driver = self._shared_driver(lambda: RedisPublishDriver(self.connection))
+        publisher = DriverPublisher(driver, shared=True, close_timeout=self.settings.close_timeout)
+        return self._track(publisher)  # type: ignore[no-any-return]
+
+    def _consumer_options(self, options: dict[str, Any]) -> ConsumerOptions:
+        return self.settings.consumer_options(options)
+
+    def _open_messages(
+        self, topic: str, subscription: str, options: ConsumerOptions, batching: Batching | None
+    ) -> RedisMessageIterator | RedisBatchedMessageIterator:
+        """Consume ``topic`` (a stream) as a new consumer of the group ``subscription`` (created
+        when entered or on the first read).
+
+        Options: ``ack_deadline``, ``max_attempts``, ``dead_letter_topic``, ``poll_interval``, ``start``
+        (:class:`~broker.backends.redis.settings.ConsumerOptions`).
+        """
+        check_name(topic, "topic (stream)")
+        check_name(subscription, "subscription (consumer group)")
+        client = self.connection.client()
+        if batching is None:
+            return RedisMessageIterator(client, self.settings, topic, subscription, options)
+        return RedisBatchedMessageIterator(
+            client, self.settings, topic, subscription, options, batching.size, batching.timeout
+        )
+
+    async def backlog(self, topic: str, subscription: str) -> int | None:
+        """Entries of ``topic`` the group ``subscription`` has not acked: its ``lag`` (not read yet)
+        plus its ``pending`` ones (``XINFO GROUPS``). None when the server cannot say the lag
+        (entries were deleted from the middle of the stream); ``UnknownTopic`` without the group."""
+        self._check_open()
+        client = self.connection.client()
+        doing = f"reading the backlog of group {subscription!r} of stream {topic!r}"
+        try:
+            groups = await client.xinfo_groups(topic)
+        except Exception as exc:
+            if "no such key" in str(exc).lower():
+                raise UnknownTopic(f"{doing}: no stream {topic!r}") from exc
+            raise translate(exc, doing) from exc
+        for group in groups:
+            name = group.get("name")
+            if (name.decode() if isinstance(name, bytes) else name) == subscription:
+                lag = group.get("lag")
+                if lag is None:
+                    return None
+                return int(lag) + int(group.get("pending") or 0)
+        raise UnknownTopic(f"{doing}: no such group")
+
+    async def _ping(self, timeout: float) -> None:
+        """``PING``: answered only to a client the server let in."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.connection.client().ping()
+        except TimeoutError as exc:
+            raise Timeout(f"pinging Redis at {self.settings.host}:{self.settings.port}: no answer") from exc
+        except Exception as exc:
+            raise translate(exc, f"pinging Redis at {self.settings.host}:{self.settings.port}") from exc
+
+    async def _close_connection(self) -> None:
+        await self.connection.close()
+
+
+class RedisPublishDriver:
+    """A ``broker.driver.publishing.PublishDriver``: ``XADD`` on the backend's client."""
+
+    def __init__(self, connection: RedisConnection) -> None:
+        self._connection = connection
+        self._settings = connection.settings
+
+    def check_topic(self, name: str) -> None:
+        """Refuse names that cannot name a stream."""
+        check_name(name, "topic (stream)")
+
+    async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
+        """``XADD`` every message (one pipeline for a batch); return once the server added them all."""
+        doing = f"publishing to {topic!r}"
+        client = self._connection.client()
+        try:
+            async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
+                if len(messages) == 1:
+                    await client.xadd(topic, to_fields(messages[0]))  # type: ignore[arg-type]
+                else:
+                    pipeline = client.pipeline(transaction=False)
+                    for message in messages:
+                        pipeline.xadd(topic, to_fields(message))  # type: ignore[arg-type]
+                    await pipeline.execute()
+        except TimeoutError as exc:
+            raise Timeout(f"{doing}: no answer from the server in time") from exc
+        except Exception as exc:
+            raise translate(exc, doing, PublishError) from exc
+
+    async def close(self) -> None:
+        """Nothing of its own to release: the client is the backend's."""
