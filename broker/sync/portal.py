@@ -20,11 +20,13 @@ import atexit
 import concurrent.futures
 import ctypes
 import gc
+import importlib
 import logging
 import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from broker.driver.clock import clock
@@ -158,6 +160,7 @@ def portal() -> Portal:
         return current
     with _lock:
         if _portal is None:
+            _process_children.register()
             _portal = Portal()
         return _portal
 
@@ -201,22 +204,41 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()  # a parent thread may have held it at the fork
     _reopen_lock = threading.RLock()
     _at_exit = weakref.WeakSet()  # the parent's pending messages are the parent's to send
-    _flush_in_process_children()
+    _process_children.packages.clear()  # registered again when the child starts its portal
 
 
-def _flush_in_process_children() -> None:
-    """A child of ``multiprocessing`` (or Celery's ``billiard``) ends with ``os._exit``, skipping
-    ``atexit``: run the exit flush from their exit finalizers too (it does nothing the second time)."""
-    import sys
+class _ProcessChildren:
+    """Registered with ``multiprocessing`` (and Celery's ``billiard``): their child processes end
+    with ``os._exit``, skipping ``atexit``, so the exit flush runs from their exit finalizers
+    instead (it does nothing the second time). The registration is made in the parent and runs in
+    each child once the package has reset its own finalizers there."""
 
-    for name in ("multiprocessing.util", "billiard.util"):
-        util = sys.modules.get(name)
-        finalize = getattr(util, "Finalize", None)
-        if finalize is not None:
+    def __init__(self) -> None:
+        self.packages: set[str] = set()
+
+    def register(self) -> None:
+        """Register with every process package imported so far (``multiprocessing`` always): for
+        children forked from now on, and for this process, should it be such a child."""
+        import sys
+
+        importlib.import_module("multiprocessing.util")
+        for name in ("multiprocessing.util", "billiard.util"):
+            util = sys.modules.get(name)
+            if util is None or name in self.packages:
+                continue
             try:
-                finalize(None, _at_interpreter_exit, exitpriority=100)
+                util.register_after_fork(self, partial(_finalize_in_child, util))
+                _finalize_in_child(util, self)
+                self.packages.add(name)
             except Exception:  # an unexpected version: atexit still covers plain exits
                 log.debug("cannot register the exit flush with %s", name, exc_info=True)
+
+
+def _finalize_in_child(util: Any, _registered: object) -> None:
+    util.Finalize(None, _at_interpreter_exit, exitpriority=100)
+
+
+_process_children = _ProcessChildren()
 
 
 def _at_interpreter_exit() -> None:

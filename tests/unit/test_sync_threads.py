@@ -37,14 +37,14 @@ def test_16_threads_publish_5000_each_nothing_lost_or_duplicated() -> None:
             thread.start()
         for thread in threads:
             thread.join(60)
+        assert not any(thread.is_alive() for thread in threads), "a publishing thread hung"
         publisher.flush(timeout=60)
         assert errors == []
         seen: list[bytes] = []
-        for message in consumer:
+        while len(seen) < THREADS * PER_THREAD:  # a missing message fails (Timeout), never hangs
+            message = consumer.next_message(timeout=10)
             seen.append(message.data)
             message.ack()
-            if len(seen) == THREADS * PER_THREAD:
-                break
         consumer.flush()
         assert len(seen) == len(set(seen)) == THREADS * PER_THREAD
         assert set(seen) == {f"{n}:{i}".encode() for n in range(THREADS) for i in range(PER_THREAD)}

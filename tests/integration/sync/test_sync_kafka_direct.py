@@ -8,6 +8,7 @@ within the call's ``timeout``, with the message not handed over.
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 import uuid
@@ -108,3 +109,28 @@ def test_a_queue_that_stays_full_is_a_timeout_within_the_call() -> None:
         started = time.monotonic()
         publisher.close(timeout=0.5)  # the five never arrive: counted in a log line, no hang
         assert time.monotonic() - started < 3
+
+
+def _child_publishes_and_returns(url: str, topic: str) -> None:  # pragma: no cover - in the child
+    backend = broker.sync.connect(url)
+    handle = backend.publisher().topic(topic)
+    for i in range(100):
+        handle.publish_nowait(OutboundMessage(b"%d" % i))
+    # returns at once: multiprocessing then ends the child with os._exit, skipping atexit
+
+
+def test_a_multiprocessing_child_flushes_its_pending_publishes_before_it_ends(
+    kafka_server: ProcessServer,  # noqa: F811
+) -> None:
+    url = f"{kafka_server.url}?{TEST_QUERY}"
+    topic = f"mp-{uuid.uuid4().hex[:8]}"
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=_child_publishes_and_returns, args=(url, topic))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the child hung at exit")
+    assert child.exitcode == 0
+    values = sorted(value for _, value in consume(url, topic, 100))
+    assert values == sorted(b"%d" % i for i in range(100))
