@@ -18,7 +18,7 @@ import broker
 from broker import Message, OutboundMessage
 from broker.adapt import _common
 from broker.retry import DeadLetterTopic, RetryPolicy
-from broker.testing.harness import collect
+from broker.testing import collect
 from tests.servicebus_fake import FakeServiceBus
 
 #: The receivers' bound on nacking at shutdown, shortened here so that the test is cheap.
