@@ -64,7 +64,7 @@ class PubsubBackend(BackendBase):
 
     name = "pubsub"
     #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
-    #: (``verify``, which names every missing one, is not implemented yet).
+    #: (``verify``, which names every missing one, is not implemented here).
     provision_modes = ("create", "none")
 
     def __init__(self, settings: PubsubSettings) -> None:

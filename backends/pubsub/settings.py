@@ -167,7 +167,7 @@ class PubsubSettings:
     credentials: object | None = secret()
 
     #: Create topics and subscriptions that do not exist yet (else using one is ``UnknownTopic``).
-    #: Unset, it follows ``provision``; ``false`` is the older spelling of ``provision=none``, and
+    #: Unset, it follows ``provision``; ``false`` is the other spelling of ``provision=none``, and
     #: ``true`` with ``provision`` other than ``create`` is a ``ConfigError``.
     create_missing: bool | None = None
     #: Publish ordering keys (``OutboundMessage.key``) and create subscriptions with ordering.

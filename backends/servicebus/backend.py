@@ -66,7 +66,7 @@ class ServiceBusBackend(BackendBase):
 
     name = "servicebus"
     #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
-    #: (``verify``, which names every missing one, is not implemented yet).
+    #: (``verify``, which names every missing one, is not implemented here).
     provision_modes = ("create", "none")
     capabilities = CAPABILITIES
 

@@ -248,7 +248,7 @@ class ServiceBusSettings(ConsumerOptions):
     #: Create missing queues, topics and subscriptions through the management API: a consumer
     #: creates what it reads when it is entered, a publisher creates a missing topic at its first
     #: send. Needs the Manage right; without it (or with False) a missing entity is ``UnknownTopic``.
-    #: Unset, it follows ``provision``; ``false`` is the older spelling of ``provision=none``, and
+    #: Unset, it follows ``provision``; ``false`` is the other spelling of ``provision=none``, and
     #: ``true`` with ``provision`` other than ``create`` is a ``ConfigError``.
     create_missing: bool | None = None
     #: Where the management API is (``https://NAMESPACE`` by default; ``http://HOST:5300`` for a

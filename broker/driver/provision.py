@@ -52,11 +52,11 @@ def reconcile_create_flag(
 ) -> tuple[Provision, bool]:
     """``provision`` and a backend's own on/off creation setting (``flag_name``) made one answer.
 
-    Some backends had a creation switch before ``provision`` existed (Pub/Sub's and Service Bus's
+    Some backends have a creation switch of their own (Pub/Sub's and Service Bus's
     ``create_missing``); it stays, and means the same thing:
 
     - unset (None): it follows ``provision`` (on under ``create``, off otherwise);
-    - ``False`` under ``create`` (the default) is the older spelling of ``provision="none"``,
+    - ``False`` under ``create`` (the default) is the other spelling of ``provision="none"``,
       so the settings read ``none``;
     - ``True`` under ``verify`` or ``none`` contradicts it: :class:`~broker.errors.ConfigError`.
 

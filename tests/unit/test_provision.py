@@ -168,3 +168,44 @@ async def test_none_creates_nothing_and_the_broker_error_surfaces() -> None:
         await backend.ping(timeout=5)  # none: ping checks nothing
         assert list(backend.broker.topics) == ["orders"]
         assert backend.broker.topics["orders"].subscriptions == {}
+
+
+#: The settings Pub/Sub and Service Bus need besides ``provision`` / ``create_missing`` (nothing is dialled).
+OWN_CREATE_FLAG = {
+    "pubsub": {"project": "p"},
+    "servicebus": {
+        "namespace": "ns.servicebus.windows.net",
+        "shared_access_key_name": "k",
+        "shared_access_key": "v",
+    },
+}
+
+
+@pytest.mark.parametrize("scheme", sorted(OWN_CREATE_FLAG))
+def test_create_missing_and_provision_agree_or_are_a_config_error(scheme: str) -> None:
+    """``create_missing`` unset follows ``provision``; ``false`` is ``none``; ``true`` with
+    ``verify`` or ``none`` is a ``ConfigError``."""
+    from broker.connect import _factory
+    from broker.driver.settings import build_settings
+
+    cls = _factory(scheme).settings_type
+    base = OWN_CREATE_FLAG[scheme]
+
+    def built(**values: str) -> tuple[str, bool]:
+        settings = build_settings(cls, {**base, **values}, backend=scheme)
+        return settings.provision, settings.create_missing
+
+    assert built() == ("create", True)
+    assert built(provision="none") == ("none", False)
+    assert built(create_missing="false") == ("none", False)
+    assert built(provision="none", create_missing="false") == ("none", False)
+    assert built(provision="create", create_missing="true") == ("create", True)
+    for mode in ("verify", "none"):
+        with pytest.raises(
+            ConfigError, match=rf"{scheme}: provision='{mode}' creates nothing.*create_missing=true"
+        ):
+            built(provision=mode, create_missing="true")
+    with pytest.raises(
+        ConfigError, match=rf"{scheme}: provision='verify' is not implemented.*'create', 'none'"
+    ):
+        broker.connect({"backend": scheme, **base, "provision": "verify"})
