@@ -205,7 +205,3 @@ def test_create_missing_and_provision_agree_or_are_a_config_error(scheme: str) -
             ConfigError, match=rf"{scheme}: provision='{mode}' creates nothing.*create_missing=true"
         ):
             built(provision=mode, create_missing="true")
-    with pytest.raises(
-        ConfigError, match=rf"{scheme}: provision='verify' is not implemented.*'create', 'none'"
-    ):
-        broker.connect({"backend": scheme, **base, "provision": "verify"})
