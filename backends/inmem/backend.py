@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from broker import Capabilities
@@ -12,10 +13,10 @@ from broker.backends.inmem.publisher import InmemPublishDriver, InmemPublisher, 
 from broker.backends.inmem.queue import InmemBatchedMessageIterator, InmemMessageIterator, Subscription
 from broker.backends.inmem.registration import InmemFactory
 from broker.backends.inmem.settings import ConsumerOptions, InmemSettings
-from broker.backends.inmem.store import InmemBroker, forget, get_broker, resolve_partitioner
+from broker.backends.inmem.store import InmemBroker, forget, get_broker, resolve_partitioner, topic_resource
 from broker.driver.base import BackendBase, Batching
 from broker.driver.options import build_consumer_options
-from broker.errors import ConfigError
+from broker.errors import ConfigError, ProvisioningError, UnknownTopic
 
 __all__ = ["InmemBackend"]
 
@@ -28,10 +29,14 @@ class InmemBackend(BackendBase):
 
     name = "inmem"
     capabilities = CAPABILITIES
+    #: ``create`` makes topics and subscriptions on first use; ``verify`` and ``none`` make none
+    #: (a ``create`` connection to the same named broker, or ``log().create_topic``, does).
+    provision_modes = ("create", "verify", "none")
 
     def __init__(self, settings: InmemSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or InmemSettings()
+        self._check_provision()
         self.broker: InmemBroker = get_broker(self.settings.name)
         self._partitioner = resolve_partitioner(self.settings.partitioner)
 
@@ -53,9 +58,12 @@ class InmemBackend(BackendBase):
         )
 
     def publisher(self) -> InmemPublisher:
-        """A publisher; topics are created on first publish with ``settings.partitions``."""
+        """A publisher; topics are created on first publish with ``settings.partitions`` (under
+        ``provision="create"``; else publishing to a missing topic raises)."""
         driver = self._shared_driver(
-            lambda: InmemPublishDriver(self.broker, self.settings.partitions, self._partitioner)
+            lambda: InmemPublishDriver(
+                self.broker, self.settings.partitions, self._partitioner, self.provision
+            )
         )
         return self._track(InmemPublisher(driver))  # type: ignore[no-any-return]
 
@@ -64,12 +72,49 @@ class InmemBackend(BackendBase):
         if options:
             raise ConfigError(f"unknown transactional publisher options: {', '.join(sorted(options))}")
         return self._track(  # type: ignore[no-any-return]
-            InmemTransactionalPublisher(self.broker, self.settings.partitions, self._partitioner)
+            InmemTransactionalPublisher(
+                self.broker, self.settings.partitions, self._partitioner, self.provision
+            )
         )
+
+    async def missing_resources(self) -> Sequence[str]:
+        """The topic ``dead_letter_topic`` names, when it does not exist (the only resource these
+        settings name)."""
+        target = self.settings.dead_letter_topic
+        if target is not None and target not in self.broker.topics:
+            return [topic_resource(target)]
+        return []
+
+    def _check_provided(self, topic: str, subscription: str, options: ConsumerOptions) -> None:
+        """Under ``verify``: ``ProvisioningError`` naming every missing one of ``topic``,
+        ``subscription`` and the consumer's dead-letter topic; under ``none``: the broker's
+        ``UnknownTopic`` for a missing topic or subscription. Nothing under ``create``."""
+        if self.provision == "create":
+            return
+        state = self.broker.topics.get(topic)
+        missing = [] if state is not None else [topic_resource(topic)]
+        if state is None or subscription not in state.subscriptions:
+            missing.append(f"subscription {subscription!r} of {topic!r}")
+        target = options.dead_letter_topic
+        if target is not None and target not in self.broker.topics and target != topic:
+            missing.append(topic_resource(target))
+        if self.provision == "verify":
+            if missing:
+                raise ProvisioningError(self.name, missing)
+            return
+        if state is None:
+            self.broker.topic(topic)  # the broker's UnknownTopic
+            return
+        if subscription not in state.subscriptions:
+            raise UnknownTopic(
+                f"subscription {subscription!r} of topic {topic!r} does not exist on in-memory broker "
+                f"{self.broker.name!r}"
+            )
 
     def _subscription(self, topic: str, subscription: str, options: ConsumerOptions) -> Subscription:
         if not subscription:
             raise ConfigError("a subscription name is needed")
+        self._check_provided(topic, subscription, options)
         state = self.broker.topic(topic, self.settings.partitions)
         existing = state.subscriptions.get(subscription)
         if existing is not None:
@@ -101,9 +146,13 @@ class InmemBackend(BackendBase):
     def _open_records(
         self, topics: tuple[str, ...], group: str, options: ConsumerOptions, batching: Batching | None
     ) -> InmemRecordIterator:
-        """Join consumer ``group`` on ``topics``."""
+        """Join consumer ``group`` on ``topics`` (created when missing, under ``provision="create"``)."""
+        if self.provision == "verify":
+            missing = [topic_resource(name) for name in topics if name not in self.broker.topics]
+            if missing:
+                raise ProvisioningError(self.name, missing)
         for name in topics:
-            self.broker.topic(name, self.settings.partitions)
+            self.broker.provided_topic(name, self.settings.partitions, self.provision)
         consumer = self.log().consumer(group, topics, start=options.start)
         if batching is None:
             return InmemRecordIterator(consumer, options.batch_size, 1.0)
@@ -119,4 +168,5 @@ class InmemBackend(BackendBase):
 
     def log(self) -> InmemLog:
         """The ``broker.log`` port on this broker."""
-        return self._track(InmemLog(self.broker, self._partitioner, self.settings.partitions))  # type: ignore[no-any-return]
+        log = InmemLog(self.broker, self._partitioner, self.settings.partitions, self.provision)
+        return self._track(log)  # type: ignore[no-any-return]

@@ -12,6 +12,7 @@ from broker.backends.inmem.store import InmemBroker, TopicState, wait_for_change
 from broker.driver.clock import clock
 from broker.driver.log_base import LogBase
 from broker.driver.partitioning import Partitioner
+from broker.driver.provision import Provision
 from broker.driver.resources import AsyncResource, BatchedRecordIteration, RecordIteration
 from broker.errors import ClosedError, ConfigError, Timeout, UnknownTopic
 from broker.log import (
@@ -377,10 +378,18 @@ class InmemLog(LogBase):
 
     closed_message = "the in-memory log is closed"
 
-    def __init__(self, broker: InmemBroker, partitioner: Partitioner, default_partitions: int = 1) -> None:
+    def __init__(
+        self,
+        broker: InmemBroker,
+        partitioner: Partitioner,
+        default_partitions: int = 1,
+        provision: Provision = "create",
+    ) -> None:
         self.broker = broker
         self.partitioner = partitioner
         self.default_partitions = default_partitions
+        #: Whether ``send`` creates a missing topic (``create``) or raises (see ``provided_topic``).
+        self.provision = provision
         self._closed = False
         self._children: list[_PartitionReader] = []
 
@@ -415,7 +424,7 @@ class InmemLog(LogBase):
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Write now; the awaitable yields ``(TopicPartition, offset)`` (``client_id`` is ignored)."""
         self._check()
-        state = self.broker.topic(topic, self.default_partitions)
+        state = self.broker.provided_topic(topic, self.default_partitions, self.provision)
         p, offset = self.broker.append_record(state, value, key, attributes, partition, self.partitioner)
         fut: asyncio.Future[tuple[TopicPartition, int]] = asyncio.get_running_loop().create_future()
         fut.set_result((TopicPartition(topic, p), offset))

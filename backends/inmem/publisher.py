@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from broker import OutboundMessage
 from broker.backends.inmem.store import InmemBroker, TopicState
 from broker.driver.partitioning import Partitioner
+from broker.driver.provision import Provision
 from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
@@ -19,21 +20,26 @@ __all__ = ["InmemPublishDriver", "InmemPublisher", "InmemTransactionalPublisher"
 
 
 class InmemPublishDriver:
-    """Appends to the in-memory broker's topics (created with its partition count when missing)."""
+    """Appends to the in-memory broker's topics (created with its partition count when missing,
+    under ``provision="create"``; see :meth:`InmemBroker.provided_topic`)."""
 
-    __slots__ = ("_broker", "_partitioner", "_partitions", "_states")
+    __slots__ = ("_broker", "_partitioner", "_partitions", "_provision", "_states")
 
-    def __init__(self, broker: InmemBroker, partitions: int, partitioner: Partitioner) -> None:
+    def __init__(
+        self, broker: InmemBroker, partitions: int, partitioner: Partitioner, provision: Provision = "create"
+    ) -> None:
         self._broker = broker
         self._partitions = partitions
         self._partitioner = partitioner
+        self._provision = provision
         self._states: dict[str, TopicState] = {}
 
     def state(self, topic: str) -> TopicState:
-        """The topic's storage (created when missing)."""
+        """The topic's storage (created when missing, as ``provision`` allows)."""
         state = self._states.get(topic)
         if state is None:
-            state = self._states[topic] = self._broker.topic(topic, self._partitions)
+            state = self._broker.provided_topic(topic, self._partitions, self._provision)
+            self._states[topic] = state
         return state
 
     def append(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
@@ -65,15 +71,19 @@ class InmemTransactionDriver(InmemPublishDriver):
 
     __slots__ = ("offsets", "pending")
 
-    def __init__(self, broker: InmemBroker, partitions: int, partitioner: Partitioner) -> None:
-        super().__init__(broker, partitions, partitioner)
+    def __init__(
+        self, broker: InmemBroker, partitions: int, partitioner: Partitioner, provision: Provision = "create"
+    ) -> None:
+        super().__init__(broker, partitions, partitioner, provision)
         self.pending: list[tuple[str, Sequence[OutboundMessage]]] | None = None
         self.offsets: dict[str, dict[TopicPartition, int]] = {}
 
     def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
-        """Buffer until commit."""
+        """Buffer until commit (a topic that may not be created must exist now, not at commit)."""
         if self.pending is None:
             raise TransactionError("publish on a transactional publisher needs begin() first")
+        if self._provision != "create":
+            self.state(topic)
         self.pending.append((topic, messages))
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
@@ -110,8 +120,10 @@ class InmemPublisher(DriverPublisher):
 class InmemTransactionalPublisher(DriverPublisher):
     """A TransactionalPublisher: messages and consumer offsets become visible together on commit."""
 
-    def __init__(self, broker: InmemBroker, partitions: int, partitioner: Partitioner) -> None:
-        self._transaction = InmemTransactionDriver(broker, partitions, partitioner)
+    def __init__(
+        self, broker: InmemBroker, partitions: int, partitioner: Partitioner, provision: Provision = "create"
+    ) -> None:
+        self._transaction = InmemTransactionDriver(broker, partitions, partitioner, provision)
         super().__init__(self._transaction)
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.provision import Provision
 from broker.driver.settings import (
     check_at_least,
     check_positive,
@@ -57,6 +58,10 @@ class InmemSettings(ConsumerOptions):
     partitions: int = 1
     #: ``murmur2`` (Kafka's default) or ``fnv1a`` (goka's).
     partitioner: Literal["murmur2", "fnv1a"] = "murmur2"
+    #: ``create`` makes missing topics and subscriptions on first use; ``verify`` makes none and raises
+    #: ``ProvisioningError`` naming them (``ping()`` checks ``dead_letter_topic``); ``none`` makes none and
+    #: lets ``UnknownTopic`` surface (:mod:`broker.driver.provision`).
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)

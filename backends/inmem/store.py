@@ -17,7 +17,8 @@ from broker import OutboundMessage
 from broker.driver.acking import EMPTY_ATTRIBUTES
 from broker.driver.clock import clock
 from broker.driver.partitioning import Partitioner, partitioner_by_name
-from broker.errors import ConfigError, UnknownTopic
+from broker.driver.provision import Provision
+from broker.errors import ConfigError, ProvisioningError, UnknownTopic
 from broker.log import TopicPartition
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from broker.backends.inmem.log import Group
     from broker.backends.inmem.queue import Subscription
 
-__all__ = ["InmemBroker", "Partition", "TopicState", "forget", "get_broker"]
+__all__ = ["InmemBroker", "Partition", "TopicState", "forget", "get_broker", "topic_resource"]
 
 
 def wake(waiters: set[asyncio.Future[None]]) -> None:
@@ -171,6 +172,19 @@ class InmemBroker:
             raise UnknownTopic(f"topic {name!r} does not exist on in-memory broker {self.name!r}")
         return self.create_topic(name, partitions)
 
+    def provided_topic(self, name: str, partitions: int, provision: Provision) -> TopicState:
+        """The topic ``name`` as the ``provision`` mode has it: created with ``partitions`` when
+        missing under ``create``; a missing one is ``ProvisioningError`` under ``verify`` and this
+        broker's own ``UnknownTopic`` under ``none``."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        if provision == "create":
+            return self.create_topic(name, partitions)
+        if provision == "verify":
+            raise ProvisioningError("inmem", [topic_resource(name)])
+        return self.topic(name)  # UnknownTopic
+
     def append(
         self,
         topic: TopicState,
@@ -233,6 +247,11 @@ class InmemBroker:
         if topic.waiters:
             wake(topic.waiters)
         return partition, offset
+
+
+def topic_resource(name: str) -> str:
+    """How a ``ProvisioningError`` names topic ``name``."""
+    return f"topic {name!r}"
 
 
 _brokers: dict[str, InmemBroker] = {}

@@ -74,6 +74,7 @@ class JetStreamBackend(BackendBase):
     def __init__(self, settings: JetStreamSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or JetStreamSettings()
+        self._check_provision()
         self.connection = Connection(self.settings)
         self.provisioner = Provisioner(self.connection, self.settings)
         self._dead_letter_publisher: JetStreamPublisher | None = None

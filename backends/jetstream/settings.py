@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.driver.options import build_consumer_options, rename_portable
+from broker.driver.provision import Provision
 from broker.driver.settings import (
     check_at_least,
     check_positive,
@@ -229,6 +230,9 @@ class JetStreamSettings(ConsumerOptions):
     #: Times a publish of a message that carries a de-duplication id is retried after a timeout
     #: or a lost connection (retries without an id could store the message twice, so none are made).
     publish_retries: int = 2
+    #: Whether missing streams and consumers are created (:mod:`broker.driver.provision`); this backend
+    #: implements ``create`` only, where ``create_streams`` and ``create_consumers`` turn either part off.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)

@@ -59,6 +59,7 @@ class KafkaBackend(BackendBase):
     def __init__(self, settings: KafkaSettings) -> None:
         super().__init__()
         self.settings = settings
+        self._check_provision()
         self._admin: KafkaAdmin | None = None
         #: (topic, subscription) -> the consumer group behind ``messages()`` (the queue's group).
         self._queue_groups: dict[tuple[str, str], str] = {}

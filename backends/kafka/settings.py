@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from broker.driver.provision import Provision
 from broker.driver.settings import (
     check_at_least,
     check_positive,
@@ -203,6 +204,9 @@ class KafkaSettings(ConsumerOptions):
     transaction_timeout: float = 60.0
     #: Replication factor of topics the log port creates (-1: the broker's default).
     replication_factor: int = -1
+    #: Whether missing topics are created (:mod:`broker.driver.provision`); this backend implements
+    #: ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)

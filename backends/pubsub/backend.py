@@ -62,13 +62,17 @@ class PubsubBackend(BackendBase):
     """A connection to one Google Cloud project's Pub/Sub (or an emulator)."""
 
     name = "pubsub"
+    #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
+    #: (``verify``, which names every missing one, is not implemented here).
+    provision_modes = ("create", "none")
 
     def __init__(self, settings: PubsubSettings) -> None:
         super().__init__()
         self.settings = settings
+        self._check_provision()
         self.capabilities = capabilities_for(settings)
         self.clients = Clients(settings)
-        self.admin = Admin(self.clients, settings.create_missing)
+        self.admin = Admin(self.clients, bool(settings.create_missing))
         self._creator = self.admin if settings.create_missing else Admin(self.clients, True)
 
     def __repr__(self) -> str:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.driver.provision import Provision, reconcile_create_flag
 from broker.driver.settings import check_at_least, check_positive, normalize_choices, secret
 from broker.errors import ConfigError, NotSupported
 
@@ -165,8 +166,10 @@ class PubsubSettings:
     #: or a custom subclass whose ``refresh()`` reads the current token from anywhere).
     credentials: object | None = secret()
 
-    #: Create topics and subscriptions that do not exist yet (else using one is an error).
-    create_missing: bool = True
+    #: Create topics and subscriptions that do not exist yet (else using one is ``UnknownTopic``).
+    #: Unset, it follows ``provision``; ``false`` is the other spelling of ``provision=none``, and
+    #: ``true`` with ``provision`` other than ``create`` is a ``ConfigError``.
+    create_missing: bool | None = None
     #: Publish ordering keys (``OutboundMessage.key``) and create subscriptions with ordering.
     #: Off, publishing a message with a key raises ``ConfigError`` rather than dropping the key.
     message_ordering: bool = False
@@ -213,9 +216,15 @@ class PubsubSettings:
     #: retries included: past it, ``ack()``, ``nack()``, ``in_progress()`` and ``dead_letter()``
     #: raise a typed error (the broker redelivers the message after its deadline).
     rpc_timeout: float = 30.0
+    #: Whether missing topics and subscriptions are created (:mod:`broker.driver.provision`): ``create``
+    #: or ``none`` (a missing one is ``UnknownTopic``), the latter also spelled ``create_missing=false``.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)
+        provision, create = reconcile_create_flag("pubsub", self.provision, self.create_missing)
+        object.__setattr__(self, "provision", provision)
+        object.__setattr__(self, "create_missing", create)
         if not self.project:
             raise ConfigError("the pubsub backend needs a project: pubsub://PROJECT_ID")
         if (

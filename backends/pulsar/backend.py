@@ -85,6 +85,7 @@ class PulsarBackend(BackendBase):
     def __init__(self, settings: PulsarSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or PulsarSettings()
+        self._check_provision()
         self.capabilities = capabilities_for(self.settings)
         self._client = create_client(self.settings)
         self._dead_letters: PulsarPublisher | None = None

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from broker.driver.options import build_consumer_options, rename_portable
+from broker.driver.provision import Provision
 from broker.driver.settings import (
     check_at_least,
     check_positive,
@@ -179,6 +180,9 @@ class PulsarSettings(ConsumerOptions):
     #: Seconds a batch may wait to fill.
     batching_max_delay: float = 0.01
     compression: Compression = "none"
+    #: Whether missing topics are created (:mod:`broker.driver.provision`); this backend implements
+    #: ``create`` only (the broker's own auto-creation): ``verify`` and ``none`` are a ``ConfigError``.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)

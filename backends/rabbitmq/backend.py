@@ -90,6 +90,7 @@ class RabbitmqBackend(BackendBase):
     def __init__(self, settings: RabbitmqSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or RabbitmqSettings()
+        self._check_provision()
         self.connection = RabbitmqConnection(self.settings)
 
     def __repr__(self) -> str:

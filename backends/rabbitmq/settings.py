@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.driver.options import build_consumer_options
+from broker.driver.provision import Provision
 from broker.driver.settings import check_at_least, check_positive, normalize_choices, secret
 from broker.errors import ConfigError
 
@@ -130,6 +131,9 @@ class RabbitmqSettings(ConsumerOptions):
     persistent: bool = True
     #: Seconds ``close()`` waits for channels and the connection to close.
     close_timeout: float = 5.0
+    #: Whether missing queues and exchanges are declared (:mod:`broker.driver.provision`); this backend
+    #: implements ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)

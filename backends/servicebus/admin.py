@@ -93,7 +93,7 @@ class EntityAdmin:
 
     def __init__(self, settings: ServiceBusSettings) -> None:
         self.settings = settings
-        self.enabled = settings.create_missing
+        self.enabled = bool(settings.create_missing)
         self._client: Any = None
         self._known: set[str] = set()
         self._lock = asyncio.Lock()

@@ -65,11 +65,15 @@ class ServiceBusBackend(BackendBase):
     """A connection to one Service Bus namespace (each publisher and consumer has its own AMQP connection)."""
 
     name = "servicebus"
+    #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
+    #: (``verify``, which names every missing one, is not implemented here).
+    provision_modes = ("create", "none")
     capabilities = CAPABILITIES
 
     def __init__(self, settings: ServiceBusSettings) -> None:
         super().__init__()
         self.settings = settings
+        self._check_provision()
         self._shutdowns = Shutdowns()
         self.admin = EntityAdmin(settings)
         self._backlog = BacklogReader(self.admin)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from broker.driver.provision import Provision, reconcile_create_flag
 from broker.driver.settings import (
     check_at_least,
     check_positive,
@@ -247,13 +248,22 @@ class ServiceBusSettings(ConsumerOptions):
     #: Create missing queues, topics and subscriptions through the management API: a consumer
     #: creates what it reads when it is entered, a publisher creates a missing topic at its first
     #: send. Needs the Manage right; without it (or with False) a missing entity is ``UnknownTopic``.
-    create_missing: bool = True
+    #: Unset, it follows ``provision``; ``false`` is the other spelling of ``provision=none``, and
+    #: ``true`` with ``provision`` other than ``create`` is a ``ConfigError``.
+    create_missing: bool | None = None
     #: Where the management API is (``https://NAMESPACE`` by default; ``http://HOST:5300`` for a
     #: connection string with ``UseDevelopmentEmulator=true``, the port of Microsoft's emulator).
     management_endpoint: str | None = None
+    #: Whether missing queues, topics and subscriptions are created (:mod:`broker.driver.provision`):
+    #: ``create`` or ``none`` (a missing one is ``UnknownTopic``), the latter also spelled
+    #: ``create_missing=false``.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)
+        provision, create = reconcile_create_flag("servicebus", self.provision, self.create_missing)
+        object.__setattr__(self, "provision", provision)
+        object.__setattr__(self, "create_missing", create)
         if self.connection_string is not None:
             check_connection_string(self.connection_string)
             if self.namespace is not None:

@@ -14,7 +14,7 @@ import asyncio
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from broker import adapt
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
@@ -22,10 +22,18 @@ from broker.backend import DEFAULT_PING_TIMEOUT, Backend, FaultInjection
 from broker.backoff import DEFAULT_BACKOFF
 from broker.capabilities import Capabilities
 from broker.driver.options import check_batching, check_receiver_options
+from broker.driver.provision import Provision, check_provision
 from broker.driver.publishing import DriverPublisher
 from broker.driver.resources import AsyncResource
 from broker.driver.settings import ParsedUrl
-from broker.errors import BrokerError, ClosedError, ConfigError, ConnectionFailed, NotSupported
+from broker.errors import (
+    BrokerError,
+    ClosedError,
+    ConfigError,
+    ConnectionFailed,
+    NotSupported,
+    ProvisioningError,
+)
 from broker.interfaces import (
     BatchedIterator,
     BatchedMessageIterator,
@@ -99,6 +107,11 @@ class BackendBase(AsyncResource):
     capabilities: Capabilities = Capabilities()
     #: See :class:`Backlog`: whether :meth:`backlog` counts messages delivered and not yet acked.
     backlog_counts_in_flight: bool = True
+    #: The ``provision`` modes (:mod:`broker.driver.provision`) this backend implements; settings
+    #: asking for another are a ``ConfigError`` at construction (:meth:`_check_provision`).
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create",)
+    #: The ``provision`` mode in force, set by :meth:`_check_provision` from the settings.
+    provision: Provision = "create"
 
     def __init__(self) -> None:
         self._resources: list[Any] = []
@@ -113,6 +126,28 @@ class BackendBase(AsyncResource):
     def resources(self) -> tuple[Any, ...]:
         """The publishers and consumers handed out and not closed yet: what :meth:`close` closes."""
         return (*(r for r in self._resources if not _is_closed(r)), *self._publishers)
+
+    def _check_provision(self) -> Provision:
+        """Read ``self.settings.provision`` and keep it as :attr:`provision`: a backend calls this in
+        its ``__init__`` as soon as it has its settings, before it connects or creates anything.
+
+        A mode this backend does not implement (see :attr:`provision_modes`) raises
+        :class:`~broker.errors.ConfigError` naming the backend and the modes it offers: a backend
+        never falls back to ``create`` on its own.
+        """
+        mode = getattr(getattr(self, "settings", None), "provision", "create")
+        self.provision = check_provision(self.name, mode, self.provision_modes)
+        return self.provision
+
+    async def missing_resources(self) -> Sequence[str]:
+        """Hook: the resources the settings name (topics, queues, streams, subscriptions) that do
+        not exist on the broker, each described for a person (``"topic 'orders'"``).
+
+        :meth:`ping` calls it under ``provision="verify"`` and raises
+        :class:`~broker.errors.ProvisioningError` when it names any. The default names none: a
+        backend that declares ``"verify"`` in :attr:`provision_modes` overrides it.
+        """
+        return ()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -362,6 +397,7 @@ class BackendBase(AsyncResource):
         try:
             async with asyncio.timeout(timeout):
                 await self._ping(timeout)
+                missing = await self.missing_resources() if self.provision == "verify" else ()
         except ConnectionFailed:
             raise
         except TimeoutError as exc:  # the deadline, or a backend's own Timeout inside it
@@ -369,6 +405,8 @@ class BackendBase(AsyncResource):
             raise ConnectionFailed(
                 f"the {self.name} broker gave no answer within {timeout}s{detail}"
             ) from exc
+        if missing:
+            raise ProvisioningError(self.name, missing)
 
     async def _ping(self, timeout: float) -> None:
         """Hook: one round trip to the broker that needs the credentials (the default has no broker

@@ -23,7 +23,7 @@ from typing import Literal, get_args
 
 from broker.errors import ConfigError
 
-__all__ = ["PROVISION_MODES", "Provision", "check_provision"]
+__all__ = ["PROVISION_MODES", "Provision", "check_provision", "reconcile_create_flag"]
 
 #: The values of the ``provision`` setting.
 Provision = Literal["create", "verify", "none"]
@@ -45,3 +45,30 @@ def check_provision(backend: str, mode: str, supported: Iterable[str]) -> Provis
             f"(it offers {', '.join(map(repr, modes))})"
         )
     return next(known for known in PROVISION_MODES if known == mode)
+
+
+def reconcile_create_flag(
+    backend: str, provision: Provision, flag: bool | None, flag_name: str = "create_missing"
+) -> tuple[Provision, bool]:
+    """``provision`` and a backend's own on/off creation setting (``flag_name``) made one answer.
+
+    Some backends have a creation switch of their own (Pub/Sub's and Service Bus's
+    ``create_missing``); it stays, and means the same thing:
+
+    - unset (None): it follows ``provision`` (on under ``create``, off otherwise);
+    - ``False`` under ``create`` (the default) is the other spelling of ``provision="none"``,
+      so the settings read ``none``;
+    - ``True`` under ``verify`` or ``none`` contradicts it: :class:`~broker.errors.ConfigError`.
+
+    Returns ``(provision, flag)`` as the settings should hold them.
+    """
+    if flag is None:
+        return provision, provision == "create"
+    if flag and provision != "create":
+        raise ConfigError(
+            f"{backend}: provision={provision!r} creates nothing, but {flag_name}=true asks to create "
+            f"missing resources; drop {flag_name} (provision decides) or use provision='create'"
+        )
+    if not flag and provision == "create":
+        return "none", False
+    return provision, flag

@@ -77,6 +77,10 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("servicebus", "receive_mode"): ("peek_lock", "receive_and_delete"),
     ("servicebus", "sub_queue"): ("dead_letter", "transfer_dead_letter"),
     ("servicebus", "key_to"): ("partition_key", "session_id"),
+    **{
+        (scheme, "provision"): ("create", "verify", "none")
+        for scheme in ("inmem", "kafka", "nats", "pubsub", "pulsar", "rabbitmq", "servicebus")
+    },
 }
 
 #: Values a backend recognises and refuses with ``NotSupported`` (its broker cannot honour them).

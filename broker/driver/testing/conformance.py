@@ -38,6 +38,7 @@ from broker.driver.testing.harness import (
 )
 from broker.driver.testing.lifecycle import LifecycleSuite
 from broker.driver.testing.ping import PingSuite
+from broker.driver.testing.provision import ProvisionSuite
 from broker.driver.testing.retry import RetrySuite
 from broker.driver.testing.server_gone import ServerGoneSuite
 from broker.driver.testing.telemetry import TelemetrySuite
@@ -70,6 +71,7 @@ class ConformanceSuite(
     TypedSuite,
     CloudEventsSuite,
     PingSuite,
+    ProvisionSuite,
 ):
     """Subclass in a backend's tests and provide an async ``harness`` fixture."""
 
