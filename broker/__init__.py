@@ -12,7 +12,7 @@ conversions between them, :mod:`broker.errors` for what can go wrong.
 """
 
 from broker import adapt, codecs, errors
-from broker.backend import Backend, Backlog, QueueTracking
+from broker.backend import Backend, Backlog, FaultInjection, Provision, QueueTracking
 from broker.backoff import Backoff, FailureCounter, Jitter
 from broker.capabilities import Capabilities
 from broker.connect import available_backends, connect
@@ -23,12 +23,16 @@ from broker.interfaces import (
     BatchedReceiver,
     BatchHandler,
     Closeable,
+    DrainingReceiver,
     Handler,
     MessageIterator,
     MessageStream,
+    MiddlewarePublisher,
     Publisher,
     Receiver,
     RecordIterator,
+    Send,
+    SendMiddleware,
     Topic,
     TransactionalPublisher,
 )
@@ -52,14 +56,18 @@ __all__ = [
     "Capabilities",
     "Closeable",
     "DeadLetterTopic",
+    "DrainingReceiver",
     "ErrorThreshold",
     "FailureCounter",
+    "FaultInjection",
     "Handler",
     "Jitter",
     "Message",
     "MessageIterator",
     "MessageStream",
+    "MiddlewarePublisher",
     "OutboundMessage",
+    "Provision",
     "Publisher",
     "QueueTracking",
     "Receiver",
@@ -68,6 +76,8 @@ __all__ = [
     "RecordIterator",
     "Retrier",
     "RetryPolicy",
+    "Send",
+    "SendMiddleware",
     "ThresholdEvent",
     "Topic",
     "TransactionalPublisher",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backoff import DEFAULT_BACKOFF
@@ -36,6 +36,7 @@ __all__ = [
     "Backend",
     "Backlog",
     "FaultInjection",
+    "Provision",
     "QueueTracking",
 ]
 
@@ -78,6 +79,11 @@ class FaultInjection(Protocol):
         """True while any fault is set."""
 
 
+#: The values of every backend's ``provision`` setting: create missing resources (the default),
+#: verify they exist (``ProvisioningError`` naming what is missing), or neither.
+Provision = Literal["create", "verify", "none"]
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A connection to one broker, handing out publishers and consumers."""
@@ -92,6 +98,15 @@ class Backend(Protocol):
 
     #: See :class:`Backlog`: whether :meth:`backlog` counts messages delivered and not yet acked.
     backlog_counts_in_flight: bool
+
+    #: The ``provision`` modes this backend implements (``create``, ``verify``, ``none``).
+    provision_modes: ClassVar[tuple[Provision, ...]]
+    #: The ``provision`` mode in force (from the settings).
+    provision: Provision
+
+    async def missing_resources(self) -> Sequence[str]:
+        """The resources the settings name that do not exist (``ping()`` checks them under ``verify``)."""
+        ...
 
     @property
     def resources(self) -> tuple[Any, ...]:

@@ -19,14 +19,13 @@ it names any.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, get_args
+from typing import get_args
 
+from broker.backend import Provision
 from broker.errors import ConfigError
 
 __all__ = ["PROVISION_MODES", "Provision", "check_provision", "reconcile_create_flag"]
 
-#: The values of the ``provision`` setting.
-Provision = Literal["create", "verify", "none"]
 
 #: Every mode, in the order the docs give them.
 PROVISION_MODES: tuple[Provision, ...] = get_args(Provision)
