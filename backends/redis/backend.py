@@ -127,6 +127,7 @@ class RedisBackend(BackendBase):
     def __init__(self, settings: RedisSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or RedisSettings()
+        self._check_provision()
         self.connection = RedisConnection(self.settings)
 
     def __repr__(self) -> str:

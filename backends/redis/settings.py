@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from broker.driver.options import build_consumer_options
+from broker.driver.provision import Provision
 from broker.driver.settings import check_positive, normalize_choices, secret
 from broker.errors import ConfigError
 
@@ -108,6 +109,9 @@ class RedisSettings(ConsumerOptions):
     close_timeout: float = 5.0
     #: Connections the backend's pool may open (every blocked read holds one).
     max_connections: int = 100
+    #: Whether missing streams and consumer groups are created (:mod:`broker.driver.provision`);
+    #: this backend implements ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    provision: Provision = "create"
 
     def __post_init__(self) -> None:
         normalize_choices(self)
