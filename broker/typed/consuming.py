@@ -25,10 +25,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from broker.adapt._common import enter_source, leave_source
+from broker.adapt._common import SourceWrapper
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, DecodeError
 from broker.interfaces import (
@@ -78,26 +77,11 @@ DecodeErrorHook = Callable[[TypedMessage[Any], DecodeError], Awaitable[None]]
 _KEPT = frozenset({"stop", "stopped", "close", "drain_timeout", "concurrency"})
 
 
-class _Entering:
-    """``async with`` entering and leaving ``source``, the object wrapped."""
-
-    source: Any
-
-    async def __aenter__(self) -> Self:
-        await enter_source(self.source)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await leave_source(self.source, exc_type, exc, tb)
-
-
-class _Wrapper(_Entering, AsyncResource):
+class _Wrapper(SourceWrapper, AsyncResource):
     """An iterator wrapper: ``async with`` entering and leaving the source, and ``close()``."""
 
 
-class _ReceiverWrapper(_Entering, Generic[T]):
+class _ReceiverWrapper(SourceWrapper, Generic[T]):
     """A receiver wrapper: ``async with`` entering and leaving ``source``, and the source's
     ``stop()``, ``stopped``, ``close()``, ``drain_timeout`` and ``concurrency`` where it has them."""
 
