@@ -28,6 +28,7 @@ from typing import Any, Self
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.capabilities import Capabilities
 from broker.driver.base import topics_tuple
+from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import DriverPublisher
 from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, ClosedError, Timeout
@@ -430,15 +431,8 @@ class InstrumentedBackend(AsyncResource):
             raise AttributeError(name)
         return getattr(self.wrapped, name)
 
-    @property
-    def name(self) -> str:
-        """The wrapped backend's name (URL scheme)."""
-        return self.wrapped.name
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """The wrapped backend's capabilities."""
-        return self.wrapped.capabilities
+    name: Forwarded[str] = Forwarded("wrapped", "The wrapped backend's name (URL scheme).")
+    capabilities: Forwarded[Capabilities] = Forwarded("wrapped", "The wrapped backend's capabilities.")
 
     def health(self) -> HealthReport:
         """Liveness, readiness and every open consumer's state (see :mod:`broker.telemetry.health`)."""
