@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.backend import Backend
 from broker.capabilities import Capabilities
@@ -14,7 +13,7 @@ from broker.driver.options import check_count, check_seconds
 from broker.errors import ClosedError, ConfigError
 from broker.sync import portal as _portal
 from broker.sync.consuming import SyncMessages, SyncRecords
-from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, check_not_in_loop, generation
+from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, Closing, check_not_in_loop, generation
 from broker.sync.publishing import SyncPublisher
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def connect(
     return SyncBackend(target, timeout=timeout, close_timeout=close_timeout)
 
 
-class SyncBackend:
+class SyncBackend(Closing):
     """A connection to one broker for blocking code: publishers and consumers without ``await``.
 
     Every call runs the async backend's own code on the portal's loop thread
@@ -82,14 +81,6 @@ class SyncBackend:
     def __repr__(self) -> str:
         name = self._async.name if self._async is not None else "?"
         return f"<SyncBackend {name}{' closed' if self._closed else ''}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def closed(self) -> bool:

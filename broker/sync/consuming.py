@@ -18,15 +18,14 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.driver.forwarding import Forwarded
 from broker.errors import AckError, ClosedError, Timeout
 from broker.message import Message, Record
 from broker.settle import ack_all, commit_highest_offsets, nack_all
 from broker.sync import portal as _portal
-from broker.sync.portal import check_not_in_loop, generation
+from broker.sync.portal import Closing, check_not_in_loop, generation
 
 if TYPE_CHECKING:
     from broker.sync.backend import SyncBackend
@@ -47,7 +46,7 @@ class _Failure:
         self.error = error
 
 
-class _Consumer(Generic[W]):
+class _Consumer(Closing, Generic[W]):
     """The shared machinery of :class:`SyncMessages` and :class:`SyncRecords`."""
 
     _what = "consumer"
@@ -97,14 +96,6 @@ class _Consumer(Generic[W]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self._backend!r}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __iter__(self) -> Iterator[W]:
         """Yield items until the consumer is closed (from another thread or a signal handler)."""

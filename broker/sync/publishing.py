@@ -16,8 +16,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.backend import Backend
 from broker.driver.outbound import check_outbound, is_plain
@@ -25,7 +24,7 @@ from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
 from broker.sync import portal as _portal
-from broker.sync.portal import check_not_in_loop, generation
+from broker.sync.portal import Closing, check_not_in_loop, generation
 
 if TYPE_CHECKING:
     from broker.sync.backend import SyncBackend
@@ -44,7 +43,7 @@ log = logging.getLogger("broker.sync")
 _Item = tuple[str, Any, Callable[[BaseException | None], object] | None]
 
 
-class SyncPublisher:
+class SyncPublisher(Closing):
     """A blocking publisher; :meth:`topic` hands out cheap, thread-safe topic handles.
 
     Any number of threads may publish through one publisher at once. Messages of one topic are
@@ -90,14 +89,6 @@ class SyncPublisher:
 
     def __repr__(self) -> str:
         return f"<SyncPublisher of {self._backend!r}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def pending(self) -> int:
