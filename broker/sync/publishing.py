@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.backend import Backend
+from broker.driver.forwarding import Forwarded
 from broker.driver.outbound import check_outbound, is_plain
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
@@ -352,10 +353,7 @@ class SyncTypedTopic(Generic[T]):
         self.topic = topic
         self._typed: TypedTopic[T] = TypedTopic(_NameOnly(topic.name), binding)  # type: ignore[arg-type]
 
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
+    name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
     def message(
         self, value: T, *, key: str | None = None, attributes: Mapping[str, str] | None = None

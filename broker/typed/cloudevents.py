@@ -51,6 +51,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 from urllib.parse import quote, unquote
 
 from broker.driver.clock import clock
+from broker.driver.forwarding import Forwarded
 from broker.errors import ConfigError, DecodeError, EncodeError
 from broker.interfaces import Publisher, Topic
 from broker.message import Message, OutboundMessage, has_native_properties, own_acker
@@ -509,10 +510,7 @@ class CloudEventTopic(Generic[T]):
     def __repr__(self) -> str:
         return f"<CloudEventTopic {self.topic.name!r} {self.binding!r}>"
 
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
+    name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
     async def publish(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
+from broker.driver.forwarding import Forwarded
 from broker.errors import ConfigError, EncodeError
 from broker.interfaces import Topic
 from broker.message import OutboundMessage
@@ -38,10 +39,7 @@ class TypedTopic(Generic[T]):
     def __repr__(self) -> str:
         return f"<TypedTopic {self.topic.name!r} {self.binding!r}>"
 
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
+    name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
     def message(
         self, value: T, *, key: str | None = None, attributes: Mapping[str, str] | None = None
