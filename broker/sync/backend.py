@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["SyncBackend", "connect"]
 
 T = TypeVar("T")
+#: A blocking consumer class.
+C = TypeVar("C", bound=SyncMessages | SyncRecords)
 
 #: How many messages (or records) a consumer reads ahead of its caller by default.
 DEFAULT_READ_AHEAD = 256
@@ -163,20 +165,8 @@ class SyncBackend(Closing):
         handed out when the consumer closes are nacked. With ``type`` the messages decode as in
         :func:`broker.typed.messages` (``message.decoded()``).
         """
-
-        def opener() -> Any:
-            source = self._async_backend().messages(topic, subscription, **options)
-            if type is not None:
-                from broker import typed
-
-                return typed.messages(source, type)
-            return source
-
-        self._async_backend()
-        return self._track(  # type: ignore[no-any-return]
-            SyncMessages(
-                self, opener, read_ahead=read_ahead, timeout=self.timeout, close_timeout=self.close_timeout
-            )
+        return self._consumer(
+            SyncMessages, lambda backend: backend.messages(topic, subscription, **options), type, read_ahead
         )
 
     def records(
@@ -189,20 +179,33 @@ class SyncBackend(Closing):
         **options: Any,
     ) -> SyncRecords:
         """Partitioned-log consumption of ``topics`` in consumer group ``group`` (``Backend.records``)."""
+        return self._consumer(
+            SyncRecords, lambda backend: backend.records(topics, group, **options), type, read_ahead
+        )
+
+    def _consumer(
+        self,
+        kind: type[C],
+        open_source: Callable[[Backend], Any],
+        type: Binding[Any] | type[Any] | None,
+        read_ahead: int,
+    ) -> C:
+        """A blocking consumer of ``kind`` over what ``open_source(async backend)`` opens (typed
+        with ``type`` as :func:`broker.typed.messages` / :func:`broker.typed.records` do), tracked."""
 
         def opener() -> Any:
-            source = self._async_backend().records(topics, group, **options)
-            if type is not None:
-                from broker import typed
+            source = open_source(self._async_backend())
+            if type is None:
+                return source
+            from broker import typed
 
-                return typed.records(source, type)
-            return source
+            if kind is SyncMessages:
+                return typed.messages(source, type)
+            return typed.records(source, type)
 
         self._async_backend()
         return self._track(  # type: ignore[no-any-return]
-            SyncRecords(
-                self, opener, read_ahead=read_ahead, timeout=self.timeout, close_timeout=self.close_timeout
-            )
+            kind(self, opener, read_ahead=read_ahead, timeout=self.timeout, close_timeout=self.close_timeout)
         )
 
     def close(self, timeout: float | None = None) -> None:
