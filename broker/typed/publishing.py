@@ -10,7 +10,7 @@ added, and a ``content-type`` among them is kept as given.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from broker.driver.forwarding import Forwarded
 from broker.errors import ConfigError, EncodeError
@@ -29,6 +29,10 @@ class TypedTopic(Generic[T]):
 
     __slots__ = ("_attributes", "binding", "topic")
 
+    #: Whether every message is the encoded value with the binding's content type (and the
+    #: caller's key and attributes), so that :meth:`batch_publish` may build them in one pass.
+    _plain: ClassVar[bool] = True
+
     def __init__(self, topic: Topic, binding: Binding[T]) -> None:
         #: The untyped topic handle underneath.
         self.topic = topic
@@ -37,7 +41,7 @@ class TypedTopic(Generic[T]):
         self._attributes: Mapping[str, str] = {CONTENT_TYPE: binding.content_type}
 
     def __repr__(self) -> str:
-        return f"<TypedTopic {self.topic.name!r} {self.binding!r}>"
+        return f"<{type(self).__name__} {self.topic.name!r} {self.binding!r}>"
 
     name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
@@ -82,7 +86,7 @@ class TypedTopic(Generic[T]):
         """
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"batch_publish got {len(values)} values but {len(keys)} keys")
-        if keys is None and not attributes:
+        if keys is None and not attributes and self._plain:
             # The common case as an application would write it by hand: one encoder call and one
             # OutboundMessage per value, sharing the content-type mapping.
             encode, shared = self.binding.encoder, self._attributes
