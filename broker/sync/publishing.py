@@ -391,11 +391,8 @@ class SyncTypedTopic(Generic[T]):
         keys: Sequence[str | None] | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Encode and publish ``values`` (with ``keys``, one per value, when given)."""
-        keyed = keys if keys is not None else [None] * len(values)
-        self.topic.batch_publish(
-            *(self.message(v, key=k) for v, k in zip(values, keyed, strict=True)), timeout=timeout
-        )
+        """Encode and publish ``values`` (with ``keys``, one per value, when given: else ConfigError)."""
+        self.topic.batch_publish(*self._typed.messages(*values, keys=keys), timeout=timeout)
 
 
 class _NameOnly:

@@ -84,6 +84,19 @@ class TypedTopic(Generic[T]):
 
         ``keys`` gives one key per value; ``attributes`` are added to every message.
         """
+        messages = self.messages(*values, keys=keys, attributes=attributes)
+        await self.topic.batch_publish(*messages, timeout=timeout)
+
+    def messages(
+        self,
+        *values: T,
+        keys: Sequence[str | None] | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> list[OutboundMessage]:
+        """The messages :meth:`batch_publish` sends for ``values`` (one :meth:`message` each).
+
+        Raises :class:`~broker.errors.ConfigError` when ``keys`` does not give one key per value.
+        """
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"batch_publish got {len(values)} values but {len(keys)} keys")
         if keys is None and not attributes and self._plain:
@@ -91,15 +104,10 @@ class TypedTopic(Generic[T]):
             # OutboundMessage per value, sharing the content-type mapping.
             encode, shared = self.binding.encoder, self._attributes
             try:
-                fast = [OutboundMessage(encode(v), None, shared) for v in values]
+                return [OutboundMessage(encode(v), None, shared) for v in values]
             except Exception:
-                pass
-            else:
-                await self.topic.batch_publish(*fast, timeout=timeout)
-                return
+                pass  # the value that does not encode fails below, with its EncodeError
         message = self.message
         if keys is None:
-            messages = [message(v, attributes=attributes) for v in values]
-        else:
-            messages = [message(v, key=k, attributes=attributes) for v, k in zip(values, keys, strict=True)]
-        await self.topic.batch_publish(*messages, timeout=timeout)
+            return [message(v, attributes=attributes) for v in values]
+        return [message(v, key=k, attributes=attributes) for v, k in zip(values, keys, strict=True)]
