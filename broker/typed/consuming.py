@@ -106,7 +106,7 @@ class _ReceiverWrapper(SourceWrapper, Generic[T]):
 
 class _Typed(_Wrapper, Generic[T, Out]):
     """An iterator wrapper: what ``source`` fetches, made ready (:meth:`_ready`) and tagged with
-    ``binding`` (:meth:`_tag`), handed out as ``O`` objects; ``close()`` closes the source."""
+    ``binding`` (:meth:`_tag`), handed out as ``Out`` objects; ``close()`` closes the source."""
 
     __slots__ = ("binding", "source")
 
