@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 from nats.js import api
 
@@ -44,7 +44,6 @@ from broker.backends.jetstream.pull import PullEngine, Resolver, Target
 from broker.backends.jetstream.registration import JetStreamFactory
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
 from broker.driver.base import BackendBase, Batching, topics_tuple
-from broker.driver.options import check_batching
 from broker.driver.settings import describe
 from broker.errors import BrokerError, ConfigError
 
@@ -59,7 +58,19 @@ CAPABILITIES = Capabilities.claiming(
     max_message_bytes=1024 * 1024,  # the server's default max_payload
 )
 
-_R = TypeVar("_R", JetStreamRecordIterator, JetStreamBatchedRecordIterator)
+
+
+class _RecordOptions(NamedTuple):
+    """What ``records()`` options give: the consumer options and where a new group starts."""
+
+    consumer: ConsumerOptions
+    start_sequence: int | None
+    start_time: float | None
+
+    @property
+    def batch_size(self) -> int:
+        """The default batch size (the consumer options')."""
+        return self.consumer.batch_size
 
 #: Seconds an idle replay consumer lives on after its reader went away.
 _REPLAY_INACTIVE = 60.0
@@ -190,59 +201,41 @@ class JetStreamBackend(BackendBase):
             )
         return check_subject(names[0])
 
-    def records(
-        self, topics: str | Sequence[str], group: str | None = None, **options: Any
-    ) -> JetStreamRecordIterator:
+    def _record_options(self, options: dict[str, Any]) -> _RecordOptions:
+        """The consumer options of ``records()``, and where a new group starts: ``start_sequence``
+        or ``start_time`` (POSIX seconds) instead of where ``deliver_policy`` says."""
+        start_sequence = options.pop("start_sequence", None)
+        start_time = options.pop("start_time", None)
+        return _RecordOptions(
+            self.settings.consumer_options(options),
+            None if start_sequence is None else int(start_sequence),
+            None if start_time is None else float(start_time),
+        )
+
+    def _open_records(
+        self, topics: tuple[str, ...], group: str, options: _RecordOptions, batching: Batching | None
+    ) -> JetStreamRecordIterator | JetStreamBatchedRecordIterator:
         """Read subject ``topics`` in consumer group ``group`` (an ``AckPolicy.ALL`` durable consumer).
 
         ``Record.ack()`` commits the record and every earlier one. Options: those of
-        :meth:`messages`, ``batch_size``, and for a new group ``start_sequence`` / ``start_time``
-        (POSIX seconds) to start somewhere other than ``deliver_policy`` says.
+        :meth:`messages`, ``batch_size``, ``start_sequence`` / ``start_time`` (a new group). A
+        batch is one pull request.
         """
-        return self._records(JetStreamRecordIterator, topics, group, 0, 1.0, options)
-
-    def batched_records(
-        self,
-        topics: str | Sequence[str],
-        group: str | None = None,
-        *,
-        batch_size: int = 0,
-        batch_timeout: float = 1.0,
-        **options: Any,
-    ) -> JetStreamBatchedRecordIterator:
-        """Like :meth:`records`, in batches of up to ``batch_size`` (one pull request each)."""
-        check_batching(batch_size, batch_timeout)
-        return self._records(
-            JetStreamBatchedRecordIterator, topics, group, batch_size, batch_timeout, options
-        )
-
-    def _records(
-        self,
-        kind: type[_R],
-        topics: str | Sequence[str],
-        group: str | None,
-        batch_size: int,
-        batch_timeout: float,
-        options: dict[str, Any],
-    ) -> _R:
-        self._check_open()
         topic = self._record_topic(topics)
-        start_sequence = options.pop("start_sequence", None)
-        start_time = options.pop("start_time", None)
-        opts = self.settings.consumer_options(options)
-        name = self._consumer_name(self._group_name(group))
+        opts = options.consumer
+        name = self._consumer_name(group)
         resolve = self._durable(
             topic,
             name,
             opts,
             ack_all=True,
-            start_sequence=None if start_sequence is None else int(start_sequence),
-            start_time=None if start_time is None else float(start_time),
+            start_sequence=options.start_sequence,
+            start_time=options.start_time,
         )
         engine = self._engine(resolve, f"{topic}/{name}", opts)
-        size = batch_size or opts.batch_size
-        iterator = kind(engine, size, batch_timeout, commits=True)
-        return self._track(iterator)  # type: ignore[no-any-return]
+        if batching is None:
+            return JetStreamRecordIterator(engine, opts.batch_size, 1.0, commits=True)
+        return JetStreamBatchedRecordIterator(engine, batching.size, batching.timeout, commits=True)
 
     def replay(
         self,

@@ -25,6 +25,7 @@ from broker.backends.jetstream.mapping import to_messages, to_records
 from broker.backends.jetstream.pull import PullEngine
 from broker.driver.acking import start_ack_deadline
 from broker.driver.batch_limits import check_batch_limits
+from broker.driver.forwarding import Forwarded
 from broker.driver.resources import (
     AsyncResource,
     BatchedMessageIteration,
@@ -53,10 +54,7 @@ class _Consumer(AsyncResource):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._engine.what}>"
 
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return self._engine.closed
+    closed: Forwarded[bool] = Forwarded("_engine", "True once closed.")
 
     async def _leftovers(self) -> list[Msg]:
         return await self._engine.close()

@@ -74,24 +74,25 @@ def error_of(exc: BaseException | Any) -> Any:
     return None
 
 
+#: The :mod:`broker.errors` class of each ``KafkaError`` name that has a closer one than the default.
+_CLASS_OF: dict[str, type[errors.BrokerError]] = {
+    **dict.fromkeys(_TOO_LARGE, errors.MessageTooLarge),
+    **dict.fromkeys(_UNKNOWN, errors.UnknownTopic),
+    **dict.fromkeys(_TIMEOUT, errors.Timeout),
+    **dict.fromkeys(AUTHENTICATION, errors.AuthenticationFailed),
+    **dict.fromkeys(DENIED, errors.PermissionDenied),
+    **dict.fromkeys(_CONNECTION, errors.ConnectionFailed),
+    **dict.fromkeys(_CONFIG, errors.ConfigError),
+}
+
+
 def kafka_error_class(error: Any, default: type[errors.BrokerError]) -> type[errors.BrokerError]:
     """The :mod:`broker.errors` class for a ``KafkaError`` (``default`` when nothing closer fits)."""
-    name = error.name() if error is not None else ""
-    if name in _TOO_LARGE:
-        return errors.MessageTooLarge
-    if name in _UNKNOWN:
-        return errors.UnknownTopic
-    if name in _TIMEOUT:
-        return errors.Timeout
-    if name in AUTHENTICATION or (error is not None and _client_certificate_refused(error)):
+    if error is None:
+        return default
+    if _client_certificate_refused(error):  # a _TRANSPORT or _SSL error that is a refused login
         return errors.AuthenticationFailed
-    if name in DENIED:
-        return errors.PermissionDenied
-    if name in _CONNECTION:
-        return errors.ConnectionFailed
-    if name in _CONFIG:
-        return errors.ConfigError
-    return default
+    return _CLASS_OF.get(error.name(), default)
 
 
 def translate(

@@ -21,6 +21,7 @@ from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.mapping import produce_all
 from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch, ThreadDelivery
+from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DeliveryDone, DriverPublisher, DriverTopic
 from broker.errors import BrokerError, ClosedError, PublishError, Timeout, TransactionError
 from broker.log import TopicPartition
@@ -154,10 +155,9 @@ class KafkaPublisher(DriverPublisher):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._producer.name}>"
 
-    @property
-    def producer(self) -> Any:
-        """The confluent-kafka ``Producer`` underneath (escape hatch)."""
-        return self._producer.producer
+    producer: Forwarded[Any] = Forwarded(
+        "_producer", "The confluent-kafka ``Producer`` underneath (escape hatch)."
+    )
 
     def topic(self, name: str) -> DriverTopic:
         """The handle for topic ``name`` (cached)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from broker import Record
 from broker.backends.kafka.sdk_consumer import GroupCore
+from broker.driver.forwarding import Forwarded
 from broker.driver.resources import BatchedRecordIteration, RecordIteration
 from broker.errors import Timeout
 from broker.log import TopicPartition
@@ -38,15 +39,10 @@ class KafkaRecordIterator(RecordIteration):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} group={self._core.group!r} topics={list(self._core.topics)}>"
 
-    @property
-    def group(self) -> str:
-        """The consumer group."""
-        return self._core.group
-
-    @property
-    def consumer(self) -> Any:
-        """The confluent-kafka ``Consumer`` (escape hatch; call it only through ``core.thread``)."""
-        return self._core.consumer
+    group: Forwarded[str] = Forwarded("_core", "The consumer group.")
+    consumer: Forwarded[Any] = Forwarded(
+        "_core", "The confluent-kafka ``Consumer`` (escape hatch; call it only through ``core.thread``)."
+    )
 
     @property
     def core(self) -> GroupCore:

@@ -47,6 +47,7 @@ from broker.backends.pubsub.mapping import (
     wire_attributes,
 )
 from broker.backends.pubsub.settings import MAX_MESSAGE_BYTES, PubsubSettings
+from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import ClosingDriver, DriverPublisher
 from broker.errors import MessageTooLarge, PublishError, Timeout
 
@@ -379,15 +380,13 @@ class PubsubPublisher(DriverPublisher):
         self._pubsub = driver
         super().__init__(driver, shared=True, close_timeout=close_timeout)
 
-    @property
-    def ordering(self) -> bool:
-        """Whether ordering keys are published (``message_ordering``)."""
-        return self._pubsub.ordering
+    ordering: Forwarded[bool] = Forwarded(
+        "_pubsub", "Whether ordering keys are published (``message_ordering``)."
+    )
 
-    @property
-    def client(self) -> Any:
-        """The SDK's ``pubsub_v1.PublisherClient`` (an escape hatch)."""
-        return self._pubsub.client
+    client: Forwarded[Any] = Forwarded(
+        "_pubsub", "The SDK's ``pubsub_v1.PublisherClient`` (an escape hatch)."
+    )
 
     def path(self, name: str) -> str:
         """The full name of topic ``name``, ``projects/P/topics/T``."""

@@ -38,6 +38,7 @@ from broker.backends.pulsar.mapping import to_message, to_messages
 from broker.backends.pulsar.settings import ConsumerOptions
 from broker.driver.acking import start_ack_deadline
 from broker.driver.batch_limits import check_batch_limits
+from broker.driver.forwarding import Forwarded
 from broker.driver.resources import AsyncResource, BatchedMessageIteration, MessageIteration
 from broker.driver.settling import ack_in_turn
 from broker.errors import AckError, ClosedError, NotSupported, ReceiveError
@@ -306,10 +307,7 @@ class _Consuming(AsyncResource):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.topic!r}/{self.subscription}>"
 
-    @property
-    def subscription(self) -> str:
-        """The subscription's name."""
-        return self._subscription.name
+    subscription: Forwarded[str] = Forwarded("_subscription", "The subscription's name.", field="name")
 
     async def start(self) -> None:
         """Subscribe now (``async with`` does this)."""

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from broker.message import Message
 
@@ -36,6 +36,22 @@ async def leave_source(
     close = getattr(source, "close", None)
     if close is not None:
         await close()
+
+
+class SourceWrapper:
+    """``async with`` for a wrapper: entering it enters ``source``, the object wrapped (on several
+    brokers entering is what makes the subscription exist), and leaving it leaves the source."""
+
+    source: Any
+
+    async def __aenter__(self) -> Self:
+        await enter_source(self.source)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await leave_source(self.source, exc_type, exc, tb)
 
 
 def messages_in(items: Iterable[Any]) -> list[Message]:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, TypeVar
 
-from broker.adapt._common import Pull, enter_source, leave_source, nack_leftovers
+from broker.adapt._common import Pull, SourceWrapper, nack_leftovers
 from broker.driver.resources import AsyncResource, _batches_until_closed
 from broker.errors import ClosedError
 from broker.interfaces import BatchedIterator, BatchedMessageIterator, MessageIterator, RecordIterator
@@ -26,25 +25,25 @@ __all__ = ["batched_messages", "batched_records"]
 T = TypeVar("T")
 
 
-class _Batching(AsyncResource, Generic[T]):
+class _Batching(SourceWrapper, AsyncResource, Generic[T]):
     def __init__(self, source: Any, pull: Pull[T], batch_size: int, timeout: float) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if timeout is None or timeout < 0:
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        self._source = source
+        self.source = source
         self._pull = pull
         self.batch_size = batch_size
         self.timeout = timeout
         self._error: BaseException | None = None
-        self._source_closed = False
+        self.source_closed = False
 
     async def next_batch(self, timeout: float | None = None) -> list[T]:
         """Up to ``batch_size`` items that arrive within the window (``timeout`` overrides it)."""
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        if self._source_closed:
+        if self.source_closed:
             raise ClosedError("the batched iterator's source is closed")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.timeout if timeout is None else timeout)
@@ -61,7 +60,7 @@ class _Batching(AsyncResource, Generic[T]):
             await nack_leftovers(batch)
             raise
         except ClosedError:
-            self._source_closed = True
+            self.source_closed = True
             if batch:
                 return batch
             raise
@@ -75,18 +74,9 @@ class _Batching(AsyncResource, Generic[T]):
     def __aiter__(self) -> AsyncIterator[list[T]]:
         return _batches_until_closed(self.next_batch)
 
-    async def __aenter__(self) -> Self:
-        await enter_source(self._source)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await leave_source(self._source, exc_type, exc, tb)
-
     async def close(self) -> None:
         """Close the source iterator."""
-        await self._source.close()
+        await self.source.close()
 
 
 def batched_messages(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
@@ -284,24 +285,17 @@ async def _cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
             log.warning("%d receiver task(s) still running after a cancel: cancelling again", len(pending))
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class StoppableReceiver:
     """What the adapters' receivers share: the failure rules and a graceful :meth:`stop`."""
 
-    def __init__(
-        self,
-        feed: _Feed,
-        concurrency: int,
-        nack_delay: NackDelay,
-        retrier: Retrier | None,
-        drain_timeout: float | None,
-    ) -> None:
-        self._feed = feed
-        self.concurrency = concurrency
-        self.nack_delay = nack_delay
-        #: The bound retry policy (None: ``nack_delay`` rules).
-        self.retrier = retrier
-        self.drain_timeout = drain_timeout
-        self._stop = asyncio.Event()
+    _feed: _Feed
+    concurrency: int
+    nack_delay: NackDelay
+    #: The bound retry policy (None: ``nack_delay`` rules).
+    retrier: Retrier | None
+    drain_timeout: float | None
+    _stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
 
     def stop(self, drain_timeout: float | None = None) -> None:
         """Stop taking messages; running handlers get ``drain_timeout`` seconds (default: the

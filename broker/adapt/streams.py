@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from broker.adapt._common import enter_source, hand_over, leave_source, nack_leftovers
+from broker.adapt._common import SourceWrapper, hand_over, nack_leftovers
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError
 from broker.interfaces import (
@@ -45,7 +45,7 @@ T = TypeVar("T")
 _END = object()
 
 
-class Stream(AsyncResource, Generic[T]):
+class Stream(SourceWrapper, AsyncResource, Generic[T]):
     """An async iterator fed by a background pump; ``async with`` enters ``source`` (what the
     pump reads) and, on the way out, closes the stream (``aclose()``) and leaves ``source``."""
 
@@ -111,15 +111,11 @@ class Stream(AsyncResource, Generic[T]):
         """The same as :meth:`aclose`."""
         await self.aclose()
 
-    async def __aenter__(self) -> Self:
-        await enter_source(self.source)
-        return self
-
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-        await leave_source(self.source, exc_type, exc, tb)
+        await super().__aexit__(exc_type, exc, tb)
 
 
 class _Failure:

@@ -29,7 +29,7 @@ with :class:`~broker.errors.NotSupported`. Registry failures are :mod:`broker.er
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from broker.interfaces import (
     BatchedIterator,
@@ -55,6 +55,9 @@ from broker.schemas.framing import KEY_SCHEMA_ID, VALUE_SCHEMA_ID
 from broker.schemas.publishing import SchemaTopic
 from broker.schemas.registry import Registry
 from broker.typed.consuming import DecodeErrorHook
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "CONTENT_TYPES",
@@ -93,108 +96,54 @@ T = TypeVar("T")
 M = TypeVar("M")
 
 
-def avro(
-    registry: Registry,
-    schema: str,
-    *,
-    subject_strategy: Strategy = "topic",
-    auto_register: bool = True,
-    use_latest: bool = False,
-    normalize: bool = False,
-    id_in: IdPlacement = "payload",
-    field: Field = "value",
-    topic: str | None = None,
-    to_dict: Callable[[Any], Any] | None = None,
-    from_dict: Callable[[Any], Any] | None = None,
-) -> SchemaBinding[Any]:
+class _Settings(TypedDict, total=False):
+    """The settings every format's binding takes (see :func:`avro`; defaults: :class:`SchemaBinding`)."""
+
+    subject_strategy: Strategy
+    auto_register: bool
+    use_latest: bool
+    normalize: bool
+    id_in: IdPlacement
+    field: Field
+    topic: str | None
+
+
+class _DictSettings(_Settings, total=False):
+    """The settings of the formats whose values are dicts: converters to and from your type."""
+
+    to_dict: Callable[[Any], Any] | None
+    from_dict: Callable[[Any], Any] | None
+
+
+def avro(registry: Registry, schema: str, **settings: Unpack[_DictSettings]) -> SchemaBinding[Any]:
     """An Avro binding of ``schema`` (its JSON text): values are dicts (or ``to_dict`` /
     ``from_dict`` convert your type). Payloads written with another version of the schema are
     read into this one (Avro's resolution rules).
 
-    ``subject_strategy``: ``"topic"`` (``{topic}-value``), ``"record"`` (the record's full name) or
-    ``"topic_record"``; ``auto_register``: register the schema when its subject lacks it (else look
-    it up: :class:`SchemaNotFound` when absent); ``use_latest``: write with the subject's latest
-    version (needs ``auto_register=False``); ``normalize``: normalize before registering;
-    ``id_in``: the schema id in the ``"payload"`` prefix or a ``"header"`` (the GUID); ``field``:
-    ``"value"`` or ``"key"`` (a key binding, Kafka only); ``topic``: the topic :meth:`~SchemaBinding.encode`
-    names to the strategy when used as a plain codec.
+    ``subject_strategy``: ``"topic"`` (``{topic}-value``, the default), ``"record"`` (the record's
+    full name) or ``"topic_record"``; ``auto_register``: register the schema when its subject lacks
+    it (the default; else look it up: :class:`SchemaNotFound` when absent); ``use_latest``: write
+    with the subject's latest version (needs ``auto_register=False``); ``normalize``: normalize
+    before registering; ``id_in``: the schema id in the ``"payload"`` prefix (the default) or a
+    ``"header"`` (the GUID); ``field``: ``"value"`` (the default) or ``"key"`` (a key binding, Kafka
+    only); ``topic``: the topic :meth:`~SchemaBinding.encode` names to the strategy when used as a
+    plain codec.
     """
-    return SchemaBinding(
-        registry,
-        "avro",
-        schema,
-        subject_strategy=subject_strategy,
-        auto_register=auto_register,
-        use_latest=use_latest,
-        normalize=normalize,
-        id_in=id_in,
-        field=field,
-        topic=topic,
-        to_dict=to_dict,
-        from_dict=from_dict,
-    )
+    return SchemaBinding(registry, "avro", schema, **settings)
 
 
-def protobuf(
-    registry: Registry,
-    message_type: type[M],
-    *,
-    subject_strategy: Strategy = "topic",
-    auto_register: bool = True,
-    use_latest: bool = False,
-    normalize: bool = False,
-    id_in: IdPlacement = "payload",
-    field: Field = "value",
-    topic: str | None = None,
-) -> SchemaBinding[M]:
+def protobuf(registry: Registry, message_type: type[M], **settings: Unpack[_Settings]) -> SchemaBinding[M]:
     """A Protobuf binding of ``message_type`` (a generated message class, nested types included:
     the payload carries its message indexes). Payloads written with another version of the message
     parse into this one (Protobuf's rules). The settings are those of :func:`avro`."""
-    return SchemaBinding(
-        registry,
-        "protobuf",
-        message_type,
-        subject_strategy=subject_strategy,
-        auto_register=auto_register,
-        use_latest=use_latest,
-        normalize=normalize,
-        id_in=id_in,
-        field=field,
-        topic=topic,
-    )
+    return SchemaBinding(registry, "protobuf", message_type, **settings)
 
 
-def json_schema(
-    registry: Registry,
-    schema: str,
-    *,
-    subject_strategy: Strategy = "topic",
-    auto_register: bool = True,
-    use_latest: bool = False,
-    normalize: bool = False,
-    id_in: IdPlacement = "payload",
-    field: Field = "value",
-    topic: str | None = None,
-    to_dict: Callable[[Any], Any] | None = None,
-    from_dict: Callable[[Any], Any] | None = None,
-) -> SchemaBinding[Any]:
+def json_schema(registry: Registry, schema: str, **settings: Unpack[_DictSettings]) -> SchemaBinding[Any]:
     """A JSON Schema binding of ``schema`` (its JSON text; the record name of the ``record``
     strategies is its ``title``): values are validated against it on both sides. The settings are
     those of :func:`avro`."""
-    return SchemaBinding(
-        registry,
-        "json",
-        schema,
-        subject_strategy=subject_strategy,
-        auto_register=auto_register,
-        use_latest=use_latest,
-        normalize=normalize,
-        id_in=id_in,
-        field=field,
-        topic=topic,
-        to_dict=to_dict,
-        from_dict=from_dict,
-    )
+    return SchemaBinding(registry, "json", schema, **settings)
 
 
 def topic(

@@ -384,14 +384,19 @@ class SchemaBinding(Binding[T], Generic[T]):
     def decode(self, data: bytes, content_type: str | None = None) -> T:
         """The value carried by a framed ``data``: :class:`~broker.errors.DecodeError` when it does
         not decode; a registry that cannot be reached raises its retryable error."""
+        return self._decode_failing(data, None, None, content_type)
+
+    def _decode_failing(self, data: bytes, attributes: Any, received: Any, content_type: str | None) -> T:
+        """:meth:`decode_payload`, a failure raised as the :meth:`failure` of ``received`` (a
+        retryable registry error as it is)."""
         try:
-            return self.decode_payload(data)
+            return self.decode_payload(data, attributes)
         except BrokerError as exc:
             if exc.retryable:
                 raise
-            raise self.failure(exc, None, content_type) from exc
+            raise self.failure(exc, received, content_type) from exc
         except Exception as exc:
-            raise self.failure(exc, None, content_type) from exc
+            raise self.failure(exc, received, content_type) from exc
 
     def decode_received(self, received: Any, data: bytes | None) -> T | None:
         """``received``'s payload as ``T`` (None for a tombstone); the schema id from the payload or
@@ -413,18 +418,11 @@ class SchemaBinding(Binding[T], Generic[T]):
                     return value
                 except Exception as exc:
                     raise self.failure(exc, received, content_type) from exc
-        try:
-            if content_type is not None and content_type != self.content_type:
-                wanted = media_type(self.content_type)
-                if media_type(content_type) != wanted:
-                    raise DecodeError(f"content type {content_type!r} is not {self.content_type!r}")
-            return self.decode_payload(data, attributes)
-        except BrokerError as exc:
-            if exc.retryable:
-                raise
-            raise self.failure(exc, received, content_type) from exc
-        except Exception as exc:
-            raise self.failure(exc, received, content_type) from exc
+        if content_type is not None and content_type != self.content_type:
+            if media_type(content_type) != media_type(self.content_type):
+                error = DecodeError(f"content type {content_type!r} is not {self.content_type!r}")
+                raise self.failure(error, received, content_type) from error
+        return self._decode_failing(data, attributes, received, content_type)
 
     def decode_key(self, received: Any) -> T | None:
         """The key of ``received`` (a Kafka record or message) decoded with this key binding."""
@@ -432,14 +430,7 @@ class SchemaBinding(Binding[T], Generic[T]):
         if key is None:
             return None
         data = key.encode("utf-8", "surrogateescape") if isinstance(key, str) else bytes(key)
-        try:
-            return self.decode_payload(data, received.attributes)
-        except BrokerError as exc:
-            if exc.retryable:
-                raise
-            raise self.failure(exc, received, None) from exc
-        except Exception as exc:
-            raise self.failure(exc, received, None) from exc
+        return self._decode_failing(data, received.attributes, received, None)
 
     async def resolve(self, items: Iterable[Any], *, keys: bool = False) -> None:
         """Look up, in a worker thread, the writer schemas of ``items`` (received messages or records)

@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
+from broker.driver.forwarding import Forwarded
 from broker.errors import ConfigError, NotSupported
 from broker.interfaces import Publisher
 from broker.message import OutboundMessage
@@ -71,10 +72,7 @@ class SchemaTopic(Generic[T]):
     def __repr__(self) -> str:
         return f"<SchemaTopic {self.topic.name!r} {self.binding!r}>"
 
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
+    name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
     def _header_text(self, raw: bytes) -> str:
         if self._binary:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.backend import Backend
 from broker.capabilities import Capabilities
@@ -14,7 +13,7 @@ from broker.driver.options import check_count, check_seconds
 from broker.errors import ClosedError, ConfigError
 from broker.sync import portal as _portal
 from broker.sync.consuming import SyncMessages, SyncRecords
-from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, check_not_in_loop, generation
+from broker.sync.portal import DEFAULT_CLOSE_TIMEOUT, DEFAULT_TIMEOUT, Closing, check_not_in_loop, generation
 from broker.sync.publishing import SyncPublisher
 
 if TYPE_CHECKING:
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["SyncBackend", "connect"]
 
 T = TypeVar("T")
+#: A blocking consumer class.
+C = TypeVar("C", bound=SyncMessages | SyncRecords)
 
 #: How many messages (or records) a consumer reads ahead of its caller by default.
 DEFAULT_READ_AHEAD = 256
@@ -47,7 +48,7 @@ def connect(
     return SyncBackend(target, timeout=timeout, close_timeout=close_timeout)
 
 
-class SyncBackend:
+class SyncBackend(Closing):
     """A connection to one broker for blocking code: publishers and consumers without ``await``.
 
     Every call runs the async backend's own code on the portal's loop thread
@@ -83,14 +84,6 @@ class SyncBackend:
     def __repr__(self) -> str:
         name = self._async.name if self._async is not None else "?"
         return f"<SyncBackend {name}{' closed' if self._closed else ''}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def closed(self) -> bool:
@@ -173,20 +166,8 @@ class SyncBackend:
         handed out when the consumer closes are nacked. With ``type`` the messages decode as in
         :func:`broker.typed.messages` (``message.decoded()``).
         """
-
-        def opener() -> Any:
-            source = self._async_backend().messages(topic, subscription, **options)
-            if type is not None:
-                from broker import typed
-
-                return typed.messages(source, type)
-            return source
-
-        self._async_backend()
-        return self._track(  # type: ignore[no-any-return]
-            SyncMessages(
-                self, opener, read_ahead=read_ahead, timeout=self.timeout, close_timeout=self.close_timeout
-            )
+        return self._consumer(
+            SyncMessages, lambda backend: backend.messages(topic, subscription, **options), type, read_ahead
         )
 
     def records(
@@ -199,20 +180,33 @@ class SyncBackend:
         **options: Any,
     ) -> SyncRecords:
         """Partitioned-log consumption of ``topics`` in consumer group ``group`` (``Backend.records``)."""
+        return self._consumer(
+            SyncRecords, lambda backend: backend.records(topics, group, **options), type, read_ahead
+        )
+
+    def _consumer(
+        self,
+        kind: type[C],
+        open_source: Callable[[Backend], Any],
+        type: Binding[Any] | type[Any] | None,
+        read_ahead: int,
+    ) -> C:
+        """A blocking consumer of ``kind`` over what ``open_source(async backend)`` opens (typed
+        with ``type`` as :func:`broker.typed.messages` / :func:`broker.typed.records` do), tracked."""
 
         def opener() -> Any:
-            source = self._async_backend().records(topics, group, **options)
-            if type is not None:
-                from broker import typed
+            source = open_source(self._async_backend())
+            if type is None:
+                return source
+            from broker import typed
 
-                return typed.records(source, type)
-            return source
+            if kind is SyncMessages:
+                return typed.messages(source, type)
+            return typed.records(source, type)
 
         self._async_backend()
         return self._track(  # type: ignore[no-any-return]
-            SyncRecords(
-                self, opener, read_ahead=read_ahead, timeout=self.timeout, close_timeout=self.close_timeout
-            )
+            kind(self, opener, read_ahead=read_ahead, timeout=self.timeout, close_timeout=self.close_timeout)
         )
 
     def close(self, timeout: float | None = None) -> None:

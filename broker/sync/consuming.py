@@ -18,15 +18,15 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.driver.clock import clock
+from broker.driver.forwarding import Forwarded
 from broker.errors import AckError, ClosedError, Timeout
 from broker.message import Message, Record
 from broker.settle import ack_all, commit_highest_offsets, nack_all
 from broker.sync import portal as _portal
-from broker.sync.portal import check_not_in_loop, generation
+from broker.sync.portal import Closing, check_not_in_loop, generation
 
 if TYPE_CHECKING:
     from broker.sync.backend import SyncBackend
@@ -47,7 +47,7 @@ class _Failure:
         self.error = error
 
 
-class _Consumer(Generic[W]):
+class _Consumer(Closing, Generic[W]):
     """The shared machinery of :class:`SyncMessages` and :class:`SyncRecords`."""
 
     _what = "consumer"
@@ -101,14 +101,6 @@ class _Consumer(Generic[W]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self._backend!r}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __iter__(self) -> Iterator[W]:
         """Yield items until the consumer is closed (from another thread or a signal handler)."""
@@ -418,40 +410,19 @@ class SyncMessage:
     def __repr__(self) -> str:
         return f"<SyncMessage {self.message.id!r}>"
 
-    @property
-    def id(self) -> str:
-        """The broker's id of the message."""
-        return self.message.id
-
-    @property
-    def data(self) -> bytes:
-        """The payload."""
-        return self.message.data
-
-    @property
-    def key(self) -> str | None:
-        """The key (None: none)."""
-        return self.message.key
-
-    @property
-    def attributes(self) -> Mapping[str, str]:
-        """The attributes."""
-        return self.message.attributes
-
-    @property
-    def publish_time(self) -> float | None:
-        """When it was published (epoch seconds), where the broker says."""
-        return self.message.publish_time
-
-    @property
-    def delivery_attempt(self) -> int | None:
-        """1 on first delivery, where the broker knows."""
-        return self.message.delivery_attempt
-
-    @property
-    def decoded(self) -> Any:
-        """The decoded value (consumers opened with ``type=``; see :mod:`broker.typed`)."""
-        return self.message.decoded
+    id: Forwarded[str] = Forwarded("message", "The broker's id of the message.")
+    data: Forwarded[bytes] = Forwarded("message", "The payload.")
+    key: Forwarded[str | None] = Forwarded("message", "The key (None: none).")
+    attributes: Forwarded[Mapping[str, str]] = Forwarded("message", "The attributes.")
+    publish_time: Forwarded[float | None] = Forwarded(
+        "message", "When it was published (epoch seconds), where the broker says."
+    )
+    delivery_attempt: Forwarded[int | None] = Forwarded(
+        "message", "1 on first delivery, where the broker knows."
+    )
+    decoded: Forwarded[Any] = Forwarded(
+        "message", "The decoded value (consumers opened with ``type=``; see :mod:`broker.typed`)."
+    )
 
     def _mark(self, op: int) -> bool:
         if self._done == op:
@@ -493,40 +464,15 @@ class SyncRecord:
     def __repr__(self) -> str:
         return f"<SyncRecord {self.record.topic}[{self.record.partition}]@{self.record.offset}>"
 
-    @property
-    def topic(self) -> str:
-        """The record's topic."""
-        return self.record.topic
-
-    @property
-    def partition(self) -> int:
-        """The record's partition."""
-        return self.record.partition
-
-    @property
-    def offset(self) -> int:
-        """The record's offset in its partition."""
-        return self.record.offset
-
-    @property
-    def key(self) -> str | None:
-        """The key (None: none)."""
-        return self.record.key
-
-    @property
-    def value(self) -> bytes | None:
-        """The payload (None: a tombstone)."""
-        return self.record.value
-
-    @property
-    def attributes(self) -> Mapping[str, str]:
-        """The attributes."""
-        return self.record.attributes
-
-    @property
-    def decoded(self) -> Any:
-        """The decoded value (consumers opened with ``type=``; see :mod:`broker.typed`)."""
-        return self.record.decoded
+    topic: Forwarded[str] = Forwarded("record", "The record's topic.")
+    partition: Forwarded[int] = Forwarded("record", "The record's partition.")
+    offset: Forwarded[int] = Forwarded("record", "The record's offset in its partition.")
+    key: Forwarded[str | None] = Forwarded("record", "The key (None: none).")
+    value: Forwarded[bytes | None] = Forwarded("record", "The payload (None: a tombstone).")
+    attributes: Forwarded[Mapping[str, str]] = Forwarded("record", "The attributes.")
+    decoded: Forwarded[Any] = Forwarded(
+        "record", "The decoded value (consumers opened with ``type=``; see :mod:`broker.typed`)."
+    )
 
     def commit(self, *, wait: bool = False, timeout: float | None = None) -> None:
         """Commit this record's offset (and every lower one of its partition)."""

@@ -27,7 +27,8 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar
 
 from broker.driver.clock import clock
 from broker.errors import BlockingInEventLoop, BrokerError, Timeout
@@ -35,6 +36,7 @@ from broker.errors import BlockingInEventLoop, BrokerError, Timeout
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "DEFAULT_TIMEOUT",
+    "Closing",
     "Portal",
     "abandon",
     "check_not_in_loop",
@@ -44,6 +46,22 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Closing:
+    """``with`` support for a blocking resource: leaving the block calls its ``close()``."""
+
+    def close(self) -> None:
+        """Release the resource (subclasses implement it; idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 #: The timeout (seconds) of a blocking call that names none.
 DEFAULT_TIMEOUT = 30.0

@@ -21,18 +21,18 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.backend import Backend
 from broker.driver.clock import clock
+from broker.driver.forwarding import Forwarded
 from broker.driver.outbound import check_outbound, is_plain
 from broker.driver.publishing import DeliveryDone, DriverPublisher
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
 from broker.sync import portal as _portal
-from broker.sync.portal import check_not_in_loop, generation
+from broker.sync.portal import Closing, check_not_in_loop, generation
 
 if TYPE_CHECKING:
     from broker.sync.backend import SyncBackend
@@ -51,7 +51,7 @@ log = logging.getLogger("broker.sync")
 _Item = tuple[str, Any, Callable[[BaseException | None], object] | None]
 
 
-class SyncPublisher:
+class SyncPublisher(Closing):
     """A blocking publisher; :meth:`topic` hands out cheap, thread-safe topic handles.
 
     Any number of threads may publish through one publisher at once. Messages of one topic are
@@ -99,14 +99,6 @@ class SyncPublisher:
 
     def __repr__(self) -> str:
         return f"<SyncPublisher of {self._backend!r}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def pending(self) -> int:
@@ -457,10 +449,7 @@ class SyncTypedTopic(Generic[T]):
         self.topic = topic
         self._typed: TypedTopic[T] = TypedTopic(_NameOnly(topic.name), binding)  # type: ignore[arg-type]
 
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
+    name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
     def message(
         self, value: T, *, key: str | None = None, attributes: Mapping[str, str] | None = None
@@ -499,11 +488,8 @@ class SyncTypedTopic(Generic[T]):
         keys: Sequence[str | None] | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Encode and publish ``values`` (with ``keys``, one per value, when given)."""
-        keyed = keys if keys is not None else [None] * len(values)
-        self.topic.batch_publish(
-            *(self.message(v, key=k) for v, k in zip(values, keyed, strict=True)), timeout=timeout
-        )
+        """Encode and publish ``values`` (with ``keys``, one per value, when given: else ConfigError)."""
+        self.topic.batch_publish(*self._typed.messages(*values, keys=keys), timeout=timeout)
 
 
 class _NameOnly:

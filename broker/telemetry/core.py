@@ -320,27 +320,27 @@ class ConsumerTelemetry:
     def begin(self, message: Message) -> Any:
         """A message was received: count it, wrap its acker, start its process span (None: no tracing)."""
         self._adopt(message)
-        span = self._process_span(self.destination, message.attributes)
-        if span is None:
-            return None
-        if span.is_recording():
-            span.set_attribute("messaging.message.id", message.id)
-            span.set_attribute("messaging.message.body.size", len(message.data))
-            if message.delivery_attempt is not None:
-                span.set_attribute("polybroker.message.delivery_attempt", message.delivery_attempt)
-            self._keep(id(message), span)
-        return span
+        return self._begin_span(message, self.destination, self._message_attributes)
 
     def begin_record(self, record: Record) -> Any:
         """A record was read: count it, wrap its committer, start its process span."""
         self._adopt_record(record)
-        span = self._process_span(record.topic, record.attributes)
-        if span is None:
-            return None
-        if span.is_recording():
-            self._record_attributes(span, record)
-            self._keep(id(record), span)
+        return self._begin_span(record, record.topic, self._record_attributes)
+
+    def _begin_span(self, received: Any, topic: str, annotate: Callable[[Any, Any], None]) -> Any:
+        """The process span of ``received`` (None: no tracing), ``annotate``-d and kept while recording."""
+        span = self._process_span(topic, received.attributes)
+        if span is not None and span.is_recording():
+            annotate(span, received)
+            self._keep(id(received), span)
         return span
+
+    @staticmethod
+    def _message_attributes(span: Any, message: Message) -> None:
+        span.set_attribute("messaging.message.id", message.id)
+        span.set_attribute("messaging.message.body.size", len(message.data))
+        if message.delivery_attempt is not None:
+            span.set_attribute("polybroker.message.delivery_attempt", message.delivery_attempt)
 
     def _adopt_record(self, record: Record) -> None:
         """Count a record once and route its acks through this consumer's traced committer."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
@@ -28,6 +29,7 @@ from typing import Any, Self
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.capabilities import Capabilities
 from broker.driver.base import topics_tuple
+from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import DriverPublisher
 from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, ClosedError, Timeout
@@ -65,6 +67,7 @@ async def backlog_of(backend: Any, topic: str, subscription: str) -> int | None:
     return value
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class BacklogWatch:
     """Polls the backlog of one (destination, subscription) while consumers of it are open.
 
@@ -75,27 +78,18 @@ class BacklogWatch:
     ``Timeout``).
     """
 
-    def __init__(
-        self,
-        backend: Any,
-        destination: str,
-        subscription: str,
-        series: Any,
-        interval: float,
-        threshold: int | None,
-    ) -> None:
-        self.backend = backend
-        self.destination = destination
-        self.subscription = subscription
-        self.series = series
-        self.interval = interval
-        self.threshold = threshold
-        #: The health entries of the consumers being watched.
-        self.consumers: list[ConsumerHealth] = []
-        #: False once the backend answered None: the broker does not report a backlog.
-        self.reported = True
-        self._task: asyncio.Task[None] | None = None
-        self._failing = False
+    backend: Any
+    destination: str
+    subscription: str
+    series: Any
+    interval: float
+    threshold: int | None
+    #: The health entries of the consumers being watched.
+    consumers: list[ConsumerHealth] = dataclasses.field(default_factory=list, init=False)
+    #: False once the backend answered None: the broker does not report a backlog.
+    reported: bool = dataclasses.field(default=True, init=False)
+    _task: asyncio.Task[None] | None = dataclasses.field(default=None, init=False)
+    _failing: bool = dataclasses.field(default=False, init=False)
 
     def __repr__(self) -> str:
         return f"<BacklogWatch {self.destination}/{self.subscription} consumers={len(self.consumers)}>"
@@ -430,15 +424,8 @@ class InstrumentedBackend(AsyncResource):
             raise AttributeError(name)
         return getattr(self.wrapped, name)
 
-    @property
-    def name(self) -> str:
-        """The wrapped backend's name (URL scheme)."""
-        return self.wrapped.name
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """The wrapped backend's capabilities."""
-        return self.wrapped.capabilities
+    name: Forwarded[str] = Forwarded("wrapped", "The wrapped backend's name (URL scheme).")
+    capabilities: Forwarded[Capabilities] = Forwarded("wrapped", "The wrapped backend's capabilities.")
 
     def health(self) -> HealthReport:
         """Liveness, readiness and every open consumer's state (see :mod:`broker.telemetry.health`)."""

@@ -44,7 +44,7 @@ import binascii
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -56,6 +56,7 @@ from broker.interfaces import Publisher, Topic
 from broker.message import Message, OutboundMessage, has_native_properties, own_acker
 from broker.typed.binding import Binding, ensure_binding
 from broker.typed.formats import CONTENT_TYPE, media_type
+from broker.typed.publishing import TypedTopic
 
 __all__ = [
     "BINDING_PREFIXES",
@@ -496,52 +497,28 @@ class CloudEventBinding(Binding[CloudEvent[T]], Generic[T]):
         )
 
 
-class CloudEventTopic(Generic[T]):
-    """A publishing handle for one topic whose messages are :class:`CloudEvent` values of ``T``."""
+class CloudEventTopic(TypedTopic[CloudEvent[T]]):
+    """A publishing handle for one topic whose messages are :class:`CloudEvent` values of ``T``.
 
-    __slots__ = ("binding", "topic")
+    A :class:`~broker.typed.TypedTopic` whose messages are built by :meth:`CloudEventBinding.message`
+    (the binding's mode and protocol: ``ce-`` attributes in binary mode, the JSON event format in
+    structured mode).
+    """
+
+    __slots__ = ()
+
+    _plain = False
+    #: The binding events are written with (its mode and protocol).
+    binding: CloudEventBinding[T]
 
     def __init__(self, topic: Topic, binding: CloudEventBinding[T]) -> None:
-        #: The untyped topic handle underneath.
-        self.topic = topic
-        #: The binding events are written with (its mode and protocol).
-        self.binding = binding
+        super().__init__(topic, binding)
 
-    def __repr__(self) -> str:
-        return f"<CloudEventTopic {self.topic.name!r} {self.binding!r}>"
-
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
-
-    async def publish(
-        self,
-        event: CloudEvent[T],
-        *,
-        key: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Publish ``event`` (see :meth:`CloudEventBinding.message`); returns once the broker has it."""
-        await self.topic.publish(self.binding.message(event, key=key, attributes=attributes), timeout=timeout)
-
-    async def batch_publish(
-        self,
-        *events: CloudEvent[T],
-        keys: Sequence[str | None] | None = None,
-        attributes: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Publish ``events`` in order, in one batch; ``keys`` gives one key per event."""
-        if keys is not None and len(keys) != len(events):
-            raise ConfigError(f"batch_publish got {len(events)} events but {len(keys)} keys")
-        message = self.binding.message
-        chosen = keys if keys is not None else [None] * len(events)
-        await self.topic.batch_publish(
-            *(message(e, key=k, attributes=attributes) for e, k in zip(events, chosen, strict=True)),
-            timeout=timeout,
-        )
+    def message(
+        self, value: CloudEvent[T], *, key: str | None = None, attributes: Mapping[str, str] | None = None
+    ) -> OutboundMessage:
+        """The message carrying ``value`` (see :meth:`CloudEventBinding.message`)."""
+        return self.binding.message(value, key=key, attributes=attributes)
 
 
 def binding(data: Binding[T] | type[T], *, protocol: Any, mode: Mode = "binary") -> CloudEventBinding[T]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from broker.codecs import Codec
+from broker.driver.forwarding import Forwarded
 from broker.typed.binding import Binding, ensure_binding
 
 __all__ = ["BindingCodec", "binding_codec"]
@@ -43,10 +44,9 @@ class BindingCodec(Generic[T]):
     def __repr__(self) -> str:
         return f"<BindingCodec {self.binding!r}>"
 
-    @property
-    def content_type(self) -> str:
-        """The content type of the payloads this codec writes (the binding's)."""
-        return self.binding.content_type
+    content_type: Forwarded[str] = Forwarded(
+        "binding", "The content type of the payloads this codec writes (the binding's)."
+    )
 
     def encode(self, value: T) -> bytes:
         """The payload for ``value`` (:class:`~broker.errors.EncodeError` when it cannot be encoded)."""

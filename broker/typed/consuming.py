@@ -25,10 +25,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from broker.adapt._common import enter_source, leave_source
+from broker.adapt._common import SourceWrapper
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, DecodeError
 from broker.interfaces import (
@@ -66,6 +65,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+Out = TypeVar("Out")
 
 log = logging.getLogger("broker.typed")
 
@@ -77,35 +77,26 @@ DecodeErrorHook = Callable[[TypedMessage[Any], DecodeError], Awaitable[None]]
 _KEPT = frozenset({"stop", "stopped", "close", "drain_timeout", "concurrency"})
 
 
-class _Wrapper(AsyncResource):
-    """``async with`` entering and leaving ``source``, the object wrapped."""
-
-    source: Any
-
-    async def __aenter__(self) -> Self:
-        await enter_source(self.source)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await leave_source(self.source, exc_type, exc, tb)
+class _Wrapper(SourceWrapper, AsyncResource):
+    """An iterator wrapper: ``async with`` entering and leaving the source, and ``close()``."""
 
 
-class _ReceiverWrapper:
+class _ReceiverWrapper(SourceWrapper, Generic[T]):
     """A receiver wrapper: ``async with`` entering and leaving ``source``, and the source's
     ``stop()``, ``stopped``, ``close()``, ``drain_timeout`` and ``concurrency`` where it has them."""
 
-    source: Any
-
-    async def __aenter__(self) -> Self:
-        await enter_source(self.source)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    def __init__(
+        self, source: Any, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
     ) -> None:
-        await leave_source(self.source, exc_type, exc, tb)
+        #: The untyped receiver underneath.
+        self.source = source
+        #: The binding messages decode with.
+        self.binding = binding
+        #: Called for a message whose payload did not decode (None: dead-letter it).
+        self.on_decode_error = on_decode_error
+
+    async def _ready(self, messages: list[TypedMessage[T]]) -> None:
+        """Prepare ``messages`` before the handler gets them (nothing here; see :mod:`broker.schemas`)."""
 
     def __getattr__(self, name: str) -> Any:
         if name in _KEPT:
@@ -113,114 +104,132 @@ class _ReceiverWrapper:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-class TypedMessages(_Wrapper, Generic[T]):
-    """A :class:`~broker.interfaces.MessageIterator` handing out :class:`TypedMessage` objects."""
+class _Typed(_Wrapper, Generic[T, Out]):
+    """An iterator wrapper: what ``source`` fetches, made ready (:meth:`_ready`) and tagged with
+    ``binding`` (:meth:`_tag`), handed out as ``Out`` objects; ``close()`` closes the source."""
 
     __slots__ = ("binding", "source")
 
-    def __init__(self, source: MessageIterator, binding: Binding[T]) -> None:
+    def __init__(self, source: Any, binding: Binding[T]) -> None:
         #: The untyped iterator underneath.
         self.source = source
-        #: The binding messages decode with.
+        #: The binding payloads decode with.
         self.binding = binding
+
+    async def _ready(self, items: list[Any]) -> None:
+        """Prepare fetched ``items`` before they are handed out (nothing here; see :mod:`broker.schemas`)."""
+
+    def _tag(self, items: list[Any]) -> list[Out]:
+        """``items`` tagged with the binding, in place."""
+        raise NotImplementedError
+
+    async def _hand_out(self, items: list[Any]) -> list[Out]:
+        await self._ready(items)
+        return self._tag(items)
+
+    async def close(self) -> None:
+        """Close the source iterator."""
+        await self.source.close()
+
+
+class _OneByOne(_Typed[T, Out]):
+    """A typed iterator over a source's ``next_message()`` / ``next_record()`` (``_pull``)."""
+
+    __slots__ = ()
+
+    async def _pull(self, timeout: float | None) -> Any:
+        raise NotImplementedError
+
+    async def _next(self, timeout: float | None) -> Out:
+        return (await self._hand_out([await self._pull(timeout)]))[0]
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Out:
+        try:
+            item = await self._pull(None)
+        except ClosedError:
+            raise StopAsyncIteration from None
+        return (await self._hand_out([item]))[0]
+
+
+class _Batches(_Typed[T, Out]):
+    """A typed iterator over a source's ``next_batch()`` and its ``async for``."""
+
+    __slots__ = ()
+
+    async def next_batch(self, timeout: float | None = None) -> list[Out]:
+        """The next batch, possibly empty (see :class:`broker.interfaces.BatchedMessageIterator`)."""
+        return await self._hand_out(await self.source.next_batch(timeout))
+
+    async def __aiter__(self) -> AsyncIterator[list[Out]]:
+        async for batch in self.source:
+            yield await self._hand_out(batch)
+
+
+class TypedMessages(_OneByOne[T, TypedMessage[T]]):
+    """A :class:`~broker.interfaces.MessageIterator` handing out :class:`TypedMessage` objects."""
+
+    __slots__ = ()
+
+    def __init__(self, source: MessageIterator, binding: Binding[T]) -> None:
+        super().__init__(source, binding)
+
+    async def _pull(self, timeout: float | None) -> Message:
+        message: Message = await self.source.next_message(timeout)
+        return message
+
+    def _tag(self, items: list[Any]) -> list[TypedMessage[T]]:
+        return tag_messages(items, self.binding)
 
     async def next_message(self, timeout: float | None = None) -> TypedMessage[T]:
         """The next message (see :meth:`broker.interfaces.MessageIterator.next_message`)."""
-        return tag_message(await self.source.next_message(timeout), self.binding)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> TypedMessage[T]:
-        try:
-            message = await self.source.next_message()
-        except ClosedError:
-            raise StopAsyncIteration from None
-        return tag_message(message, self.binding)
-
-    async def close(self) -> None:
-        """Close the source iterator."""
-        await self.source.close()
+        return await self._next(timeout)
 
 
-class TypedBatchedMessages(_Wrapper, Generic[T]):
+class TypedBatchedMessages(_Batches[T, TypedMessage[T]]):
     """A batched message iterator handing out lists of :class:`TypedMessage` objects."""
 
-    __slots__ = ("binding", "source")
+    __slots__ = ()
 
     def __init__(self, source: BatchedMessageIterator, binding: Binding[T]) -> None:
-        #: The untyped batched iterator underneath.
-        self.source = source
-        #: The binding messages decode with.
-        self.binding = binding
+        super().__init__(source, binding)
 
-    async def next_batch(self, timeout: float | None = None) -> list[TypedMessage[T]]:
-        """The next batch, possibly empty (see :class:`broker.interfaces.BatchedMessageIterator`)."""
-        return tag_messages(await self.source.next_batch(timeout), self.binding)
-
-    async def __aiter__(self) -> AsyncIterator[list[TypedMessage[T]]]:
-        binding = self.binding
-        async for batch in self.source:
-            yield tag_messages(batch, binding)
-
-    async def close(self) -> None:
-        """Close the source iterator."""
-        await self.source.close()
+    def _tag(self, items: list[Any]) -> list[TypedMessage[T]]:
+        return tag_messages(items, self.binding)
 
 
-class TypedRecords(_Wrapper, Generic[T]):
+class TypedRecords(_OneByOne[T, TypedRecord[T]]):
     """A :class:`~broker.interfaces.RecordIterator` handing out :class:`TypedRecord` objects."""
 
-    __slots__ = ("binding", "source")
+    __slots__ = ()
 
     def __init__(self, source: RecordIterator, binding: Binding[T]) -> None:
-        #: The untyped iterator underneath.
-        self.source = source
-        #: The binding values decode with.
-        self.binding = binding
+        super().__init__(source, binding)
+
+    async def _pull(self, timeout: float | None) -> Record:
+        record: Record = await self.source.next_record(timeout)
+        return record
+
+    def _tag(self, items: list[Any]) -> list[TypedRecord[T]]:
+        return tag_records(items, self.binding)
 
     async def next_record(self, timeout: float | None = None) -> TypedRecord[T]:
         """The next record (see :meth:`broker.interfaces.RecordIterator.next_record`)."""
-        return tag_record(await self.source.next_record(timeout), self.binding)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> TypedRecord[T]:
-        try:
-            record = await self.source.next_record()
-        except ClosedError:
-            raise StopAsyncIteration from None
-        return tag_record(record, self.binding)
-
-    async def close(self) -> None:
-        """Close the source iterator."""
-        await self.source.close()
+        return await self._next(timeout)
 
 
-class TypedBatchedRecords(_Wrapper, Generic[T]):
+class TypedBatchedRecords(_Batches[T, TypedRecord[T]]):
     """A batched record iterator handing out lists of :class:`TypedRecord` objects."""
 
-    __slots__ = ("binding", "source")
+    __slots__ = ()
 
     def __init__(self, source: BatchedIterator, binding: Binding[T]) -> None:
-        #: The untyped batched iterator underneath.
-        self.source = source
-        #: The binding values decode with.
-        self.binding = binding
+        super().__init__(source, binding)
 
-    async def next_batch(self, timeout: float | None = None) -> list[TypedRecord[T]]:
-        """The next batch, possibly empty (see :class:`broker.interfaces.BatchedIterator`)."""
-        return tag_records(await self.source.next_batch(timeout), self.binding)
-
-    async def __aiter__(self) -> AsyncIterator[list[TypedRecord[T]]]:
-        binding = self.binding
-        async for batch in self.source:
-            yield tag_records(batch, binding)
-
-    async def close(self) -> None:
-        """Close the source iterator."""
-        await self.source.close()
+    def _tag(self, items: list[Any]) -> list[TypedRecord[T]]:
+        return tag_records(items, self.binding)
 
 
 async def stream(
@@ -285,7 +294,7 @@ async def settle_undecodable(
     await message.dead_letter(reason)
 
 
-class TypedReceiver(_ReceiverWrapper, Generic[T]):
+class TypedReceiver(_ReceiverWrapper[T]):
     """A :class:`~broker.interfaces.Receiver` whose handler gets :class:`TypedMessage` objects.
 
     Wraps any receiver (``backend.receiver(...)``, ``broker.adapt.receiver(...)``, ``fan_in``);
@@ -296,12 +305,7 @@ class TypedReceiver(_ReceiverWrapper, Generic[T]):
     def __init__(
         self, source: Receiver, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
     ) -> None:
-        #: The untyped receiver underneath.
-        self.source = source
-        #: The binding messages decode with.
-        self.binding = binding
-        #: Called for a message whose payload did not decode (None: dead-letter it).
-        self.on_decode_error = on_decode_error
+        super().__init__(source, binding, on_decode_error=on_decode_error)
 
     async def receive(self, handler: Callable[[TypedMessage[T]], Awaitable[None]]) -> None:
         """Call ``handler`` for every message until cancelled or stopped (as the source does)."""
@@ -310,6 +314,7 @@ class TypedReceiver(_ReceiverWrapper, Generic[T]):
         async def call(message: Message) -> None:
             typed = tag_message(message, binding)
             try:
+                await self._ready([typed])
                 await handler(typed)
             except DecodeError as exc:
                 if exc.received is not message:
@@ -319,7 +324,7 @@ class TypedReceiver(_ReceiverWrapper, Generic[T]):
         await self.source.receive(functools.update_wrapper(call, handler))  # logs name the user's handler
 
 
-class TypedBatchedReceiver(_ReceiverWrapper, Generic[T]):
+class TypedBatchedReceiver(_ReceiverWrapper[T]):
     """A :class:`~broker.interfaces.BatchedReceiver` whose handler gets lists of :class:`TypedMessage`.
 
     When the handler lets a message's ``DecodeError`` escape, that message is settled as
@@ -327,18 +332,9 @@ class TypedBatchedReceiver(_ReceiverWrapper, Generic[T]):
     """
 
     def __init__(
-        self,
-        source: BatchedReceiver,
-        binding: Binding[T],
-        *,
-        on_decode_error: DecodeErrorHook | None = None,
+        self, source: BatchedReceiver, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
     ) -> None:
-        #: The untyped batched receiver underneath.
-        self.source = source
-        #: The binding messages decode with.
-        self.binding = binding
-        #: Called for a message whose payload did not decode (None: dead-letter it).
-        self.on_decode_error = on_decode_error
+        super().__init__(source, binding, on_decode_error=on_decode_error)
 
     async def receive_batch(self, handler: Callable[[list[TypedMessage[T]]], Awaitable[None]]) -> None:
         """Call ``handler`` for every non-empty batch until cancelled or stopped."""
@@ -347,6 +343,7 @@ class TypedBatchedReceiver(_ReceiverWrapper, Generic[T]):
         async def call(batch: list[Message]) -> None:
             typed = tag_messages(batch, binding)
             try:
+                await self._ready(typed)
                 await handler(typed)
             except DecodeError as exc:
                 bad = _position(batch, exc.received)

@@ -10,8 +10,9 @@ added, and a ``content-type`` among them is kept as given.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
+from broker.driver.forwarding import Forwarded
 from broker.errors import ConfigError, EncodeError
 from broker.interfaces import Topic
 from broker.message import OutboundMessage
@@ -28,6 +29,10 @@ class TypedTopic(Generic[T]):
 
     __slots__ = ("_attributes", "binding", "topic")
 
+    #: Whether every message is the encoded value with the binding's content type (and the
+    #: caller's key and attributes), so that :meth:`batch_publish` may build them in one pass.
+    _plain: ClassVar[bool] = True
+
     def __init__(self, topic: Topic, binding: Binding[T]) -> None:
         #: The untyped topic handle underneath.
         self.topic = topic
@@ -36,12 +41,9 @@ class TypedTopic(Generic[T]):
         self._attributes: Mapping[str, str] = {CONTENT_TYPE: binding.content_type}
 
     def __repr__(self) -> str:
-        return f"<TypedTopic {self.topic.name!r} {self.binding!r}>"
+        return f"<{type(self).__name__} {self.topic.name!r} {self.binding!r}>"
 
-    @property
-    def name(self) -> str:
-        """The topic's name."""
-        return self.topic.name
+    name: Forwarded[str] = Forwarded("topic", "The topic's name.")
 
     def message(
         self, value: T, *, key: str | None = None, attributes: Mapping[str, str] | None = None
@@ -82,22 +84,30 @@ class TypedTopic(Generic[T]):
 
         ``keys`` gives one key per value; ``attributes`` are added to every message.
         """
+        messages = self.messages(*values, keys=keys, attributes=attributes)
+        await self.topic.batch_publish(*messages, timeout=timeout)
+
+    def messages(
+        self,
+        *values: T,
+        keys: Sequence[str | None] | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> list[OutboundMessage]:
+        """The messages :meth:`batch_publish` sends for ``values`` (one :meth:`message` each).
+
+        Raises :class:`~broker.errors.ConfigError` when ``keys`` does not give one key per value.
+        """
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"batch_publish got {len(values)} values but {len(keys)} keys")
-        if keys is None and not attributes:
+        if keys is None and not attributes and self._plain:
             # The common case as an application would write it by hand: one encoder call and one
             # OutboundMessage per value, sharing the content-type mapping.
             encode, shared = self.binding.encoder, self._attributes
             try:
-                fast = [OutboundMessage(encode(v), None, shared) for v in values]
+                return [OutboundMessage(encode(v), None, shared) for v in values]
             except Exception:
-                pass
-            else:
-                await self.topic.batch_publish(*fast, timeout=timeout)
-                return
+                pass  # the value that does not encode fails below, with its EncodeError
         message = self.message
         if keys is None:
-            messages = [message(v, attributes=attributes) for v in values]
-        else:
-            messages = [message(v, key=k, attributes=attributes) for v, k in zip(values, keys, strict=True)]
-        await self.topic.batch_publish(*messages, timeout=timeout)
+            return [message(v, attributes=attributes) for v in values]
+        return [message(v, key=k, attributes=attributes) for v, k in zip(values, keys, strict=True)]

@@ -69,9 +69,27 @@ class _ReportingGroupCore(GroupCore):
             self.transient.on_event(message.topic(), error)
 
 
-async def _pause_after_error(seconds: float) -> None:
-    """Wait a little before polling again after a failed poll (never spin)."""
-    await asyncio.sleep(min(max(seconds, 0.05), 1.0))
+async def fetch_or_pause(
+    core: Any, poll_timeout: float, report: Callable[[BaseException, str], None], what: str
+) -> list[Any] | None:
+    """The messages ``core`` fetches within ``poll_timeout``; None once it is closed or closing.
+
+    A failed fetch is reported (``report(exc, what)``); a fatal one is raised, any other is
+    followed by a short pause and ``[]`` (the caller polls again, never spinning).
+    """
+    try:
+        messages: list[Any] = await core.fetch(core.prefetch, poll_timeout)
+    except ClosedError:
+        return None
+    except Exception as exc:
+        if core.closing:
+            return None
+        report(exc, what)
+        if is_fatal(exc):
+            raise
+        await asyncio.sleep(min(max(poll_timeout, 0.05), 1.0))
+        return []
+    return messages
 
 
 #: librdkafka's spellings of a true boolean property (``rd_kafka_conf_set``; case-insensitive).
@@ -257,18 +275,9 @@ class Consumer:
         self._transient.loop = asyncio.get_running_loop()
         self._transient.error_callback = self.error_callback
         while not self._stopping:
-            try:
-                messages = await core.fetch(core.prefetch, self.poll_timeout)
-            except ClosedError:
+            messages = await fetch_or_pause(core, self.poll_timeout, self._report, "consuming failed")
+            if messages is None:
                 return
-            except Exception as exc:
-                if core.closing:
-                    return
-                self._report(exc, "consuming failed")
-                if is_fatal(exc):
-                    raise
-                await _pause_after_error(self.poll_timeout)
-                continue
             for message in messages:
                 if self._stopping:
                     return

@@ -21,6 +21,7 @@ from broker.backends.kafka.errors import translate
 from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.threads import resolve
 from broker.codecs import Codec
+from broker.driver.forwarding import Forwarded
 from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, EncodeError, PublishError, Timeout
 
@@ -82,10 +83,7 @@ class Producer(AsyncResource):
             with_sdk_logger(config, self.log), name="client-producer", close_timeout=close_timeout
         )
 
-    @property
-    def producer(self) -> Any:
-        """The confluent-kafka ``Producer`` (escape hatch)."""
-        return self._owner.producer
+    producer: Forwarded[Any] = Forwarded("_owner", "The confluent-kafka ``Producer`` (escape hatch).")
 
     def __len__(self) -> int:
         """Records queued or in flight, and reports not yet served."""

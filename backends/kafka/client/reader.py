@@ -20,11 +20,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler, _pause_after_error
+from broker.backends.kafka.client.consumer import ErrorCallback, MessageHandler, fetch_or_pause
 from broker.backends.kafka.client.logs import (
     LoggerLike,
     TransientErrors,
-    is_fatal,
     report_failure,
     resolve_logger,
     with_sdk_logger,
@@ -32,7 +31,7 @@ from broker.backends.kafka.client.logs import (
 from broker.backends.kafka.errors import translate
 from broker.backends.kafka.sdk_consumer import ReaderCore
 from broker.driver.resources import AsyncResource
-from broker.errors import BrokerError, ClosedError, ConfigError, UnknownTopic
+from broker.errors import BrokerError, ConfigError, UnknownTopic
 from broker.log import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 __all__ = [
@@ -159,18 +158,9 @@ class Reader(AsyncResource):
         self._transient.loop = asyncio.get_running_loop()
         self._transient.error_callback = self.error_callback
         while True:
-            try:
-                messages = await core.fetch(core.prefetch, self.poll_timeout)
-            except ClosedError:
+            messages = await fetch_or_pause(core, self.poll_timeout, self._report, "reading failed")
+            if messages is None:
                 return
-            except Exception as exc:
-                if core.closing:
-                    return
-                self._report(exc, "reading failed")
-                if is_fatal(exc):
-                    raise
-                await _pause_after_error(self.poll_timeout)
-                continue
             for message in messages:
                 if core.closing:
                     return

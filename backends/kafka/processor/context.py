@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from broker import Record
 from broker.backends.kafka.processor.errors import CallbackFailed, ContextError
+from broker.driver.forwarding import Forwarded
 from broker.errors import EncodeError
 
 if TYPE_CHECKING:
@@ -46,35 +47,14 @@ class Context:
         return f"<Context {r.topic}[{r.partition}]@{r.offset} key={r.key!r}>"
 
     # -- the message ----------------------------------------------------------------------
-    @property
-    def topic(self) -> str:
-        """The topic of the message (an input or the loop topic)."""
-        return self.record.topic
-
-    @property
-    def key(self) -> str | None:
-        """The message key."""
-        return self.record.key
-
-    @property
-    def partition(self) -> int:
-        """The partition of the message."""
-        return self.record.partition
-
-    @property
-    def offset(self) -> int:
-        """The offset of the message."""
-        return self.record.offset
-
-    @property
-    def timestamp(self) -> float | None:
-        """When the message was published (POSIX seconds), if the broker says."""
-        return self.record.publish_time
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """The message headers."""
-        return self.record.attributes
+    topic: Forwarded[str] = Forwarded("record", "The topic of the message (an input or the loop topic).")
+    key: Forwarded[str | None] = Forwarded("record", "The message key.")
+    partition: Forwarded[int] = Forwarded("record", "The partition of the message.")
+    offset: Forwarded[int] = Forwarded("record", "The offset of the message.")
+    timestamp: Forwarded[float | None] = Forwarded(
+        "record", "When the message was published (POSIX seconds), if the broker says.", field="publish_time"
+    )
+    headers: Forwarded[Mapping[str, str]] = Forwarded("record", "The message headers.", field="attributes")
 
     @property
     def group(self) -> str:

@@ -37,6 +37,7 @@ from broker.backends.kafka.processor.errors import NotOwned, ProcessorError
 from broker.backends.kafka.processor.graph import GroupGraph
 from broker.backends.kafka.processor.processor import Processor
 from broker.backends.kafka.processor.settings import ProcessorOptions, ProcessorState, resolve_partitioner
+from broker.backends.kafka.processor.topics import posix_seconds
 from broker.backends.kafka.processor.view import View
 from broker.codecs import Codec
 from broker.driver.resources import AsyncResource
@@ -52,11 +53,7 @@ Timestamp = float | datetime.datetime
 
 
 def _seconds(value: Timestamp) -> float:
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            raise ConfigError("a timestamp datetime must be timezone-aware (e.g. tzinfo=datetime.UTC)")
-        return value.timestamp()
-    return float(value)
+    return posix_seconds(value, "a timestamp datetime")
 
 
 class _StampingConsumer(AsyncResource):

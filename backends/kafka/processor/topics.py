@@ -97,10 +97,12 @@ class TopicManager(Protocol):
 TopicManagerBuilder = Callable[[Log], TopicManager]
 
 
-def _seconds(when: Moment) -> float:
+def posix_seconds(when: Moment, what: str) -> float:
+    """``when`` (POSIX seconds or an aware ``datetime``) as POSIX seconds; a naive ``datetime``,
+    whose zone is unknown, is a ``ConfigError`` naming ``what``."""
     if isinstance(when, datetime.datetime):
         if when.tzinfo is None:
-            raise ConfigError("a datetime for offset_for_time must be timezone-aware")
+            raise ConfigError(f"{what} must be timezone-aware (e.g. tzinfo=datetime.UTC)")
         return when.timestamp()
     return float(when)
 
@@ -142,7 +144,7 @@ class LogTopicManager:
         A log with an ``offset_for_time(TopicPartition, seconds)`` of its own answers; otherwise a
         binary search over the partition reads a few records (record times growing with offsets).
         """
-        seconds = _seconds(when)
+        seconds = posix_seconds(when, "a datetime for offset_for_time")
         tp = TopicPartition(topic, partition)
         native = getattr(kafka_log_of(self.log) or self.log, "offset_for_time", None)
         if callable(native):
