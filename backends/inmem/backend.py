@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from broker import Capabilities
+from broker import Capabilities, Provision
 from broker.backends.inmem.backlog import backlog as _backlog
 from broker.backends.inmem.faults import Faults, faults_of
 from broker.backends.inmem.log import InmemBatchedRecordIterator, InmemLog, InmemRecordIterator
@@ -31,7 +31,7 @@ class InmemBackend(BackendBase):
     capabilities = CAPABILITIES
     #: ``create`` makes topics and subscriptions on first use; ``verify`` and ``none`` make none
     #: (a ``create`` connection to the same named broker, or ``log().create_topic``, does).
-    provision_modes = ("create", "verify", "none")
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: InmemSettings | None = None) -> None:
         super().__init__()

@@ -18,9 +18,9 @@ after a number of attempts needs ``dead_letter_topic``.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from broker import Capabilities
+from broker import Capabilities, Provision
 from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionTarget
@@ -64,7 +64,7 @@ class PubsubBackend(BackendBase):
     name = "pubsub"
     #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
     #: (``verify``, which names every missing one, is not implemented here).
-    provision_modes = ("create", "none")
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "none")
 
     def __init__(self, settings: PubsubSettings) -> None:
         super().__init__()

@@ -21,9 +21,9 @@ still applies and must be higher. ``dead_letter_topic`` - dead-lettered messages
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
-from broker import Capabilities
+from broker import Capabilities, Provision
 from broker.backends.servicebus.admin import EntityAdmin
 from broker.backends.servicebus.backlog import BacklogReader
 from broker.backends.servicebus.connection import Shutdowns
@@ -67,7 +67,7 @@ class ServiceBusBackend(BackendBase):
     name = "servicebus"
     #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
     #: (``verify``, which names every missing one, is not implemented here).
-    provision_modes = ("create", "none")
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "none")
     capabilities = CAPABILITIES
 
     def __init__(self, settings: ServiceBusSettings) -> None:
