@@ -34,9 +34,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker import Capabilities, OutboundMessage
 from broker.backends.redis.consumer import RedisBatchedMessageIterator, RedisMessageIterator
@@ -48,7 +49,7 @@ from broker.driver.base import BackendBase, Batching
 from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, PublishError, Timeout, UnknownTopic
 
-__all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver"]
+__all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver", "TlsConnection"]
 
 #: The claims and their mechanisms are ``RedisFactory.mechanisms``. Not ``per_key_order`` (the
 #: consumers of a group share its entries with no regard to keys, and a claimed entry comes back
@@ -102,6 +103,8 @@ class RedisConnection:
                 decode_responses=False,
                 **tls,
             )
+            if s.uses_tls:
+                self._client.connection_pool.connection_class = TlsConnection
         return self._client
 
     async def close(self) -> None:
@@ -114,6 +117,50 @@ class RedisConnection:
                     await client.aclose()
             except (Exception, TimeoutError):
                 pass
+
+
+class TlsConnection(SSLConnection):
+    """redis-py's TLS connection, whose first exchange, when the server drops the connection instead,
+    says why that may be: a server with ``tls-auth-clients yes`` refuses a client certificate it does
+    not trust, or none, after the handshake (TLS 1.3), so the client sees only an alert or a reset on
+    its first write or read."""
+
+    _answered = False
+
+    def _why(self, exc: RedisConnectionError) -> RedisConnectionError:
+        which = (
+            "the client certificate given" if self.certfile else "a connection without a client certificate"
+        )
+        return RedisConnectionError(
+            f"{exc} (before the server's first answer: a Redis server that requires client "
+            f"certificates refuses {which} so; mutual TLS needs tls_cert_file and tls_key_file "
+            "with a certificate the server trusts)"
+        )
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        """Log in on a new (or re-made) connection, which has had no answer yet."""
+        self._answered = False
+        await super().on_connect_check_health(check_health)
+
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        """Send a command; a connection error before the first answer names mutual TLS."""
+        try:
+            await super().send_packed_command(*args, **kwargs)
+        except RedisConnectionError as exc:
+            if self._answered:
+                raise
+            raise self._why(exc) from exc
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        """The server's answer; a connection error before the first one names mutual TLS."""
+        try:
+            answer = await super().read_response(*args, **kwargs)
+        except RedisConnectionError as exc:
+            if self._answered:
+                raise
+            raise self._why(exc) from exc
+        self._answered = True
+        return answer
 
 
 class RedisBackend(BackendBase):

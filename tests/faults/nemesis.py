@@ -46,6 +46,7 @@ PAUSE_SECONDS = {
     "jetstream": 8.0,  # ack_deadline 3 s, publish_timeout 5 s
     "pulsar": 12.0,  # ack_deadline 10 s (the client's floor), operation/send timeouts 5 s
     "rabbitmq": 8.0,  # heartbeat 2 s, ack_deadline 3 s
+    "redis": 8.0,  # command_timeout 3 s, ack_deadline 3 s, publish_timeout 5 s
     "pubsub": 12.0,  # ack_deadline 10 s (Pub/Sub's floor)
     "servicebus": 8.0,
 }

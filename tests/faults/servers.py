@@ -31,7 +31,7 @@ from tests.faults.netns import Namespace, network_namespace
 __all__ = ["BACKENDS", "ControlledServer", "controlled_server"]
 
 #: Every backend the fault suite knows, in table order.
-BACKENDS = ("kafka", "jetstream", "pulsar", "rabbitmq", "pubsub", "servicebus")
+BACKENDS = ("kafka", "jetstream", "pulsar", "rabbitmq", "redis", "pubsub", "servicebus")
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -232,6 +232,25 @@ def _inside(process: ProcessServer, network: Namespace) -> ProcessServer:
     )
 
 
+def _redis(storage: Path, port: int | None = None) -> ProcessServer:
+    """redis-server (not started) with its append-only file (``appendfsync always``) under ``storage``."""
+    pytest.importorskip("redis", reason="the redis extra (redis-py) is not installed")
+    from broker.backends.redis import RedisServerNotFound, redis_dev_server
+
+    try:
+        return redis_dev_server(port, data_dir=str(storage))
+    except RedisServerNotFound as exc:
+        pytest.skip(str(exc))
+
+
+def _redis_url(process: ProcessServer) -> str:
+    """The server's URL with client timeouts shorter than the faults."""
+    return (
+        f"{process.url}?connect_timeout=2&command_timeout=3&publish_timeout=5&close_timeout=3"
+        "&poll_interval=0.2"
+    )
+
+
 def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Namespace) -> ControlledServer:
     port = free_port()  # any port is free in a new namespace; this one is also free here
     if backend == "jetstream":
@@ -302,6 +321,16 @@ def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Name
         return ControlledServer(
             backend, url, dev.node, storage, consumer_options={"ack_deadline": 3}, network=network
         )
+    if backend == "redis":
+        process = stack.enter_context(_inside(_redis(storage, port), network))
+        return ControlledServer(
+            backend,
+            _redis_url(process),
+            process,
+            storage,
+            consumer_options={"ack_deadline": 3},
+            network=network,
+        )
     if backend == "servicebus":
         command = [
             sys.executable,
@@ -360,6 +389,11 @@ def _start(backend: str, storage: Path, stack: ExitStack, persistent: bool) -> C
         assert dev.node is not None
         url = f"{dev.url}?heartbeat=2&connect_timeout=3&publish_timeout=5"
         return ControlledServer(backend, url, dev.node, storage, consumer_options={"ack_deadline": 3})
+    if backend == "redis":
+        process = stack.enter_context(_redis(storage))
+        return ControlledServer(
+            backend, _redis_url(process), process, storage, consumer_options={"ack_deadline": 3}
+        )
     if backend == "kafka":
         from broker.backends.kafka.registration import factory as kafka
 

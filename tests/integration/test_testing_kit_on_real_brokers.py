@@ -1,9 +1,13 @@
 """The example application's test module, unchanged, on real brokers through ``--polybroker-url``.
 
 ``examples/testing/test_app.py`` runs on ``inmem://`` in the unit suite (virtual time, the recorder,
-injected faults). Here the same module runs against a real nats-server and a real Tansu: the tests
-that need virtual time or in-memory faults are skipped with the reason, and the rest must pass — at
-least 3 on each broker, and never more skipped than those that need in-memory features.
+injected faults). Here the same module runs against a real nats-server, a real Tansu and a real
+redis-server: the tests that need virtual time or in-memory faults are skipped with the reason, and
+the rest must pass — at least 3 on each broker, and never more skipped than those that need
+in-memory features.
+
+The module opens a subscription after the messages it expects were published, so on Redis, whose new
+consumer group starts at the end of its stream (``start=new``), it runs with ``start=earliest``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pytest
 from broker.driver.devserver import ProcessServer
 from tests.integration.jetstream.server import running_nats_server
 from tests.integration.kafka.support import TEST_QUERY, tansu
+from tests.integration.redis.server import running_redis_server
 
 _ROOT = Path(__file__).resolve().parents[2]
 _MODULE = _ROOT / "examples" / "testing" / "test_app.py"
@@ -34,8 +39,12 @@ def _summary(output: str, word: str) -> int:
 
 @pytest.mark.parametrize(
     ("start", "query"),
-    [(running_nats_server, ""), (tansu, f"?{TEST_QUERY}")],
-    ids=["nats", "kafka"],
+    [
+        (running_nats_server, ""),
+        (tansu, f"?{TEST_QUERY}"),
+        (running_redis_server, "?poll_interval=0.2&start=earliest"),
+    ],
+    ids=["nats", "kafka", "redis"],
 )
 def test_the_example_test_module_runs_unchanged_on_a_real_broker(
     start: Callable[[], AbstractContextManager[ProcessServer]], query: str

@@ -448,3 +448,91 @@ def pulsar_lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
 
     with pulsar_lite(workdir=str(tmp_path_factory.mktemp("pulsar"))) as server:
         yield server
+
+
+# -- Redis -----------------------------------------------------------------------------------
+
+#: ACL users of the secured redis-server: name -> password (the ``default`` user is off).
+REDIS_USERS = {
+    "admin": "admin-pw-r3d1s",
+    "producer": "producer-pw-r3d1s",
+    "limited": "limited-pw-r3d1s",
+    "nostream": "nostream-pw-r3d1s",
+}
+
+_REDIS_ACL = """\
+user default off
+user admin on >{admin} ~* &* +@all
+user producer on >{producer} ~* &* +@all -xreadgroup -xgroup
+user limited on >{limited} ~allowed.* &* +@all
+user nostream on >{nostream} ~* &* +@all -@stream
+"""
+
+
+@dataclass
+class RedisServers:
+    """The redis-servers of the security tests (host 127.0.0.1), ACL users :data:`REDIS_USERS` on each."""
+
+    #: A plain port (``main.port``) and a TLS port (``main_tls_port``) without client certificates.
+    main: ProcessServer
+    main_tls_port: int
+    #: TLS only, a client certificate from the trusted CA required (``tls-auth-clients yes``).
+    mutual: ProcessServer
+    #: TLS only, with an expired server certificate.
+    expired: ProcessServer
+    #: TLS only, with a certificate for another host name.
+    wrong_host: ProcessServer
+
+
+def _redis(
+    workdir: Path, name: str, pki: Pki, pair: Any, *, plain: bool, clients: str
+) -> tuple[ProcessServer, int]:
+    """A redis-server with a TLS port (and a plain one when ``plain``), the ACL users from a file."""
+    from broker.backends.redis.devserver import redis_dev_server
+
+    directory = workdir / name
+    directory.mkdir()
+    acl = directory / "users.acl"
+    acl.write_text(_REDIS_ACL.format(**REDIS_USERS))
+    tls_port = free_port()
+    tls = [
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", str(pair.cert),
+        "--tls-key-file", str(pair.key),
+        "--tls-ca-cert-file", str(pki.ca),
+        "--tls-auth-clients", clients,
+        "--aclfile", str(acl),
+    ]  # fmt: skip
+    if plain:
+        return redis_dev_server(data_dir=str(directory), arguments=tls), tls_port
+    # TLS only: the server is waited for on its TLS port (``--port 0`` turns the plain one off)
+    return redis_dev_server(tls_port, str(directory), arguments=[*tls, "--port", "0"]), tls_port
+
+
+@pytest.fixture(scope="session")
+def redis_servers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServers]:
+    """Four small redis-servers (about 0.1 s each to start): see :class:`RedisServers`."""
+    pytest.importorskip("redis", reason="the redis extra (redis-py) is not installed")
+    from broker.backends.redis.devserver import RedisServerNotFound, find_redis_server
+
+    try:
+        find_redis_server()
+    except RedisServerNotFound as exc:
+        pytest.skip(str(exc))
+    workdir = tmp_path_factory.mktemp("redis")
+    main, main_tls_port = _redis(workdir, "main", pki, pki.server, plain=True, clients="no")
+    servers = RedisServers(
+        main=main,
+        main_tls_port=main_tls_port,
+        mutual=_redis(workdir, "mutual", pki, pki.server, plain=False, clients="yes")[0],
+        expired=_redis(workdir, "expired", pki, pki.expired, plain=False, clients="no")[0],
+        wrong_host=_redis(workdir, "wrong", pki, pki.wrong_host, plain=False, clients="no")[0],
+    )
+    started: list[ProcessServer] = []
+    try:
+        for server in (servers.main, servers.mutual, servers.expired, servers.wrong_host):
+            started.append(server.start())
+        yield servers
+    finally:
+        for server in started:
+            server.stop()

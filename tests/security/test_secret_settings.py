@@ -21,6 +21,7 @@ SETTINGS = {
     "kafka": ("broker.backends.kafka.settings", "KafkaSettings", {"bootstrap_servers": ("h:9092",)}),
     "pulsar": ("broker.backends.pulsar.settings", "PulsarSettings", {}),
     "rabbitmq": ("broker.backends.rabbitmq.settings", "RabbitmqSettings", {}),
+    "redis": ("broker.backends.redis.settings", "RedisSettings", {}),
     "pubsub": ("broker.backends.pubsub.settings", "PubsubSettings", {"project": "p"}),
     "servicebus": ("broker.backends.servicebus.settings", "ServiceBusSettings", {"namespace": "ns"}),
 }

@@ -31,6 +31,7 @@ CHANGED: dict[str, tuple[str, str, Any, Any]] = {
     "kafka": ("fetch_max_wait", "0.25", 0.25, -1.0),
     "pulsar": ("receiver_queue_size", "5", 5, 0),
     "rabbitmq": ("prefetch", "5", 5, 0),
+    "redis": ("poll_interval", "0.25", 0.25, 0.0),
     "servicebus": ("max_wait", "2", 2.0, 0.0),
 }
 

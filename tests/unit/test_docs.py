@@ -209,6 +209,7 @@ def test_a_receiver_the_docs_say_has_no_stop_has_none() -> None:
         "pulsar": re.compile(r"Pulsar"),
         "servicebus": re.compile(r"Service Bus"),
         "rabbitmq": re.compile(r"RabbitMQ"),
+        "redis": re.compile(r"Redis"),
     }
     claims = {
         (page.relative_to(ROOT).as_posix(), scheme)

@@ -27,6 +27,8 @@ BASE: dict[str, dict[str, Any]] = {
     "pubsub": {"project": "p"},
     "pulsar": {},
     "rabbitmq": {},
+    "redis": {},
+    "rediss": {},
     "servicebus": {
         "namespace": "ns.servicebus.windows.net",
         "shared_access_key_name": "k",
@@ -74,6 +76,8 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("pulsar", "sdk_logger"): ("logging", "console"),
     ("rabbitmq", "auth_mechanism"): ("plain", "external"),
     ("rabbitmq", "exchange_type"): ("fanout", "topic"),
+    ("redis", "start"): ("new", "earliest"),
+    ("rediss", "start"): ("new", "earliest"),
     ("servicebus", "receive_mode"): ("peek_lock", "receive_and_delete"),
     ("servicebus", "sub_queue"): ("dead_letter", "transfer_dead_letter"),
     ("servicebus", "key_to"): ("partition_key", "session_id"),

@@ -27,6 +27,7 @@ BACKEND_ACKERS = [
     ("broker.backends.pubsub.receiver", "StreamSettler", False),
     ("broker.backends.pulsar.consumer", "PulsarAcker", True),
     ("broker.backends.rabbitmq.consumer", "RabbitmqAcker", False),
+    ("broker.backends.redis.consumer", "RedisAcker", True),
     ("broker.backends.servicebus.consumer", "_Settler", True),
 ]
 

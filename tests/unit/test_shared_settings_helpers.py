@@ -25,6 +25,7 @@ BACKENDS = {
     "kafka": "KafkaSettings",
     "pulsar": "PulsarSettings",
     "rabbitmq": "RabbitmqSettings",
+    "redis": "RedisSettings",
     "servicebus": "ServiceBusSettings",
 }
 #: Settings that need a value to be valid at all.
