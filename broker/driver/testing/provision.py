@@ -36,7 +36,7 @@ def with_setting(url: str | Mapping[str, Any], name: str, value: str) -> str | d
 
 def _modes(harness: Harness) -> tuple[str, ...]:
     """The ``provision`` modes the harness's backend declares (``create`` for one that declares none)."""
-    return tuple(getattr(type(harness.backend), "provision_modes", ("create",)))
+    return tuple(getattr(harness.backend, "provision_modes", ("create",)))
 
 
 class ProvisionSuite:
