@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from broker.connect import register_backend
     from broker.driver.acking import Acker, Committer
     from broker.driver.base import BackendBase, BackendFactory, Batching
-    from broker.driver.provision import Provision, check_provision
+    from broker.driver.provision import check_provision
     from broker.driver.publishing import DriverPublisher, PublishDriver
     from broker.driver.registration import BackendRegistration
     from broker.driver.resources import AsyncResource
@@ -44,7 +44,6 @@ __all__ = [
     "Batching",
     "Committer",
     "DriverPublisher",
-    "Provision",
     "PublishDriver",
     "check_provision",
     "register_backend",
@@ -60,7 +59,6 @@ _WHERE = {
     "Batching": "broker.driver.base",
     "Committer": "broker.driver.acking",
     "DriverPublisher": "broker.driver.publishing",
-    "Provision": "broker.driver.provision",
     "PublishDriver": "broker.driver.publishing",
     "check_provision": "broker.driver.provision",
     "register_backend": "broker.connect",

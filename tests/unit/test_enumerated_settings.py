@@ -83,7 +83,7 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("servicebus", "key_to"): ("partition_key", "session_id"),
     **{
         (scheme, "provision"): ("create", "verify", "none")
-        for scheme in ("inmem", "kafka", "nats", "pubsub", "pulsar", "rabbitmq", "servicebus")
+        for scheme in BASE
     },
 }
 

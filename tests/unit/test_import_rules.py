@@ -185,6 +185,7 @@ SEAMS = {
     "broker.driver": "the moved names' deprecation shims (module __getattr__ of broker, broker.testing)",
     "broker.driver.base": "BackendFactory, which connect() looks up; topics_tuple for the telemetry wrapper",
     "broker.driver.clock": "the one clock the core, the backends and virtual time read",
+    "broker.driver.forwarding": "Forwarded: the read-only field a wrapper forwards from what it wraps",
     "broker.driver.resources": "AsyncResource: the async-with and close semantics every resource shares",
     "broker.driver.publishing": "DriverPublisher: where telemetry and the test recorder wrap publishing",
     "broker.driver.options": "the portable option checks adapt receivers and broker.sync share with backends",

@@ -23,6 +23,8 @@ DISPLAY_NAMES = {
     "pulsar": "Pulsar",
     "servicebus": "Service Bus",
     "rabbitmq": "RabbitMQ",
+    "redis": "Redis Streams",
+    "rediss": "Redis Streams",  # the same backend over TLS
 }
 
 
