@@ -257,22 +257,24 @@ class App:
             try:
                 await self._call_hooks(self._startup, "on_startup")
                 pairs = [self._consumer(s) for s in self.subscribers]
-                for receiver, _ in pairs:
-                    enter = getattr(receiver, "__aenter__", None)
-                    if enter is not None:
-                        await enter()  # makes the subscription exist where entering does that
-                task = asyncio.create_task(
-                    run_consumers(
-                        *pairs, drain_timeout=drain_timeout, stop=stop, signals=signals, ping_timeout=None
+                async with contextlib.AsyncExitStack() as entered:
+                    for receiver, _ in pairs:
+                        if hasattr(receiver, "__aenter__"):
+                            # entering makes the subscription exist where it does that; leaving
+                            # (after the drain) releases what the receiver holds
+                            await entered.enter_async_context(receiver)
+                    task = asyncio.create_task(
+                        run_consumers(
+                            *pairs, drain_timeout=drain_timeout, stop=stop, signals=signals, ping_timeout=None
+                        )
                     )
-                )
-                try:
-                    yield task
-                finally:
-                    if not task.done():
-                        stop.set()
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(task)
+                    try:
+                        yield task
+                    finally:
+                        if not task.done():
+                            stop.set()
+                        with contextlib.suppress(Exception):
+                            await asyncio.shield(task)
                     await self._call_hooks(self._shutdown, "on_shutdown")
             finally:
                 await self._close()
