@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from broker.app.lease import DEFAULT_MAX_LEASE
 from broker.app.parameters import read_signature
 from broker.app.subscriber import AckPolicy, Subscriber
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
@@ -119,6 +120,7 @@ class App:
         publish_backend: str | None = None,
         batch_size: int = 0,
         batch_timeout: float = 1.0,
+        max_lease: float | None = DEFAULT_MAX_LEASE,
         **options: Any,
     ) -> Callable[[F], F]:
         """Decorate a handler (``async def`` or plain ``def``) consuming ``topic`` through ``subscription``.
@@ -129,7 +131,9 @@ class App:
         receiver's nack backoff); ``"manual"`` leaves settling to the handler. ``publish_to``
         publishes the return value (None: nothing) to that topic on ``publish_backend`` (default:
         ``backend``). A ``list[T]`` payload takes batches of up to ``batch_size`` (0: the backend's
-        default) within ``batch_timeout`` seconds. ``options`` are the backend's consumer options.
+        default) within ``batch_timeout`` seconds. While a handler runs, its message's deadline is
+        extended (``in_progress()``, on backends that have it) for up to ``max_lease`` seconds
+        (None: never). ``options`` are the backend's consumer options.
         The handler is returned unchanged.
         """
         if not isinstance(topic, str) or not topic or not isinstance(subscription, str) or not subscription:
@@ -140,6 +144,8 @@ class App:
             raise ConfigError(f"ack must be 'auto' or 'manual', got {ack!r}")
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if max_lease is not None and not max_lease > 0:
+            raise ConfigError(f"max_lease must be > 0 seconds or None, got {max_lease!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
         for name in (backend, publish_backend):
@@ -166,6 +172,7 @@ class App:
                     publish_backend=publish_backend,
                     batch_size=batch_size,
                     batch_timeout=batch_timeout,
+                    max_lease=max_lease,
                     options=dict(options),
                 )
             )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker import adapt
+from broker.app.lease import DEFAULT_MAX_LEASE, Lease
 from broker.app.parameters import Signature
 from broker.backoff import DEFAULT_BACKOFF
 from broker.errors import ConfigError, DecodeError
@@ -137,6 +138,7 @@ class Subscriber:
     publish_backend: str | None = None
     batch_size: int = 0
     batch_timeout: float = 1.0
+    max_lease: float | None = DEFAULT_MAX_LEASE
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -201,6 +203,12 @@ class Subscriber:
             handle = self._pipeline(backend, publisher, undecodable, output, observe)
         return receiver, functools.update_wrapper(handle, self.handler)  # logs name the user's handler
 
+    def _max_lease(self, backend: Any) -> float | None:
+        """How long leases are kept on ``backend`` (None: not at all, the backend has no ``in_progress``)."""
+        if not self.max_lease or not getattr(backend.capabilities, "in_progress", False):
+            return None
+        return self.max_lease
+
     def _invoker(self) -> Callable[[list[Any], dict[str, Any]], Awaitable[Any]]:
         handler = self.handler
         if self.signature.is_async:
@@ -258,6 +266,7 @@ class Subscriber:
         assemble = self._arguments(publisher, logging.getLogger(self.name))
         invoke = self._invoker()
         auto = self.ack == "auto"
+        max_lease = self._max_lease(backend)
 
         async def handle(message: Message) -> None:
             if observe is not None:
@@ -272,7 +281,14 @@ class Subscriber:
                     await undecodable.settle(message, exc)
                     return
             args, kwargs = assemble(value, message)
-            result = await invoke(args, kwargs)
+            if max_lease is None:
+                result = await invoke(args, kwargs)
+            else:
+                lease = Lease(message, max_lease)
+                try:
+                    result = await invoke(args, kwargs)
+                finally:
+                    lease.stop()
             if output is not None and result is not None:
                 await output.publish(result, message.key)  # before the ack: at-least-once
             if auto and not message.settled:
@@ -293,6 +309,7 @@ class Subscriber:
         assemble = self._arguments(publisher, logging.getLogger(self.name))
         invoke = self._invoker()
         auto = self.ack == "auto"
+        max_lease = self._max_lease(backend)
 
         async def handle_batch(messages: list[Message]) -> None:
             if observe is not None:
@@ -312,7 +329,12 @@ class Subscriber:
             if not good:
                 return
             args, kwargs = assemble(values, good)
-            result = await invoke(args, kwargs)
+            leases = [Lease(m, max_lease) for m in good] if max_lease is not None else []
+            try:
+                result = await invoke(args, kwargs)
+            finally:
+                for lease in leases:
+                    lease.stop()
             if output is not None and result is not None:
                 if not isinstance(result, list | tuple):
                     raise ConfigError(

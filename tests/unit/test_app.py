@@ -360,3 +360,37 @@ async def test_lifespan_runs_the_hooks_in_order_and_drains_with_nothing_lost() -
     assert len(first_run[1]) < 20  # the drain stopped the first run early ...
     assert set(finished) == set(range(20))  # ... and nothing was lost
     broker.connect(url).forget()  # type: ignore[attr-defined]
+
+
+async def test_the_lease_is_kept_while_a_slow_handler_runs_so_it_is_handled_once() -> None:
+    app = App("inmem://unused")
+    calls: list[int] = []
+
+    @app.subscriber("orders", "billing")
+    async def slow(order: Order) -> None:
+        calls.append(order.id)
+        await asyncio.sleep(5)  # five ack deadlines
+
+    async with app.testing(ack_deadline=1.0) as test:
+        await test.publish("orders", order(1))
+        await test.until(lambda: test.settled() == ["acked"])
+        await asyncio.sleep(10)
+    assert calls == [1]
+    assert len(test.deliveries) == 1
+
+
+async def test_lease_keeping_stops_at_its_maximum() -> None:
+    app = App("inmem://unused")
+    calls: list[int] = []
+
+    @app.subscriber("orders", "billing", concurrency=2, max_lease=3.0)
+    async def stuck(order: Order) -> None:
+        calls.append(order.id)
+        if len(calls) == 1:
+            await asyncio.sleep(30)
+
+    async with app.testing(ack_deadline=1.0) as test:
+        await test.publish("orders", order(1))
+        await test.until(lambda: len(test.deliveries) == 2)
+        second = test.deliveries[1]
+    assert 3.0 <= second.at - test.deliveries[0].at <= 5.0  # the lease stopped being kept after 3 s

@@ -3,8 +3,9 @@
 Subclass :class:`AppConformanceSuite` next to a backend's conformance tests and provide the same
 ``harness`` fixture (a :class:`~broker.driver.testing.Harness` with a ``url``): the app connects
 with ``harness.url`` itself, as an application would. Each test counts messages: decoded and acked
-on return (never redelivered), a failure retried until it succeeds, and a lifespan left while
-handlers run drains them with nothing lost.
+on return (never redelivered), a failure retried until it succeeds, a lifespan left while
+handlers run drains them with nothing lost, and a handler slower than the ack deadline handles
+its message once (the lease is kept).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ async def _subscribed(harness: Harness, prefix: str, ack_deadline: float | None 
 
 
 class AppConformanceSuite:
-    """``broker.App`` over one backend: decode and auto-ack, retry then success, drain on exit."""
+    """``broker.App`` over one backend: decode and auto-ack, retry then success, drain on exit, leases."""
 
     async def test_app_decodes_and_acks_on_return_never_redelivered(self, harness: Harness) -> None:
         """Five JSON payloads reach a dataclass handler once each, and each is acked on return."""
@@ -125,3 +126,32 @@ class AppConformanceSuite:
         async with app.lifespan(drain_timeout=harness.patience):
             await wait_until(lambda: set(finished) == set(range(count)), harness.patience * 3)
         assert set(finished) == set(range(count))
+
+    async def test_app_keeps_the_lease_while_a_slow_handler_runs(self, harness: Harness) -> None:
+        """A handler taking 2.5 ack deadlines gets its message once (the app renews the deadline) and
+        acks it in time."""
+        need(harness, "in_progress")
+        deadline = harness.short_ack_deadline
+        if deadline > 2.0:
+            pytest.skip(
+                f"the shortest ack deadline here is {deadline}s: the test would take {2.5 * deadline}s"
+            )
+        topic, sub = await _subscribed(harness, "app-lease", deadline)
+        app = _app(harness)
+        calls: list[int] = []
+        delivered: list[Message] = []
+
+        @app.subscriber(topic, sub, concurrency=2, ack_deadline=deadline)
+        async def slow(item: Item, message: Message) -> None:
+            calls.append(item.id)
+            delivered.append(message)
+            await asyncio.sleep(2.5 * deadline)
+
+        async with app.lifespan(drain_timeout=harness.patience) as running:
+            await running.publisher().topic(topic).publish(_payload(1))
+            await wait_until(
+                lambda: bool(delivered) and delivered[0].settled, harness.patience + 3 * deadline
+            )
+            await asyncio.sleep(deadline * 1.5)  # a redelivery would come by now
+        assert calls == [1], "handled once: the deadline was extended while the handler ran"
+        assert delivered[0].state == "acked"
