@@ -11,6 +11,8 @@ See :mod:`broker.interfaces` for the protocols, :mod:`broker.adapt` for the
 conversions between them, :mod:`broker.errors` for what can go wrong.
 """
 
+from typing import TYPE_CHECKING
+
 from broker import adapt, codecs, errors
 from broker.backend import Backend, Backlog, FaultInjection, Provision, QueueTracking
 from broker.backoff import Backoff, FailureCounter, Jitter
@@ -42,9 +44,13 @@ from broker.retry import DeadLetterTopic, ErrorThreshold, Retrier, RetryPolicy, 
 from broker.run import run
 from broker.settle import ack_all, commit_highest_offsets, nack_all
 
+if TYPE_CHECKING:
+    from broker.app import App
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
     "Backend",
     "Backlog",
     "Backoff",
@@ -107,6 +113,10 @@ _MOVED = {
 
 
 def __getattr__(name: str) -> object:
+    if name == "App":  # imported on first use: it brings broker.typed with it
+        from broker.app import App
+
+        return App
     new = _MOVED.get(name)
     if new is None:
         raise AttributeError(f"module 'broker' has no attribute {name!r}")

@@ -9,7 +9,9 @@ from typing import Annotated, reveal_type
 
 import pydantic
 
+import broker
 from broker import typed
+from broker.app import Key
 from broker.interfaces import MessageIterator, Publisher, Receiver, RecordIterator
 from tests.unit.typed_models import Cat, Dog, Order, Payment, Point, Row
 
@@ -32,3 +34,19 @@ async def check(publisher: Publisher, source: MessageIterator, log: RecordIterat
         reveal_type(message.decoded)  # Point
 
     await typed.receiver(rx, Point).receive(handle)
+
+
+app = broker.App("inmem://reveal")
+
+
+@app.subscriber("orders", "billing", publish_to="paid")
+async def bill(order: Payment, key: Annotated[str | None, Key]) -> Order:
+    return Order(order.id)
+
+
+@app.subscriber("points", "plot")
+def plot(points: list[Point]) -> None: ...
+
+
+reveal_type(bill)  # def (order: Payment, key: str | None) -> Coroutine[Any, Any, Order]
+reveal_type(plot)  # def (points: list[Point])

@@ -1,0 +1,338 @@
+"""``broker.App``: declare subscribers once with decorators, run them on any broker.
+
+::
+
+    app = broker.App("nats://127.0.0.1:4222")
+
+    @app.subscriber("orders", "billing", publish_to="invoices")
+    async def bill(order: Order) -> Invoice:
+        return Invoice(order.id, order.total)
+
+    sys.exit(asyncio.run(app.run()))
+
+See ``docs/applications.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from broker.app.lease import DEFAULT_MAX_LEASE
+from broker.app.parameters import read_signature
+from broker.app.subscriber import AckPolicy, Subscriber
+from broker.backend import DEFAULT_PING_TIMEOUT, Backend
+from broker.connect import connect
+from broker.errors import ConfigError
+from broker.interfaces import Publisher
+from broker.message import Message
+from broker.retry import RetryPolicy
+from broker.run import run as run_consumers
+
+if TYPE_CHECKING:
+    from broker.app.testing import AppTest
+
+__all__ = ["DEFAULT_BACKEND", "ENV_URL", "App"]
+
+log = logging.getLogger("broker.app")
+
+#: The environment variable an ``App()`` built with no URL reads its default backend from.
+ENV_URL = "POLYBROKER_URL"
+#: The name of the backend given positionally (or by ``POLYBROKER_URL``); subscribers use it by default.
+DEFAULT_BACKEND = "default"
+
+F = TypeVar("F", bound=Callable[..., Any])
+Hook = Callable[[], Awaitable[None] | None]
+
+
+def _check_spec(name: str, spec: Any) -> str | Mapping[str, Any]:
+    if isinstance(spec, str) and spec:
+        return spec
+    if isinstance(spec, Mapping):
+        return spec
+    raise ConfigError(f"backend {name!r} needs a URL or a settings mapping, got {spec!r}")
+
+
+class App:
+    """An application: subscribers declared by decorator, hooks, and the backends they use.
+
+    ``App(url_or_settings)`` names the default backend by URL or settings mapping (as
+    :func:`broker.connect` takes them); with neither, ``POLYBROKER_URL`` from the environment
+    (``ConfigError`` naming it when it is unset). More backends are named by keyword:
+    ``App("nats://...", events="kafka://...")`` or ``App(default="nats://...", events=...)``;
+    ``@app.subscriber(..., backend="events")`` and ``publish_backend="events"`` choose them.
+    Backends are connected when the app starts (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
+    """
+
+    def __init__(
+        self,
+        url_or_settings: str | Mapping[str, Any] | None = None,
+        **named_backends: str | Mapping[str, Any],
+    ) -> None:
+        specs: dict[str, str | Mapping[str, Any]] = {}
+        if url_or_settings is not None:
+            if DEFAULT_BACKEND in named_backends:
+                raise ConfigError(f"give the default backend once: positionally or as {DEFAULT_BACKEND}=")
+            specs[DEFAULT_BACKEND] = _check_spec(DEFAULT_BACKEND, url_or_settings)
+        for name, spec in named_backends.items():
+            specs[name] = _check_spec(name, spec)
+        if DEFAULT_BACKEND not in specs:
+            env = os.environ.get(ENV_URL)
+            if env:
+                specs[DEFAULT_BACKEND] = env
+            elif not specs:
+                raise ConfigError(
+                    f"App() needs a broker: pass a URL or settings mapping, or set {ENV_URL} (it is unset)"
+                )
+        #: The backends by name, as URLs or settings mappings.
+        self.backend_specs: dict[str, str | Mapping[str, Any]] = specs
+        #: The subscribers, in the order they were declared.
+        self.subscribers: list[Subscriber] = []
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+        self._backends: dict[str, Backend] = {}
+        self._publishers: dict[str, Publisher] = {}
+        self._on_connect: list[Callable[[Backend], None]] = []
+        self._observers: list[Callable[[Subscriber, Message], None]] = []
+        self._running = False
+
+    def __repr__(self) -> str:
+        return f"<App {', '.join(self.backend_specs)}: {len(self.subscribers)} subscribers>"
+
+    # -- declaring ----------------------------------------------------------------------------
+    def subscriber(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        concurrency: int = 1,
+        retry: RetryPolicy | None = None,
+        ack: AckPolicy = "auto",
+        backend: str = DEFAULT_BACKEND,
+        publish_to: str | None = None,
+        publish_backend: str | None = None,
+        batch_size: int = 0,
+        batch_timeout: float = 1.0,
+        max_lease: float | None = DEFAULT_MAX_LEASE,
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Decorate a handler (``async def`` or plain ``def``) consuming ``topic`` through ``subscription``.
+
+        Its parameters are bound by annotation (see :mod:`broker.app.parameters`); one that cannot be
+        is a ``ConfigError`` here. ``concurrency`` handlers run at a time (plain functions in worker
+        threads). ``ack="auto"`` acks on return and leaves an exception to ``retry`` (or the
+        receiver's nack backoff); ``"manual"`` leaves settling to the handler. ``publish_to``
+        publishes the return value (None: nothing) to that topic on ``publish_backend`` (default:
+        ``backend``). A ``list[T]`` payload takes batches of up to ``batch_size`` (0: the backend's
+        default) within ``batch_timeout`` seconds. While a handler runs, its message's deadline is
+        extended (``in_progress()``, on backends that have it) for up to ``max_lease`` seconds
+        (None: never). ``options`` are the backend's consumer options.
+        The handler is returned unchanged.
+        """
+        if not isinstance(topic, str) or not topic or not isinstance(subscription, str) or not subscription:
+            raise ConfigError(
+                f"a subscriber needs a topic and a subscription name, got {topic!r}, {subscription!r}"
+            )
+        if ack not in ("auto", "manual"):
+            raise ConfigError(f"ack must be 'auto' or 'manual', got {ack!r}")
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if max_lease is not None and not max_lease > 0:
+            raise ConfigError(f"max_lease must be > 0 seconds or None, got {max_lease!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
+        for name in (backend, publish_backend):
+            if name is not None and name not in self.backend_specs:
+                raise ConfigError(
+                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
+                )
+
+        def register(handler: F) -> F:
+            signature = read_signature(handler)
+            if signature.batch and retry is not None and retry.mode == "ordered":
+                raise ConfigError("a batch subscriber cannot retry in place: use mode='unordered'")
+            self.subscribers.append(
+                Subscriber(
+                    handler,
+                    topic,
+                    subscription,
+                    signature,
+                    concurrency=concurrency,
+                    retry=retry,
+                    ack=ack,
+                    backend=backend,
+                    publish_to=publish_to,
+                    publish_backend=publish_backend,
+                    batch_size=batch_size,
+                    batch_timeout=batch_timeout,
+                    max_lease=max_lease,
+                    options=dict(options),
+                )
+            )
+            return handler
+
+        return register
+
+    def on_startup(self, hook: F) -> F:
+        """Call ``hook()`` (sync or async) after the backends answered, before any subscriber starts."""
+        self._startup.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: F) -> F:
+        """Call ``hook()`` (sync or async) after the subscribers drained, before the backends close."""
+        self._shutdown.append(hook)
+        return hook
+
+    # -- what a running app offers ------------------------------------------------------------
+    def backend(self, name: str = DEFAULT_BACKEND) -> Backend:
+        """The connected backend ``name`` (``ConfigError`` before the app started)."""
+        found = self._backends.get(name)
+        if found is None:
+            raise ConfigError(f"backend {name!r} is not connected: the app is not running")
+        return found
+
+    def publisher(self, name: str = DEFAULT_BACKEND) -> Publisher:
+        """The shared publisher of backend ``name`` (one per backend for the whole app)."""
+        found = self._publishers.get(name)
+        if found is None:
+            found = self._publishers[name] = self.backend(name).publisher()
+        return found
+
+    # -- running ------------------------------------------------------------------------------
+    async def run(
+        self,
+        *,
+        drain_timeout: float = 30.0,
+        signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
+        ping_timeout: float | None = DEFAULT_PING_TIMEOUT,
+    ) -> int:
+        """Run until SIGTERM/SIGINT (as :func:`broker.run`: ping first, drain for ``drain_timeout``
+        seconds, close); the exit code (0 clean, 1 when a subscriber failed)."""
+        stop = asyncio.Event()
+        async with self._serving(drain_timeout, signals, stop, ping_timeout) as task:
+            return await task
+
+    @contextlib.asynccontextmanager
+    async def lifespan(
+        self, *, drain_timeout: float = 30.0, ping_timeout: float | None = DEFAULT_PING_TIMEOUT
+    ) -> AsyncIterator[App]:
+        """Start the subscribers for the block; on exit drain them (``drain_timeout`` seconds) and close.
+
+        Installs no signal handler, so a host (an ASGI server's lifespan) keeps its own.
+        """
+        stop = asyncio.Event()
+        async with self._serving(drain_timeout, (), stop, ping_timeout) as task:
+            try:
+                yield self
+            finally:
+                stop.set()
+                code = await task
+                if code:
+                    log.error("a subscriber failed while the app ran (see the errors above)")
+
+    def testing(self, *, virtual_time: bool = True, ack_deadline: float | None = None) -> AppTest:
+        """An async context manager running this app on fresh ``inmem://`` brokers (one per backend
+        name), in virtual time unless ``virtual_time=False``, with a publish recorder: see
+        :class:`broker.app.testing.AppTest`."""
+        from broker.app.testing import AppTest
+
+        return AppTest(self, virtual_time=virtual_time, ack_deadline=ack_deadline)
+
+    @contextlib.asynccontextmanager
+    async def _serving(
+        self,
+        drain_timeout: float,
+        signals: Sequence[int],
+        stop: asyncio.Event,
+        ping_timeout: float | None,
+        specs: Mapping[str, str | Mapping[str, Any]] | None = None,
+    ) -> AsyncIterator[asyncio.Task[int]]:
+        if self._running:
+            raise ConfigError("this app is running already")
+        if drain_timeout < 0:
+            raise ConfigError(f"drain_timeout must be >= 0, got {drain_timeout}")
+        self._running = True
+        try:
+            await self._connect(specs or self.backend_specs, ping_timeout)
+            try:
+                await self._call_hooks(self._startup, "on_startup")
+                pairs = [self._consumer(s) for s in self.subscribers]
+                async with contextlib.AsyncExitStack() as entered:
+                    for receiver, _ in pairs:
+                        if hasattr(receiver, "__aenter__"):
+                            # entering makes the subscription exist where it does that; leaving
+                            # (after the drain) releases what the receiver holds
+                            await entered.enter_async_context(receiver)
+                    task = asyncio.create_task(
+                        run_consumers(
+                            *pairs, drain_timeout=drain_timeout, stop=stop, signals=signals, ping_timeout=None
+                        )
+                    )
+                    try:
+                        yield task
+                    finally:
+                        if not task.done():
+                            stop.set()
+                        with contextlib.suppress(Exception):
+                            await asyncio.shield(task)
+                    await self._call_hooks(self._shutdown, "on_shutdown")
+            finally:
+                await self._close()
+        finally:
+            self._running = False
+
+    def _consumer(self, subscriber: Subscriber) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
+        observers = self._observers
+        observe = None
+        if observers:
+
+            def observe(source: Subscriber, message: Message) -> None:
+                for observer in observers:
+                    observer(source, message)
+
+        return subscriber.consumer(self.backend(subscriber.backend), self.publisher, observe)
+
+    async def _connect(
+        self, specs: Mapping[str, str | Mapping[str, Any]], ping_timeout: float | None
+    ) -> None:
+        for name, spec in specs.items():
+            backend = self._backends[name] = connect(spec)
+            for hook in self._on_connect:
+                hook(backend)
+        if ping_timeout is None:
+            return
+        results = await asyncio.gather(
+            *(b.ping(ping_timeout) for b in self._backends.values()), return_exceptions=True
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self._close()
+            raise failures[0]
+
+    async def _close(self) -> None:
+        backends = list(self._backends.values())
+        self._backends.clear()
+        self._publishers.clear()
+        for backend in backends:
+            try:
+                await backend.close()
+            except Exception as exc:
+                log.error("closing the %s backend failed: %r", backend.name, exc)
+
+    async def _call_hooks(self, hooks: list[Hook], what: str) -> None:
+        for hook in hooks:
+            result = hook()
+            if inspect.isawaitable(result):
+                await result
+
+    def _test_specs(self, ack_deadline: float | None) -> dict[str, str]:
+        run = uuid.uuid4().hex[:12]
+        query = f"?ack_deadline={ack_deadline}" if ack_deadline is not None else ""
+        return {name: f"inmem://app-test-{run}-{name}{query}" for name in self.backend_specs}

@@ -1,0 +1,348 @@
+"""A subscriber: a handler, where it reads from, and the pipeline each delivery runs through.
+
+The pipeline of one delivery: decode the payload (:mod:`broker.typed`) → call the handler with its
+bound parameters (in a worker thread for a plain ``def``) → publish its return value to the output
+topic → settle by the ack policy. Failures are the receiver's: a :class:`~broker.RetryPolicy`
+(nack with backoff, dead-letter after ``max_attempts`` or a non-retryable error) or, without one,
+the receiver's bounded nack backoff. A payload that does not decode is never given to the handler
+(see :class:`Undecodable`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from broker import adapt
+from broker.app.lease import DEFAULT_MAX_LEASE, Lease
+from broker.app.parameters import Signature
+from broker.backoff import DEFAULT_BACKOFF
+from broker.errors import ConfigError, DecodeError
+from broker.interfaces import Publisher
+from broker.message import Message, OutboundMessage
+from broker.retry import DeadLetterTopic, Retrier, RetryPolicy
+from broker.settle import ack_all, handler_name
+from broker.typed import Binding, TypedTopic
+from broker.typed import topic as typed_topic
+from broker.typed.binding import ensure_binding
+
+__all__ = ["AckPolicy", "Output", "Subscriber", "Undecodable"]
+
+log = logging.getLogger("broker.app")
+
+#: ``"auto"``: ack on return, nack (or dead-letter) by the retry policy on an exception;
+#: ``"manual"``: the handler settles its messages.
+AckPolicy = Literal["auto", "manual"]
+
+
+class Undecodable:
+    """Settles a message whose payload does not decode (it is never given to the handler).
+
+    With a retry policy that has a dead-letter destination, it is dead-lettered at once as the
+    policy dead-letters (a :class:`~broker.DeadLetterTopic` copy, or natively). Otherwise, or when
+    dead-lettering fails, it is logged at ERROR with its message id and nacked with the longest
+    delay of the backoff (the policy's, else the default 10 s), so a poison message costs one
+    delivery per that delay and is never dropped.
+    """
+
+    def __init__(self, retry: RetryPolicy | None, topic: str, subscription: str) -> None:
+        self.retry = retry
+        self.topic = topic
+        self.subscription = subscription
+        self.retrier: Retrier | None = None
+        self.delay = (retry.backoff if retry is not None else DEFAULT_BACKOFF).maximum
+
+    def bind(self, publisher: Publisher | None) -> None:
+        """Bind the policy's dead-letter destination (``publisher`` serves a topic naming none)."""
+        if self.retry is not None and self.retry.dead_letter is not None:
+            self.retrier = self.retry.bind(
+                publisher=publisher, topic=self.topic, subscription=self.subscription
+            )
+
+    async def settle(self, message: Message, error: DecodeError) -> None:
+        """Dead-letter ``message``, or log it and nack it with the longest backoff."""
+        if message.settled:
+            return
+        if self.retrier is not None and await self.retrier.dead_letter(message, error):
+            return
+        log.error(
+            "message %s of %s/%s does not decode and there is no dead-letter destination: nacked, "
+            "redelivered in %.1fs (%s)",
+            message.id,
+            self.topic,
+            self.subscription,
+            self.delay,
+            error,
+        )
+        await message.nack(self.delay)
+
+
+class Output:
+    """The output topic of a subscriber: its return values, published typed, on one shared publisher."""
+
+    def __init__(self, publisher: Publisher, name: str, binding: Binding[Any] | None) -> None:
+        self.publisher = publisher
+        self.name = name
+        self._raw = publisher.topic(name)
+        self._handles: dict[type[Any], TypedTopic[Any]] = {}
+        self._fixed = typed_topic(publisher, name, binding) if binding is not None else None
+
+    def _handle(self, value: Any) -> TypedTopic[Any]:
+        if self._fixed is not None:
+            return self._fixed
+        kind = type(value)
+        handle = self._handles.get(kind)
+        if handle is None:
+            handle = self._handles[kind] = typed_topic(self.publisher, self.name, ensure_binding(kind))
+        return handle
+
+    async def publish(self, value: Any, key: str | None) -> None:
+        """Publish ``value`` (bytes and OutboundMessage as they are, else encoded by its binding)."""
+        if isinstance(value, OutboundMessage):
+            await self._raw.publish(value)
+        elif isinstance(value, bytes):
+            await self._raw.publish(OutboundMessage(value, key))
+        else:
+            await self._handle(value).publish(value, key=key)
+
+    async def publish_all(self, values: Sequence[Any]) -> None:
+        """Publish ``values`` in one batch (a batch subscriber's return value)."""
+        if not values:
+            return
+        if all(isinstance(v, OutboundMessage | bytes) for v in values):
+            await self._raw.batch_publish(
+                *(v if isinstance(v, OutboundMessage) else OutboundMessage(v) for v in values)
+            )
+        else:
+            await self._handle(values[0]).batch_publish(*values)
+
+
+@dataclass
+class Subscriber:
+    """One ``@app.subscriber`` registration: the handler, its source, its policies, its signature."""
+
+    handler: Callable[..., Any]
+    topic: str
+    subscription: str
+    signature: Signature
+    concurrency: int = 1
+    retry: RetryPolicy | None = None
+    ack: AckPolicy = "auto"
+    backend: str = "default"
+    publish_to: str | None = None
+    publish_backend: str | None = None
+    batch_size: int = 0
+    batch_timeout: float = 1.0
+    max_lease: float | None = DEFAULT_MAX_LEASE
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The handler's qualified name."""
+        return handler_name(self.handler)
+
+    def _retry_for(self, publisher: Publisher) -> RetryPolicy | None:
+        """The retry policy, its DeadLetterTopic (when it names no publisher) on the app's shared one."""
+        retry = self.retry
+        if (
+            retry is not None
+            and isinstance(retry.dead_letter, DeadLetterTopic)
+            and retry.dead_letter.publisher is None
+        ):
+            dead = dataclasses.replace(retry.dead_letter, publisher=publisher)
+            retry = dataclasses.replace(retry, dead_letter=dead)
+        return retry
+
+    def consumer(
+        self,
+        backend: Any,
+        publishers: Callable[[str], Publisher],
+        observe: Callable[[Subscriber, Message], None] | None,
+    ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
+        """The ``(receiver, handler)`` pair that runs this subscriber on ``backend``.
+
+        ``publishers(name)`` is the shared publisher of backend ``name``; ``observe`` is called with
+        every delivery (the app's test kit records them).
+        """
+        publisher = publishers(self.backend)
+        retry = self._retry_for(publisher)
+        undecodable = Undecodable(retry, self.topic, self.subscription)
+        undecodable.bind(publisher)
+        output = None
+        handle: Callable[[Any], Awaitable[None]]
+        if self.publish_to is not None:
+            output = Output(
+                publishers(self.publish_backend or self.backend), self.publish_to, self.signature.returns
+            )
+        if self.signature.batch:
+            source = backend.batched_messages(
+                self.topic,
+                self.subscription,
+                batch_size=self.batch_size,
+                batch_timeout=self.batch_timeout,
+                **self.options,
+            )
+            receiver = adapt.batched_receiver(
+                source,
+                self.concurrency,
+                retry=retry,
+                publisher=publisher,
+                topic=self.topic,
+                subscription=self.subscription,
+            )
+            handle = self._batch_pipeline(backend, publisher, undecodable, output, observe)
+        else:
+            receiver = backend.receiver(
+                self.topic, self.subscription, concurrency=self.concurrency, retry=retry, **self.options
+            )
+            handle = self._pipeline(backend, publisher, undecodable, output, observe)
+        return receiver, functools.update_wrapper(handle, self.handler)  # logs name the user's handler
+
+    def _max_lease(self, backend: Any) -> float | None:
+        """How long leases are kept on ``backend`` (None: not at all, the backend has no ``in_progress``)."""
+        if not self.max_lease or not getattr(backend.capabilities, "in_progress", False):
+            return None
+        return self.max_lease
+
+    def _invoker(self) -> Callable[[list[Any], dict[str, Any]], Awaitable[Any]]:
+        handler = self.handler
+        if self.signature.is_async:
+
+            async def call_async(args: list[Any], kwargs: dict[str, Any]) -> Any:
+                return await handler(*args, **kwargs)
+
+            return call_async
+
+        async def call_in_thread(args: list[Any], kwargs: dict[str, Any]) -> Any:
+            return await asyncio.to_thread(handler, *args, **kwargs)
+
+        return call_in_thread
+
+    def _arguments(
+        self, publisher: Publisher, logger: logging.Logger
+    ) -> Callable[[Any, Any], tuple[list[Any], dict[str, Any]]]:
+        """``assemble(value, message)``: the handler's arguments for a delivery."""
+        plan = [(p.name, p.kind, p.keyword) for p in self.signature.parameters]
+
+        def assemble(value: Any, message: Any) -> tuple[list[Any], dict[str, Any]]:
+            args: list[Any] = []
+            kwargs: dict[str, Any] = {}
+            for name, kind, keyword in plan:
+                if kind == "payload":
+                    got = value
+                elif kind == "message":
+                    got = message
+                elif kind == "key":
+                    got = message.key
+                elif kind == "attributes":
+                    got = message.attributes
+                elif kind == "publisher":
+                    got = publisher
+                else:
+                    got = logger
+                if keyword:
+                    kwargs[name] = got
+                else:
+                    args.append(got)
+            return args, kwargs
+
+        return assemble
+
+    def _pipeline(
+        self,
+        backend: Any,
+        publisher: Publisher,
+        undecodable: Undecodable,
+        output: Output | None,
+        observe: Callable[[Subscriber, Message], None] | None,
+    ) -> Callable[[Message], Awaitable[None]]:
+        payload = self.signature.payload
+        decode = payload.for_backend(backend) if payload is not None else None
+        assemble = self._arguments(publisher, logging.getLogger(self.name))
+        invoke = self._invoker()
+        auto = self.ack == "auto"
+        max_lease = self._max_lease(backend)
+
+        async def handle(message: Message) -> None:
+            if observe is not None:
+                observe(self, message)
+            value = None
+            if decode is not None:
+                try:
+                    value = decode(message)
+                except DecodeError as exc:
+                    if exc.received is not message:
+                        raise
+                    await undecodable.settle(message, exc)
+                    return
+            args, kwargs = assemble(value, message)
+            if max_lease is None:
+                result = await invoke(args, kwargs)
+            else:
+                lease = Lease(message, max_lease)
+                try:
+                    result = await invoke(args, kwargs)
+                finally:
+                    lease.stop()
+            if output is not None and result is not None:
+                await output.publish(result, message.key)  # before the ack: at-least-once
+            if auto and not message.settled:
+                await message.ack()
+
+        return handle
+
+    def _batch_pipeline(
+        self,
+        backend: Any,
+        publisher: Publisher,
+        undecodable: Undecodable,
+        output: Output | None,
+        observe: Callable[[Subscriber, Message], None] | None,
+    ) -> Callable[[list[Message]], Awaitable[None]]:
+        payload = self.signature.payload
+        decode = payload.for_backend(backend) if payload is not None else None
+        assemble = self._arguments(publisher, logging.getLogger(self.name))
+        invoke = self._invoker()
+        auto = self.ack == "auto"
+        max_lease = self._max_lease(backend)
+
+        async def handle_batch(messages: list[Message]) -> None:
+            if observe is not None:
+                for message in messages:
+                    observe(self, message)
+            good: list[Message] = []
+            values: list[Any] = []
+            for message in messages:
+                try:
+                    values.append(decode(message) if decode is not None else None)
+                except DecodeError as exc:
+                    if exc.received is not message:
+                        raise
+                    await undecodable.settle(message, exc)
+                    continue
+                good.append(message)
+            if not good:
+                return
+            args, kwargs = assemble(values, good)
+            leases = [Lease(m, max_lease) for m in good] if max_lease is not None else []
+            try:
+                result = await invoke(args, kwargs)
+            finally:
+                for lease in leases:
+                    lease.stop()
+            if output is not None and result is not None:
+                if not isinstance(result, list | tuple):
+                    raise ConfigError(
+                        f"batch subscriber {self.name} publishes to {self.publish_to!r}: it must "
+                        f"return a list, got {type(result).__name__}"
+                    )
+                await output.publish_all(result)
+            if auto:
+                await ack_all([m for m in good if not m.settled])
+
+        return handle_batch
