@@ -412,16 +412,18 @@ class InmemLog(LogBase):
         part = topic.partitions[topic.tp(partition.partition).partition]
         return part.base, part.high
 
-    def _write(
+    def send(
         self,
         topic: str,
         value: bytes | None,
-        key: str | None,
-        partition: int | None,
-        attributes: Mapping[str, str] | None,
-        client_id: str | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Write now; the awaitable yields ``(TopicPartition, offset)`` (``client_id`` is ignored)."""
+        self._check_send(value, key, attributes)
         state = self.broker.provided_topic(topic, self.default_partitions, self.provision)
         p, offset = self.broker.append_record(state, value, key, attributes, partition, self.partitioner)
         fut: asyncio.Future[tuple[TopicPartition, int]] = asyncio.get_running_loop().create_future()

@@ -237,21 +237,23 @@ class KafkaLog(LogBase):
         self._check()
         return await self.admin.watermarks(partition)
 
-    def _write(
+    def send(
         self,
         topic: str,
         value: bytes | None,
-        key: str | None,
-        partition: int | None,
-        attributes: Mapping[str, str] | None,
-        client_id: str | None,
+        *,
+        key: str | None = None,
+        partition: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Queue the record on the producer of ``client_id``; the future resolves on delivery.
+        """Queue one record without waiting; await the result for ``(TopicPartition, offset)``.
 
-        ``partition=None`` lets librdkafka pick the partition from the key (murmur2) or spread
-        unkeyed records. ``client_id`` sends through a producer of its own whose ``client.id`` is
-        that id (one per id, kept until the log closes).
+        ``partition=None`` picks the partition from the key (murmur2) or spreads unkeyed records.
+        ``value=None`` writes a tombstone. ``client_id`` sends through a producer of its own whose
+        ``client.id`` is that id (one per id, kept until the log closes).
         """
+        self._check_send(value, key, attributes)
         owner = self._producer_for(client_id)
         owner.check_open("produce")
         loop = asyncio.get_running_loop()

@@ -1,22 +1,23 @@
 """``LogBase``: what the :class:`~broker.log.Log` implementations (Kafka, in-memory) share.
 
-``async with`` support, the closed check every call makes first, ``send`` (the closed check and
-the record's checks, then the log's own :meth:`LogBase._write`), the consumers and readers a log
+``async with`` support, the closed check every call makes first, the checks of a record every
+``send`` makes before writing it (:meth:`LogBase._check_send`), the consumers and readers a log
 made (:meth:`LogBase._adopt`) and ``close``, which closes them before the log's own
 :meth:`LogBase._release`. ``produce`` is ``send`` awaited, inherited from the
-:class:`~broker.log.Log` port.
+:class:`~broker.log.Log` port. ``send`` itself stays in each log's own module: the Kafka queue's
+ack path counts the log as one hop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from typing import ClassVar, TypeVar
 
 from broker.driver.attributes import validate_attributes
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, InvalidMessage
-from broker.log import Log, TopicPartition
+from broker.log import Log
 
 __all__ = ["LogBase"]
 
@@ -24,7 +25,7 @@ _Child = TypeVar("_Child", bound=AsyncResource)
 
 
 class LogBase(AsyncResource, Log):
-    """Base of a :class:`~broker.log.Log`: subclasses implement ``_write`` and the rest of the port."""
+    """Base of a :class:`~broker.log.Log`: subclasses implement the port but ``produce``."""
 
     #: The message of the ``ClosedError`` raised by calls made after ``close()``.
     closed_message: ClassVar[str] = "the log is closed"
@@ -38,21 +39,10 @@ class LogBase(AsyncResource, Log):
         if self._closed:
             raise ClosedError(self.closed_message)
 
-    def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: str | None = None,
-        partition: int | None = None,
-        attributes: Mapping[str, str] | None = None,
-        client_id: str | None = None,
-    ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Queue one record without waiting; await the result for ``(TopicPartition, offset)``.
-
-        A value other than bytes or None, a key other than str or None, or attributes other than
-        ``str -> str`` raise ``InvalidMessage``/``TypeError`` before anything is written.
-        """
+    def _check_send(self, value: object, key: object, attributes: Mapping[str, str] | None) -> None:
+        """What a log's ``send`` checks before it writes anything: the log is open (else
+        ``ClosedError``), the value is bytes or None and the key str or None (else
+        ``InvalidMessage``), the attributes are ``str -> str`` (else ``TypeError``)."""
         self._check()
         if value is not None and not isinstance(value, bytes | bytearray | memoryview):
             raise InvalidMessage(f"a record value must be bytes or None, got {type(value).__name__}")
@@ -60,19 +50,6 @@ class LogBase(AsyncResource, Log):
             raise InvalidMessage(f"a record key must be str or None, got {type(key).__name__}")
         if attributes:
             validate_attributes(attributes)
-        return self._write(topic, value, key, partition, attributes, client_id)
-
-    def _write(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: str | None,
-        partition: int | None,
-        attributes: Mapping[str, str] | None,
-        client_id: str | None,
-    ) -> Awaitable[tuple[TopicPartition, int]]:
-        """Write one checked record (``send`` calls it); a log that keeps its own ``send`` needs none."""
-        raise NotImplementedError(f"{type(self).__name__} writes no records")
 
     def _adopt(self, child: _Child) -> _Child:
         """Keep ``child`` (a consumer or reader made by this log) for ``close`` to close; return it."""
