@@ -391,7 +391,7 @@ class InmemLog(LogBase):
         #: Whether ``send`` creates a missing topic (``create``) or raises (see ``provided_topic``).
         self.provision = provision
         self._closed = False
-        self._children: list[_PartitionReader] = []
+        self._children: list[AsyncResource] = []
 
     async def create_topic(
         self, name: str, partitions: int = 1, *, config: Mapping[str, str] | None = None
@@ -423,7 +423,7 @@ class InmemLog(LogBase):
         client_id: str | None = None,
     ) -> Awaitable[tuple[TopicPartition, int]]:
         """Write now; the awaitable yields ``(TopicPartition, offset)`` (``client_id`` is ignored)."""
-        self._check()
+        self._check_send(value, key, attributes)
         state = self.broker.provided_topic(topic, self.default_partitions, self.provision)
         p, offset = self.broker.append_record(state, value, key, attributes, partition, self.partitioner)
         fut: asyncio.Future[tuple[TopicPartition, int]] = asyncio.get_running_loop().create_future()
@@ -446,16 +446,12 @@ class InmemLog(LogBase):
     ) -> GroupConsumer:
         """Join ``group`` reading ``topics`` (``client_id`` and ``hints`` are ignored: no broker)."""
         self._check()
-        consumer = GroupConsumer(self.broker, group, topics, start, listener)
-        self._children.append(consumer)
-        return consumer
+        return self._adopt(GroupConsumer(self.broker, group, topics, start, listener))
 
     def reader(self, *, client_id: str | None = None, hints: ReadHints | None = None) -> InmemReader:
         """A reader outside any group (``client_id`` and ``hints`` are ignored)."""
         self._check()
-        reader = InmemReader(self.broker)
-        self._children.append(reader)
-        return reader
+        return self._adopt(InmemReader(self.broker))
 
     async def committed(
         self, group: str, partitions: Sequence[TopicPartition]
@@ -464,11 +460,3 @@ class InmemLog(LogBase):
         state = self.broker.groups.get(group)
         committed = state.committed if state is not None else {}
         return {tp: committed.get(tp) for tp in partitions}
-
-    async def close(self) -> None:
-        """Close every consumer and reader made here."""
-        if self._closed:
-            return
-        self._closed = True
-        for child in self._children:
-            await child.close()

@@ -31,10 +31,9 @@ from broker.backends.kafka.sdk_consumer import GroupCore, ReaderCore
 from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import KafkaSettings
 from broker.backends.kafka.threads import reject, resolve
-from broker.driver.attributes import validate_attributes
 from broker.driver.log_base import LogBase
 from broker.driver.resources import AsyncResource
-from broker.errors import ClosedError, InvalidMessage, PublishError, Timeout
+from broker.errors import ClosedError, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
 
 __all__ = ["KafkaLog", "KafkaLogConsumer", "KafkaLogReader"]
@@ -185,7 +184,7 @@ class KafkaLog(LogBase):
         self._producer: AsyncProducer | None = None
         #: Producers of sends that asked for a ``client_id`` of their own, by that id.
         self._client_producers: dict[str, AsyncProducer] = {}
-        self._children: list[KafkaLogConsumer | KafkaLogReader] = []
+        self._children: list[AsyncResource] = []
         self._later: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -254,13 +253,7 @@ class KafkaLog(LogBase):
         ``value=None`` writes a tombstone. ``client_id`` sends through a producer of its own whose
         ``client.id`` is that id (one per id, kept until the log closes).
         """
-        self._check()
-        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise InvalidMessage(f"a record value must be bytes or None, got {type(value).__name__}")
-        if key is not None and not isinstance(key, str):
-            raise InvalidMessage(f"a record key must be str or None, got {type(key).__name__}")
-        if attributes:
-            validate_attributes(attributes)
+        self._check_send(value, key, attributes)
         owner = self._producer_for(client_id)
         owner.check_open("produce")
         loop = asyncio.get_running_loop()
@@ -347,9 +340,7 @@ class KafkaLog(LogBase):
             listener=listener,
             cooperative=opts.cooperative,
         )
-        child = KafkaLogConsumer(core)
-        self._children.append(child)
-        return child
+        return self._adopt(KafkaLogConsumer(core))
 
     def reader(
         self, *, client_id: str | None = None, hints: ReadHints | None = None, **options: Any
@@ -369,9 +360,7 @@ class KafkaLog(LogBase):
             prefetch=opts.batch_size,
             close_timeout=self.settings.close_timeout,
         )
-        child = KafkaLogReader(core)
-        self._children.append(child)
-        return child
+        return self._adopt(KafkaLogReader(core))
 
     def hinted(self, hints: ReadHints | None) -> dict[str, Any]:
         """The consumer settings ``hints`` ask for, within this connection's bounds.
@@ -405,13 +394,8 @@ class KafkaLog(LogBase):
         self._check()
         return await self.admin.committed(group, partitions)
 
-    async def close(self) -> None:
-        """Close every consumer and reader made here, then flush and close the producer."""
-        if self._closed:
-            return
-        self._closed = True
-        children, self._children = self._children, []
-        await asyncio.gather(*(child.close() for child in children), return_exceptions=True)
+    async def _release(self) -> None:
+        """Flush and close the producers, then the admin client this log made."""
         if self._producer is not None:
             await self._producer.close()
         extra, self._client_producers = list(self._client_producers.values()), {}

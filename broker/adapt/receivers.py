@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -353,6 +353,35 @@ def _bind(
     return retry.bind(publisher=publisher, topic=topic, subscription=subscription)
 
 
+def _pulling_receiver(
+    pull: Callable[[], Awaitable[Sequence[Message]]],
+    concurrency: int,
+    nack_delay: NackDelay,
+    retry: RetryPolicy | None,
+    drain_timeout: float | None,
+    publisher: Publisher | None,
+    topic: str | None,
+    subscription: str | None,
+) -> DrainingReceiver:
+    """The receiver of :func:`receiver` and :func:`receiver_from_batches`: each ``pull()`` is handed over."""
+    retrier = _bind(
+        retry,
+        nack_delay,
+        publisher,
+        topic,
+        subscription,
+        concurrency=concurrency,
+        drain_timeout=drain_timeout,
+    )
+
+    async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await gate()
+            await hand_over(await pull(), put)
+
+    return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
+
+
 def receiver(
     iterator: MessageIterator,
     concurrency: int = 1,
@@ -370,22 +399,13 @@ def receiver(
     ``DeadLetterTopic``; ``topic``/``subscription`` name the source in dead-letter attributes).
     ``drain_timeout`` is how long ``stop()`` lets running handlers finish.
     """
-    retrier = _bind(
-        retry,
-        nack_delay,
-        publisher,
-        topic,
-        subscription,
-        concurrency=concurrency,
-        drain_timeout=drain_timeout,
+
+    async def pull() -> Sequence[Message]:
+        return (await iterator.next_message(),)
+
+    return _pulling_receiver(
+        pull, concurrency, nack_delay, retry, drain_timeout, publisher, topic, subscription
     )
-
-    async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await gate()
-            await hand_over((await iterator.next_message(),), put)
-
-    return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
 
 def receiver_from_batches(
@@ -403,22 +423,9 @@ def receiver_from_batches(
 
     ``retry``, ``drain_timeout`` and the rest as for :func:`receiver`.
     """
-    retrier = _bind(
-        retry,
-        nack_delay,
-        publisher,
-        topic,
-        subscription,
-        concurrency=concurrency,
-        drain_timeout=drain_timeout,
+    return _pulling_receiver(
+        iterator.next_batch, concurrency, nack_delay, retry, drain_timeout, publisher, topic, subscription
     )
-
-    async def feed(put: Callable[[Message], Awaitable[None]], gate: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await gate()
-            await hand_over(await iterator.next_batch(), put)
-
-    return _IteratorReceiver(feed, concurrency, nack_delay, retrier, drain_timeout)
 
 
 def batched_receiver(

@@ -104,12 +104,9 @@ async def sync_produce(
     Raises ``PublishError`` (or a subclass) when delivery failed, ``Timeout`` when no report came
     within ``timeout`` seconds (the record may still be delivered).
     """
-    kwargs: dict[str, Any] = {"key": key, "value": value}
-    if partition is not None:
-        kwargs["partition"] = partition
-    if headers:
-        kwargs["headers"] = dict(headers)
-    return await _produce_and_wait(producer, topic, timeout, kwargs)
+    return await sync_produce_message(
+        producer, topic, value, key=key, partition=partition, headers=headers, timeout=timeout
+    )
 
 
 async def sync_produce_message(
