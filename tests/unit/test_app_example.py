@@ -1,4 +1,4 @@
-"""examples/app.py (the order service as a broker.App): its demo runs, and its tests pass.
+"""examples/order_service.py (the order service as a broker.App): its demo runs, and its tests pass.
 
 Both run in this process: the example is loaded as the module ``app`` that its test module
 imports, and the test module's tests are collected here as they are.
@@ -25,11 +25,8 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-_previous = sys.modules.pop("app", None)
-example = _load("app", EXAMPLES / "app.py")
-orders_tests = _load("test_app_orders", EXAMPLES / "test_app_orders.py")
-if _previous is not None:  # another module named app stays what it was for whoever imported it
-    sys.modules["app"] = _previous
+example = _load("order_service", EXAMPLES / "order_service.py")
+orders_tests = _load("test_order_service", EXAMPLES / "test_order_service.py")
 
 fresh_stock = orders_tests.fresh_stock
 test_an_order_in_stock_is_shipped_and_acked = orders_tests.test_an_order_in_stock_is_shipped_and_acked

@@ -91,13 +91,14 @@ class Block:
         """The module mypy checks: the block, after the preambles when it is a fragment."""
         if "no-run" not in self.markers:
             return self.code
+        own = "\n".join([self.code, *self.preamble])  # a name the block or its preamble binds
         given = [
             line
             for name, line in GIVEN.items()
             if re.search(rf"\b{name}\b", self.code)
             and not re.search(
                 rf"^\s*{name}\s*=|\b(as|for|class|def)\s+{name}\b|^(from|import)\s.*\b{name}\b",
-                self.code,
+                own,
                 re.M,
             )
         ]

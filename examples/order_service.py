@@ -1,4 +1,4 @@
-"""An order service as a ``broker.App``: the application that ``examples/test_app_orders.py`` tests.
+"""An order service as a ``broker.App``: the application that ``examples/test_order_service.py`` tests.
 
 It takes orders (JSON, validated by a pydantic model) from ``orders`` through subscription
 ``shipping`` and publishes a shipment (typed JSON) to ``shipments`` for each. A handler that fails
@@ -7,8 +7,8 @@ that does not decode, the order goes to ``orders-dead`` with ``x-dead-letter-*``
 why. Everything else (decoding, acking on return, nacking on an exception, draining on SIGTERM)
 is the app's.
 
-Run the demo on the in-memory broker: ``python examples/app.py``; serve on a real broker with
-``POLYBROKER_URL=nats://127.0.0.1:4222 python examples/app.py serve``.
+Run the demo on the in-memory broker: ``python examples/order_service.py``; serve on a real broker with
+``POLYBROKER_URL=nats://127.0.0.1:4222 python examples/order_service.py serve``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tests of the order service (app.py) with ``app.testing()``: inmem://, virtual time, the recorder.
 
-Run: ``pytest examples/test_app_orders.py`` (pytest-asyncio in auto mode, as this repository
+Run: ``pytest examples/test_order_service.py`` (pytest-asyncio in auto mode, as this repository
 configures it). The retries' backoff (1 + 2 + 4 s) passes in virtual time, at once.
 """
 
@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from app import Order, Shipment, app, stock
+from order_service import Order, Shipment, app, stock
 
 
 @pytest.fixture(autouse=True)
