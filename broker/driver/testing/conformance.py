@@ -274,7 +274,9 @@ class ConformanceSuite(
             await message.ack()  # a second ack is a no-op
             assert message.state == "acked"
             with pytest.raises(TimeoutError):
-                await consumer.next_message(timeout=deadline * 2.5)
+                # The deadline runs from the delivery, before the ack: had the ack been lost, the
+                # message would be back within past_redelivery() (the deadline plus the broker's slack).
+                await consumer.next_message(timeout=harness.past_redelivery())
 
     async def test_ack_after_nack_raises(self, harness: Harness) -> None:
         need(harness, "messages", "nack_redelivers")
@@ -304,7 +306,9 @@ class ConformanceSuite(
 
     async def test_delayed_nack_waits(self, harness: Harness) -> None:
         need(harness, "messages", "delayed_nack")
-        delay = max(1.0, harness.short_ack_deadline)
+        # Long enough that a redelivery ignoring the delay (a plain nack's) cannot pass for a
+        # delayed one, and independent of a long ack deadline: the delay has a timer of its own.
+        delay = min(max(1.0, harness.short_ack_deadline), 2.0)
         topic, (sub,) = await _open(harness)
         async with harness.messages(topic, sub) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"later"))
@@ -339,14 +343,18 @@ class ConformanceSuite(
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
             await harness.backend.publisher().topic(topic).publish(OutboundMessage(b"slow"))
             (message,) = await collect(consumer, 1, harness.patience, ack=False)
-            held_until = clock.monotonic() + deadline * 2.5
+            # Held past the point where an unextended message is back (deadline plus slack from
+            # the delivery), so an in_progress() that does not extend fails here.
+            held_until = clock.monotonic() + harness.past_redelivery()
             while clock.monotonic() < held_until:
                 await message.in_progress()
                 with pytest.raises(TimeoutError):
                     await consumer.next_message(timeout=deadline / 3)
             await message.ack()
             with pytest.raises(TimeoutError):
-                await consumer.next_message(timeout=deadline * 2)
+                # The last in_progress() came just before the ack: a lost ack shows within
+                # past_redelivery() of it.
+                await consumer.next_message(timeout=harness.past_redelivery())
 
     async def test_an_ack_after_the_deadline_is_sent_and_raises_naming_it(self, harness: Harness) -> None:
         """An ack that comes after the message's ack deadline (counted from its delivery or its last
@@ -517,7 +525,10 @@ class ConformanceSuite(
             await collect(consumer, 1, harness.patience, ack=False)  # taken, never acked: the "crash"
         async with harness.messages(topic, sub, ack_deadline=deadline) as consumer:
             rest = await collect(consumer, count - 10, harness.patience + deadline * 3)
-            rest += await drain(consumer, deadline * 1.5)
+            # A lost ack shows as a redelivery within past_redelivery() of the delivery it settled,
+            # and every delivery came before this quiet window opens (at most the 1.5 deadlines it
+            # is where the slack is not measured: the last message came a deadline after the rest).
+            rest += await drain(consumer, min(deadline * 1.5, harness.past_redelivery()))
         values = Counter(int(m.data) for m in handled + rest)
         assert set(values) == set(range(count)), f"lost: {set(range(count)) - set(values)}"
         assert all(n == 1 for n in values.values()), "an acked message was delivered again"

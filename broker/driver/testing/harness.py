@@ -71,6 +71,11 @@ class Harness:
 
     #: Ack deadline (seconds) used by the redelivery tests; the shortest the server honours.
     short_ack_deadline: float = 1.0
+    #: How late after its ack deadline the broker redelivers an unsettled message at the latest
+    #: (seconds): the timer granularity of the broker or client plus scheduling slack. A check that
+    #: a message is *not* redelivered waits this much past the deadline (:meth:`past_redelivery`).
+    #: None: 1.5 ack deadlines, for a backend whose latency was not measured.
+    redelivery_slack: float | None = None
     #: How long to wait for something that should happen (seconds).
     patience: float = 10.0
     #: URLs that must be rejected with a ConfigError by ``broker.connect``.
@@ -94,6 +99,17 @@ class Harness:
             if not hasattr(self, name):
                 raise AttributeError(f"Harness has no setting {name!r}")
             setattr(self, name, value)
+
+    def past_redelivery(self) -> float:
+        """Seconds after a delivery (or the last ``in_progress()``) by which a message whose ack was
+        lost is back, with ``short_ack_deadline``: the deadline plus :attr:`redelivery_slack`.
+
+        A negative check ("not redelivered") waits this long, so it fails when the message does
+        come back, and not longer.
+        """
+        deadline = self.short_ack_deadline
+        slack = deadline * 1.5 if self.redelivery_slack is None else self.redelivery_slack
+        return deadline + slack
 
     @property
     def capabilities(self) -> Capabilities:
