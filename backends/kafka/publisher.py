@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -20,10 +19,10 @@ from broker import OutboundMessage, Record
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.mapping import produce_all
-from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch, ThreadDelivery
+from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
 from broker.driver.forwarding import Forwarded
-from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DeliveryDone, DriverPublisher, DriverTopic
-from broker.errors import BrokerError, ClosedError, PublishError, Timeout, TransactionError
+from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
+from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 
 __all__ = ["GroupMetadataSource", "KafkaPublishDriver", "KafkaPublisher", "KafkaTransactionalPublisher"]
@@ -73,64 +72,9 @@ class KafkaPublishDriver:
                 owner.kick()
         await owner.wait(batch, timeout, f"publishing to {topic!r}")
 
-    def send_threadsafe(
-        self, topic: str, messages: Sequence[OutboundMessage], done: DeliveryDone, timeout: float
-    ) -> None:
-        """Enqueue ``messages`` from the calling thread (confluent-kafka's producer is thread-safe);
-        ``done(error)`` runs on the loop's thread once every delivery report is in.
-
-        The mapping is :meth:`send`'s (``produce_all``). A full SDK queue is waited out in short
-        sleeps, up to ``timeout`` seconds, while the pump serves reports; then ``Timeout`` is
-        raised when nothing was enqueued yet, or the batch fails with it (through ``done``) when
-        part of it was.
-        """
-        owner = self.producer
-        if owner.closed:
-            raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
-        if self.transaction_open is not None:
-            raise TransactionError("a transactional publisher publishes on its event loop only")
-        what = f"publishing to {topic!r}"
-        total = len(messages)
-        batch = ThreadDelivery(total, done, what)
-        sdk_producer = owner.producer
-        sent = 0
-        deadline = time.monotonic() + timeout
-        pause = _ROOM_PAUSE
-        try:
-            while True:
-                sent = produce_all(sdk_producer, topic, messages, sent, batch.on_delivery)
-                if sent == total:
-                    break
-                owner.kick_threadsafe()  # the queue is full: the pump serves reports, room comes
-                if owner.closed or time.monotonic() >= deadline:
-                    error: BrokerError = (
-                        ClosedError(f"{what} stopped: publisher closed")
-                        if owner.closed
-                        else Timeout(f"{what}: the producer's queue stayed full for {timeout}s")
-                    )
-                    if not sent:
-                        raise error
-                    batch.abandon(total - sent, error)
-                    return
-                time.sleep(pause)
-                pause = min(pause * 2, _ROOM_PAUSE_MAX)
-        except sdk.confluent().KafkaException as exc:
-            error = translate(exc, f"cannot publish to {topic!r}", PublishError)
-            if not sent:
-                raise error from exc
-            batch.abandon(total - sent, error)
-        finally:
-            if sent:
-                owner.kick_threadsafe()
-
     async def close(self) -> None:
         """Flush what is queued, then release the producer."""
         await self.producer.close()
-
-
-#: Sleeps of a thread waiting for room in a full producer queue: from 0.5 ms, doubling, to 10 ms.
-_ROOM_PAUSE = 0.0005
-_ROOM_PAUSE_MAX = 0.01
 
 
 class KafkaPublisher(DriverPublisher):

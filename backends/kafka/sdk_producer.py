@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Callable
 from typing import Any, Final
 
 from broker.backends.kafka.errors import is_refusal, translate
 from broker.backends.kafka.threads import SdkThread, resolve, sdk_client
 from broker.errors import ClosedError, PublishError, Timeout
 
-__all__ = ["AsyncProducer", "DeliveryBatch", "ThreadDelivery"]
+__all__ = ["AsyncProducer", "DeliveryBatch"]
 
 log = logging.getLogger("broker.backends.kafka")
 
@@ -69,8 +67,6 @@ class AsyncProducer:
         self.closed = False
         self._released = False
         self._pump: asyncio.Task[None] | None = None
-        #: The loop the pump runs on: the one the producer was made on (None outside a loop).
-        self._loop: asyncio.AbstractEventLoop | None = _running_loop()
         self._thread: SdkThread | None = None
         self._room: list[asyncio.Future[None]] = []
 
@@ -88,16 +84,7 @@ class AsyncProducer:
     def kick(self) -> None:
         """Make sure the pump runs (call after enqueuing records)."""
         if self._pump is None and not self._released:
-            loop = self._loop = asyncio.get_running_loop()
-            self._pump = loop.create_task(self._run_pump())
-
-    def kick_threadsafe(self) -> None:
-        """:meth:`kick` from another thread (records enqueued there): one loop wake-up while the
-        pump is idle, none while it runs (it serves every record queued before it stops, and
-        looks again after it stopped)."""
-        loop = self._loop
-        if self._pump is None and loop is not None and not self._released:
-            loop.call_soon_threadsafe(self.kick)
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
     async def _run_pump(self) -> None:
         producer = self.producer
@@ -115,10 +102,6 @@ class AsyncProducer:
         finally:
             self._pump = None
             self._wake_room()
-            if len(producer) > 0 and not self._released and not self.closed:
-                # a record enqueued by another thread after the last look, whose kick_threadsafe
-                # still saw this pump running: serve it
-                self.kick()
 
     def _wake_room(self) -> None:
         if self._room:
@@ -225,60 +208,6 @@ class AsyncProducer:
             log.debug("%s: close failed: %r", self.name, exc)
         finally:
             thread.stop()
-
-
-class ThreadDelivery:
-    """Counts the delivery reports of ``count`` records enqueued from another thread, then calls
-    ``done(error)`` once (on the thread serving the reports: the loop's, through the pump).
-
-    ``on_delivery`` may run while the enqueuing thread is still giving records back
-    (:meth:`abandon`, when room did not come in time): a lock keeps the count exact.
-    """
-
-    __slots__ = ("done", "error", "lock", "remaining", "what")
-
-    def __init__(self, count: int, done: Callable[[BaseException | None], object], what: str) -> None:
-        self.remaining = count
-        self.done = done
-        self.error: Any = None
-        self.what = what
-        self.lock = threading.Lock()
-
-    def on_delivery(self, err: Any, msg: Any) -> None:
-        """The delivery callback (SDK signature ``(KafkaError | None, Message)``)."""
-        with self.lock:
-            if err is not None and self.error is None:
-                self.error = err
-            self.remaining -= 1
-            last = self.remaining == 0
-        if last:
-            self._finish()
-
-    def abandon(self, count: int, error: BaseException) -> None:
-        """``count`` records were never enqueued: fail the batch with ``error`` once the rest report."""
-        with self.lock:
-            if self.error is None:
-                self.error = error
-            self.remaining -= count
-            last = self.remaining == 0
-        if last:
-            self._finish()
-
-    def _finish(self) -> None:
-        error = self.error
-        if error is not None and not isinstance(error, BaseException):
-            error = translate(error, self.what, PublishError)
-        try:
-            self.done(error)
-        except Exception:
-            log.exception("a delivery callback raised")
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 #: Seconds each close step may take once the broker refused the producer.

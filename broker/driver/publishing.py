@@ -43,7 +43,6 @@ DEFAULT_CLOSE_TIMEOUT = 10.0
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "ClosingDriver",
-    "DeliveryDone",
     "DriverPublisher",
     "DriverTopic",
     "ImmediatePublishDriver",
@@ -51,7 +50,6 @@ __all__ = [
     "PublishInterceptor",
     "Send",
     "SendMiddleware",
-    "ThreadSafePublishDriver",
 ]
 
 #: Called with the topic name and the validated messages before they are sent; it returns the
@@ -92,31 +90,6 @@ class ImmediatePublishDriver(Protocol):
 
     def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
         """Send validated messages to ``topic`` at once."""
-        ...
-
-
-#: Called once, on the event loop's thread, when the broker has every message of a thread-safe send
-#: (``None``) or with the error that failed them.
-DeliveryDone = Callable[[BaseException | None], object]
-
-
-@runtime_checkable
-class ThreadSafePublishDriver(Protocol):
-    """Optional part of a :class:`PublishDriver` whose SDK client may be called from any thread.
-
-    ``send_threadsafe`` enqueues validated messages from the calling thread (not the event loop's)
-    with the backend's own mapping, and returns; ``done`` runs once on the loop's thread when the
-    broker has them all, or with the error that failed them. It waits at most ``timeout`` seconds
-    for room in a full client queue, then raises :class:`~broker.errors.Timeout` with nothing of
-    the messages enqueued, and raises ``ClosedError`` once the driver is closing. The blocking API
-    publishes through it where a backend offers it (confluent-kafka's producer is thread-safe): a
-    message then costs no hop to the loop's thread.
-    """
-
-    def send_threadsafe(
-        self, topic: str, messages: Sequence[OutboundMessage], done: DeliveryDone, timeout: float
-    ) -> None:
-        """Enqueue ``messages`` for ``topic`` from any thread; ``done(error)`` reports the outcome."""
         ...
 
 
@@ -250,18 +223,6 @@ class DriverPublisher(AsyncResource):
     def shared(self) -> bool:
         """True when the driver is the backend's, shared with its other publishers."""
         return self._shared
-
-    def threadsafe_send(self) -> Callable[[str, Sequence[OutboundMessage], DeliveryDone, float], None] | None:
-        """The driver's :meth:`~ThreadSafePublishDriver.send_threadsafe`, when sends may skip the loop.
-
-        None when the driver has none, or when this publisher has interceptors or send middleware
-        (tracing, metrics, a test recorder, publish retries): those run on the event loop, so every
-        send then goes through :meth:`DriverTopic.publish`. Ask again before each send: one may have
-        been added since.
-        """
-        if self.interceptors or self.middleware or self._closed:
-            return None
-        return getattr(self._driver, "send_threadsafe", None)
 
     def intercept(self, interceptor: PublishInterceptor) -> None:
         """Run ``interceptor`` on every publish from now on (after those added before)."""

@@ -4,10 +4,7 @@ A publish from any thread appends to the publisher's queue under a lock and, onl
 drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The drainer takes up to
 ``max_batch`` messages at a time and sends each topic's share with the async topic's
 ``batch_publish``: a burst of publishes costs one loop round trip per batch, not per message.
-Where the backend's SDK client is thread-safe (confluent-kafka's producer: the driver offers
-:class:`~broker.driver.publishing.ThreadSafePublishDriver`) and the publisher has no interceptor
-or send middleware, the calling thread enqueues into the SDK itself with the backend's mapping,
-and only the delivery reports come back through the loop.
+
 The queue is bounded by ``max_pending`` messages (queued and in flight); a publish that finds it
 full waits for room up to its timeout, then raises :class:`~broker.errors.Timeout`.
 """
@@ -20,14 +17,12 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.backend import Backend
 from broker.driver.clock import clock
 from broker.driver.forwarding import Forwarded
 from broker.driver.outbound import check_outbound, is_plain
-from broker.driver.publishing import DeliveryDone, DriverPublisher
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
@@ -91,8 +86,6 @@ class SyncPublisher(Closing):
         self._async_topics: dict[str, Topic] = {}
         backend = self._backend._async_backend()  # here: in a forked child it re-connects first
         self._async: Publisher = self._backend._call(_make_publisher, backend, what="publisher()")
-        #: The async publisher when it may offer a thread-safe send (asked again per publish).
-        self._direct = self._async if isinstance(self._async, DriverPublisher) else None
         self._portal = _portal.portal()
         _portal.flush_at_exit(self)
         self._gen = generation()  # last: another thread uses the state only once this is current
@@ -151,61 +144,13 @@ class SyncPublisher(Closing):
                     )
                 if self._closed:
                     raise ClosedError("the blocking publisher is closed")
-            direct = self._direct
-            send = direct.threadsafe_send() if direct is not None and self._idle else None
-            if send is None:
-                self._queue.append((topic, item, callback))
-                if self._idle:
-                    self._idle = False
-                    wake = True
+            self._queue.append((topic, item, callback))
             self._pending += count
-        if send is not None:
-            self._send_direct(send, topic, item, count, callback, timeout)
-        elif wake:
+            if self._idle:
+                self._idle = False
+                wake = True
+        if wake:
             self._portal.call_soon(self._start_drain)
-
-    def _send_direct(
-        self,
-        send: Callable[[str, Sequence[OutboundMessage], DeliveryDone, float], None],
-        topic: str,
-        item: Any,
-        count: int,
-        callback: Callable[[BaseException | None], object] | None,
-        timeout: float | None,
-    ) -> None:
-        """Enqueue into the SDK from this thread; the outcome comes back through :meth:`_delivered`."""
-        messages = item if type(item) is tuple else (item,)
-        try:
-            limit = self.timeout if timeout is None else timeout
-            send(topic, messages, partial(self._delivered, topic, count, callback), limit)
-        except BaseException:
-            with self._lock:
-                self._pending -= count
-                self._cond.notify_all()
-            raise
-
-    def _delivered(
-        self,
-        topic: str,
-        count: int,
-        callback: Callable[[BaseException | None], object] | None,
-        error: BaseException | None,
-    ) -> None:
-        """On the loop's thread: the broker has the messages of one direct send, or they failed."""
-        if callback is not None:
-            try:
-                callback(error)
-            except Exception:
-                log.exception("an on_delivery callback raised")
-        with self._lock:
-            self._pending -= count
-            if error is not None and callback is None:
-                self._failed += count
-                if self._first_error is None:
-                    self._first_error = error
-            self._cond.notify_all()
-        if error is not None and callback is None:
-            log.warning("publishing %d messages to %r failed: %s", count, topic, error)
 
     # -- the loop side -------------------------------------------------------------------
     def _start_drain(self) -> None:
@@ -345,7 +290,10 @@ class SyncPublisher(Closing):
         if left:
             log.error("%d published messages were still pending when the publisher closed", left)
         if self._gen == generation() and not self._backend.closed:
-            self._backend._call(self._async.close, timeout=limit, what="closing the publisher")
+            try:
+                self._backend._call(self._async.close, timeout=limit, what="closing the publisher")
+            except Timeout:  # its sends in flight outlived the limit: counted above, closed anyway
+                log.warning("the publisher's sends in flight did not finish within %s s of close()", limit)
 
 
 async def _make_publisher(backend: Backend) -> Publisher:
