@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.app.lease import DEFAULT_MAX_LEASE
 from broker.app.parameters import read_signature
-from broker.app.subscriber import AckPolicy, Subscriber
+from broker.app.subscriber import AckPolicy, Middleware, Subscriber
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.connect import connect
 from broker.errors import ConfigError
@@ -60,6 +60,16 @@ def _check_spec(name: str, spec: Any) -> str | Mapping[str, Any]:
     raise ConfigError(f"backend {name!r} needs a URL or a settings mapping, got {spec!r}")
 
 
+def _check_middleware(layer: Any) -> Middleware:
+    call = type(layer).__call__ if callable(layer) else None
+    if not inspect.iscoroutinefunction(layer) and not inspect.iscoroutinefunction(call):
+        raise ConfigError(
+            f"middleware must be an async function (delivery, call_next) -> result, got {layer!r}"
+        )
+    checked: Middleware = layer
+    return checked
+
+
 class App:
     """An application: subscribers declared by decorator, hooks, and the backends they use.
 
@@ -68,12 +78,16 @@ class App:
     (``ConfigError`` naming it when it is unset). More backends are named by keyword:
     ``App("nats://...", events="kafka://...")`` or ``App(default="nats://...", events=...)``;
     ``@app.subscriber(..., backend="events")`` and ``publish_backend="events"`` choose them.
-    Backends are connected when the app starts (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
+    ``middleware`` runs around every subscriber's deliveries, outermost first (see
+    :data:`broker.app.subscriber.Middleware`). Backends are connected when the app starts
+    (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
     """
 
     def __init__(
         self,
         url_or_settings: str | Mapping[str, Any] | None = None,
+        *,
+        middleware: Sequence[Middleware] = (),
         **named_backends: str | Mapping[str, Any],
     ) -> None:
         specs: dict[str, str | Mapping[str, Any]] = {}
@@ -102,6 +116,8 @@ class App:
         self._on_connect: list[Callable[[Backend], None]] = []
         self._observers: list[Callable[[Subscriber, Message], None]] = []
         self._running = False
+        self._middleware: list[Middleware] = [_check_middleware(m) for m in middleware]
+        self._provider: Any = None
 
     def __repr__(self) -> str:
         return f"<App {', '.join(self.backend_specs)}: {len(self.subscribers)} subscribers>"
@@ -121,6 +137,7 @@ class App:
         batch_size: int = 0,
         batch_timeout: float = 1.0,
         max_lease: float | None = DEFAULT_MAX_LEASE,
+        middleware: Sequence[Middleware] = (),
         **options: Any,
     ) -> Callable[[F], F]:
         """Decorate a handler (``async def`` or plain ``def``) consuming ``topic`` through ``subscription``.
@@ -133,8 +150,8 @@ class App:
         ``backend``). A ``list[T]`` payload takes batches of up to ``batch_size`` (0: the backend's
         default) within ``batch_timeout`` seconds. While a handler runs, its message's deadline is
         extended (``in_progress()``, on backends that have it) for up to ``max_lease`` seconds
-        (None: never). ``options`` are the backend's consumer options.
-        The handler is returned unchanged.
+        (None: never). ``middleware`` runs inside the app's, around this subscriber's deliveries.
+        ``options`` are the backend's consumer options. The handler is returned unchanged.
         """
         if not isinstance(topic, str) or not topic or not isinstance(subscription, str) or not subscription:
             raise ConfigError(
@@ -153,6 +170,8 @@ class App:
                 raise ConfigError(
                     f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
                 )
+
+        own_middleware = tuple(_check_middleware(m) for m in middleware)
 
         def register(handler: F) -> F:
             signature = read_signature(handler)
@@ -174,11 +193,30 @@ class App:
                     batch_timeout=batch_timeout,
                     max_lease=max_lease,
                     options=dict(options),
+                    middleware=own_middleware,
                 )
             )
             return handler
 
         return register
+
+    def middleware(self, layer: F) -> F:
+        """Add ``layer`` (``async def layer(delivery, call_next)``) around every subscriber, inside
+        the middleware given before; returns it unchanged. Added before the app starts."""
+        if self._running:
+            raise ConfigError("middleware is added before the app starts")
+        self._middleware.append(_check_middleware(layer))
+        return layer
+
+    @property
+    def dependency_provider(self) -> Any:
+        """The FastDepends ``Provider`` of this app's ``Depends()`` parameters: ``.override(dep, fake)``
+        replaces a dependency (in tests); needs the ``depends`` extra."""
+        if self._provider is None:
+            from broker.app.depends import new_provider
+
+            self._provider = new_provider()
+        return self._provider
 
     def on_startup(self, hook: F) -> F:
         """Call ``hook()`` (sync or async) after the backends answered, before any subscriber starts."""
@@ -297,7 +335,14 @@ class App:
                 for observer in observers:
                     observer(source, message)
 
-        return subscriber.consumer(self.backend(subscriber.backend), self.publisher, observe)
+        provider = self.dependency_provider if subscriber.signature.depends else None
+        return subscriber.consumer(
+            self.backend(subscriber.backend),
+            self.publisher,
+            observe,
+            middleware=self._middleware,
+            provider=provider,
+        )
 
     async def _connect(
         self, specs: Mapping[str, str | Mapping[str, Any]], ping_timeout: float | None

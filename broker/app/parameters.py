@@ -5,7 +5,8 @@ others; decoded by :mod:`broker.typed`), the :class:`~broker.Message`, its key
 (``Annotated[str | None, Key]``), its attributes (``Annotated[Mapping[str, str], Attributes]``),
 the app's shared :class:`~broker.Publisher` of the subscriber's backend, or a
 :class:`logging.Logger`. A ``list[T]`` payload makes a batch subscriber (and ``list[Message]``
-its messages). Anything else is a :class:`~broker.errors.ConfigError` naming the parameter.
+its messages). A ``Depends(...)`` parameter is left to FastDepends (see :mod:`broker.app.depends`).
+Anything else is a :class:`~broker.errors.ConfigError` naming the parameter.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args, get_origin
 
+from broker.app.depends import declares_dependency
 from broker.app.markers import Attributes, Key
 from broker.codecs import StrCodec
 from broker.errors import ConfigError, DecodeError
@@ -107,6 +109,8 @@ class Signature:
     returns: Binding[Any] | None
     #: True for ``async def`` handlers; plain functions run in a worker thread.
     is_async: bool
+    #: True when a parameter is ``Depends(...)``: the handler is called through FastDepends.
+    depends: bool = False
 
 
 def _fail(handler: Callable[..., Any], name: str, why: str) -> ConfigError:
@@ -188,11 +192,15 @@ def read_signature(handler: Callable[..., Any]) -> Signature:
     parameters: list[Parameter] = []
     payload: Payload | None = None
     batch = False
+    depends = False
     for param in inspect.signature(handler).parameters.values():
         name = param.name
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise _fail(handler, name, "*args and **kwargs cannot be bound")
         keyword = param.kind is param.KEYWORD_ONLY
+        if declares_dependency(param, hints.get(name)):
+            depends = True
+            continue  # resolved by FastDepends on each call
         if name not in hints:
             raise _fail(handler, name, "it has no annotation (annotate the payload type, Message, ...)")
         annotation = hints[name]
@@ -233,4 +241,13 @@ def read_signature(handler: Callable[..., Any]) -> Signature:
                 raise _fail(handler, p.name, "a batch subscriber takes list[Message], not one Message")
             if p.kind == "payload" and not _is_list(hints[p.name]):
                 raise _fail(handler, p.name, "a batch subscriber's payload is a list (list[T])")
-    return Signature(tuple(parameters), payload, batch, _returns(handler, hints), is_async)
+    if depends:
+        # the resolver takes the bound values by name: a dependency may sit before them
+        positional = [p.name for p in parameters if not p.keyword]
+        for declared in inspect.signature(handler).parameters.values():
+            if declared.name in positional and declared.kind is declared.POSITIONAL_ONLY:
+                raise _fail(
+                    handler, declared.name, "a handler with Depends() takes its parameters by name (no '/')"
+                )
+        parameters = [Parameter(p.name, p.kind, True) for p in parameters]
+    return Signature(tuple(parameters), payload, batch, _returns(handler, hints), is_async, depends)

@@ -1,11 +1,13 @@
 """A subscriber: a handler, where it reads from, and the pipeline each delivery runs through.
 
-The pipeline of one delivery: decode the payload (:mod:`broker.typed`) → call the handler with its
-bound parameters (in a worker thread for a plain ``def``) → publish its return value to the output
-topic → settle by the ack policy. Failures are the receiver's: a :class:`~broker.RetryPolicy`
-(nack with backoff, dead-letter after ``max_attempts`` or a non-retryable error) or, without one,
-the receiver's bounded nack backoff. A payload that does not decode is never given to the handler
-(see :class:`Undecodable`).
+The pipeline of one delivery: the app's and the subscriber's middleware, outermost first, around
+[decode the payload (:mod:`broker.typed`) → call the handler with its bound parameters (in a
+worker thread for a plain ``def``; through FastDepends when it has ``Depends()`` parameters)] →
+publish the return value to the output topic → settle by the ack policy. Failures are the
+receiver's: a :class:`~broker.RetryPolicy` (nack with backoff, dead-letter after
+``max_attempts`` or a non-retryable error) or, without one, the receiver's bounded nack
+backoff. A payload that does not decode is never given to the handler (see
+:class:`Undecodable`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,20 @@ from broker.typed import Binding, TypedTopic
 from broker.typed import topic as typed_topic
 from broker.typed.binding import ensure_binding
 
-__all__ = ["AckPolicy", "Output", "Subscriber", "Undecodable"]
+__all__ = ["AckPolicy", "Middleware", "Output", "Subscriber", "Undecodable"]
 
 log = logging.getLogger("broker.app")
 
 #: ``"auto"``: ack on return, nack (or dead-letter) by the retry policy on an exception;
 #: ``"manual"``: the handler settles its messages.
 AckPolicy = Literal["auto", "manual"]
+
+#: ``async def middleware(delivery, call_next) -> result``: runs around the decode and the handler
+#: of each delivery (a :class:`~broker.Message`, or a batch subscriber's ``list[Message]``).
+#: ``await call_next(delivery)`` runs the rest and returns the handler's return value, which the
+#: middleware returns (or replaces) to be published; an exception goes to the retry policy; not
+#: calling ``call_next`` skips the handler (the message is then acked under ``ack="auto"``).
+Middleware = Callable[[Any, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]
 
 
 class Undecodable:
@@ -140,6 +149,8 @@ class Subscriber:
     batch_timeout: float = 1.0
     max_lease: float | None = DEFAULT_MAX_LEASE
     options: dict[str, Any] = field(default_factory=dict)
+    #: The subscriber's own middleware (inside the app's), outermost first.
+    middleware: tuple[Middleware, ...] = ()
 
     @property
     def name(self) -> str:
@@ -163,12 +174,17 @@ class Subscriber:
         backend: Any,
         publishers: Callable[[str], Publisher],
         observe: Callable[[Subscriber, Message], None] | None,
+        *,
+        middleware: Sequence[Middleware] = (),
+        provider: Any = None,
     ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
         """The ``(receiver, handler)`` pair that runs this subscriber on ``backend``.
 
         ``publishers(name)`` is the shared publisher of backend ``name``; ``observe`` is called with
-        every delivery (the app's test kit records them).
+        every delivery (the app's test kit records them); ``middleware`` is the app's, run outside
+        the subscriber's own; ``provider`` holds the app's dependency overrides.
         """
+        chain = (*middleware, *self.middleware)
         publisher = publishers(self.backend)
         retry = self._retry_for(publisher)
         undecodable = Undecodable(retry, self.topic, self.subscription)
@@ -195,12 +211,12 @@ class Subscriber:
                 topic=self.topic,
                 subscription=self.subscription,
             )
-            handle = self._batch_pipeline(backend, publisher, undecodable, output, observe)
+            handle = self._batch_pipeline(backend, publisher, undecodable, output, observe, chain, provider)
         else:
             receiver = backend.receiver(
                 self.topic, self.subscription, concurrency=self.concurrency, retry=retry, **self.options
             )
-            handle = self._pipeline(backend, publisher, undecodable, output, observe)
+            handle = self._pipeline(backend, publisher, undecodable, output, observe, chain, provider)
         return receiver, functools.update_wrapper(handle, self.handler)  # logs name the user's handler
 
     def _max_lease(self, backend: Any) -> float | None:
@@ -209,8 +225,12 @@ class Subscriber:
             return None
         return self.max_lease
 
-    def _invoker(self) -> Callable[[list[Any], dict[str, Any]], Awaitable[Any]]:
+    def _invoker(self, provider: Any) -> Callable[[list[Any], dict[str, Any]], Awaitable[Any]]:
         handler = self.handler
+        if self.signature.depends:
+            from broker.app.depends import new_provider, wrap
+
+            handler = wrap(handler, provider if provider is not None else new_provider())
         if self.signature.is_async:
 
             async def call_async(args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -260,17 +280,17 @@ class Subscriber:
         undecodable: Undecodable,
         output: Output | None,
         observe: Callable[[Subscriber, Message], None] | None,
+        middleware: Sequence[Middleware] = (),
+        provider: Any = None,
     ) -> Callable[[Message], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
         assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker()
+        invoke = self._invoker(provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
 
-        async def handle(message: Message) -> None:
-            if observe is not None:
-                observe(self, message)
+        async def call(message: Message) -> Any:
             value = None
             if decode is not None:
                 try:
@@ -279,16 +299,22 @@ class Subscriber:
                     if exc.received is not message:
                         raise
                     await undecodable.settle(message, exc)
-                    return
+                    return None
             args, kwargs = assemble(value, message)
             if max_lease is None:
-                result = await invoke(args, kwargs)
-            else:
-                lease = Lease(message, max_lease)
-                try:
-                    result = await invoke(args, kwargs)
-                finally:
-                    lease.stop()
+                return await invoke(args, kwargs)
+            lease = Lease(message, max_lease)
+            try:
+                return await invoke(args, kwargs)
+            finally:
+                lease.stop()
+
+        run = _wrapped(call, middleware)
+
+        async def handle(message: Message) -> None:
+            if observe is not None:
+                observe(self, message)
+            result = await run(message)
             if output is not None and result is not None:
                 await output.publish(result, message.key)  # before the ack: at-least-once
             if auto and not message.settled:
@@ -303,18 +329,17 @@ class Subscriber:
         undecodable: Undecodable,
         output: Output | None,
         observe: Callable[[Subscriber, Message], None] | None,
+        middleware: Sequence[Middleware] = (),
+        provider: Any = None,
     ) -> Callable[[list[Message]], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
         assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker()
+        invoke = self._invoker(provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
 
-        async def handle_batch(messages: list[Message]) -> None:
-            if observe is not None:
-                for message in messages:
-                    observe(self, message)
+        async def call(messages: list[Message]) -> Any:
             good: list[Message] = []
             values: list[Any] = []
             for message in messages:
@@ -327,14 +352,22 @@ class Subscriber:
                     continue
                 good.append(message)
             if not good:
-                return
+                return None
             args, kwargs = assemble(values, good)
             leases = [Lease(m, max_lease) for m in good] if max_lease is not None else []
             try:
-                result = await invoke(args, kwargs)
+                return await invoke(args, kwargs)
             finally:
                 for lease in leases:
                     lease.stop()
+
+        run = _wrapped(call, middleware)
+
+        async def handle_batch(messages: list[Message]) -> None:
+            if observe is not None:
+                for message in messages:
+                    observe(self, message)
+            result = await run(messages)
             if output is not None and result is not None:
                 if not isinstance(result, list | tuple):
                     raise ConfigError(
@@ -343,6 +376,22 @@ class Subscriber:
                     )
                 await output.publish_all(result)
             if auto:
-                await ack_all([m for m in good if not m.settled])
+                await ack_all([m for m in messages if not m.settled])
 
         return handle_batch
+
+
+def _wrapped(
+    call: Callable[[Any], Awaitable[Any]], middleware: Sequence[Middleware]
+) -> Callable[[Any], Awaitable[Any]]:
+    """``call`` inside ``middleware``, the first outermost (``call`` itself when there is none)."""
+    for layer in reversed(middleware):
+        call = _layer(layer, call)
+    return call
+
+
+def _layer(layer: Middleware, call_next: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+    async def run(delivery: Any) -> Any:
+        return await layer(delivery, call_next)
+
+    return run
