@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.app.lease import DEFAULT_MAX_LEASE
 from broker.app.parameters import read_signature
+from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
 from broker.app.subscriber import AckPolicy, Middleware, Subscriber
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.connect import connect
@@ -194,6 +195,72 @@ class App:
                     max_lease=max_lease,
                     options=dict(options),
                     middleware=own_middleware,
+                )
+            )
+            return handler
+
+        return register
+
+    def records(
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        per_key: bool = False,
+        concurrency: int = 16,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        retry: RetryPolicy | None = None,
+        backend: str = DEFAULT_BACKEND,
+        publish_to: str | None = None,
+        publish_backend: str | None = None,
+        middleware: Sequence[Middleware] = (),
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Decorate a handler of the records of partitioned logs ``topics``, read in consumer group ``group``.
+
+        Records of one partition are handled in order, partitions in parallel (``per_key``: records
+        of one key in order, keys in parallel), at most ``concurrency`` handlers at a time and
+        ``max_in_flight`` records read ahead. Each partition is committed up to its lowest
+        unfinished record, never past it. A handler that raises is retried in place by ``retry``
+        (its backoff; after ``max_attempts`` or on a non-retryable error the record goes to its
+        :class:`~broker.DeadLetterTopic`); without a dead-letter topic a failing record is retried
+        for ever and holds its partition (a log has no nack: nothing is skipped). Parameters are
+        bound as for :meth:`subscriber`, with ``Record`` for the delivery. ``options`` are the
+        backend's ``records()`` options.
+        """
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or not all(isinstance(t, str) and t and "," not in t for t in names):
+            raise ConfigError(f"records need topic names (without commas), got {topics!r}")
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"records need a consumer group name, got {group!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
+        for name in (backend, publish_backend):
+            if name is not None and name not in self.backend_specs:
+                raise ConfigError(
+                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
+                )
+        PartitionedReceiver(None, concurrency=concurrency, max_in_flight=max_in_flight)  # checks them
+        own_middleware = tuple(_check_middleware(m) for m in middleware)
+
+        def register(handler: F) -> F:
+            self.subscribers.append(
+                Subscriber(
+                    handler,
+                    ",".join(names),
+                    group,
+                    read_signature(handler, records=True),
+                    concurrency=concurrency,
+                    retry=retry,
+                    backend=backend,
+                    publish_to=publish_to,
+                    publish_backend=publish_backend,
+                    max_lease=None,
+                    options=dict(options),
+                    middleware=own_middleware,
+                    records=True,
+                    per_key=bool(per_key),
+                    max_in_flight=max_in_flight,
                 )
             )
             return handler

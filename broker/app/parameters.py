@@ -24,9 +24,9 @@ from broker.app.markers import Attributes, Key
 from broker.codecs import StrCodec
 from broker.errors import ConfigError, DecodeError
 from broker.interfaces import MiddlewarePublisher, Publisher
-from broker.message import Message
+from broker.message import Message, Record
 from broker.settle import handler_name
-from broker.typed import Binding, cloudevents, tag_message
+from broker.typed import Binding, cloudevents, tag_message, tag_record
 from broker.typed.binding import ensure_binding
 from broker.typed.cloudevents import CloudEvent
 
@@ -85,9 +85,40 @@ class Payload:
 
         return decode
 
+    def for_records(self, backend: Any) -> Callable[[Record], Any]:
+        """The decoding function of this payload for records (a tombstone's value is None)."""
+        if self.form == "bytes":
+            return _record_value
+        if self.form == "str":
+            return _record_text
+        bound = self.binding
+        if self.form == "cloudevent":
+            assert self.event_data is not None
+            bound = cloudevents.binding(self.event_data, protocol=backend)
+        assert bound is not None
+        chosen: Binding[Any] = bound
+
+        def decode(record: Record) -> Any:
+            return tag_record(record, chosen).decoded
+
+        return decode
+
 
 def _raw(message: Message) -> bytes:
     return message.data
+
+
+def _record_value(record: Record) -> bytes | None:
+    return record.value
+
+
+def _record_text(record: Record) -> str | None:
+    if record.value is None:
+        return None
+    try:
+        return _STR.decode(record.value)
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"the value is not UTF-8 text: {exc}", received=record) from exc
 
 
 def _text(message: Message) -> str:
@@ -148,6 +179,11 @@ def _is_message(annotation: Any) -> bool:
     return isinstance(origin, type) and issubclass(origin, Message)
 
 
+def _is_record(annotation: Any) -> bool:
+    origin = get_origin(annotation) or annotation
+    return isinstance(origin, type) and issubclass(origin, Record)
+
+
 def _is_list(annotation: Any) -> bool:
     return get_origin(annotation) is list and len(get_args(annotation)) == 1
 
@@ -177,8 +213,12 @@ def _returns(handler: Callable[..., Any], hints: dict[str, Any]) -> Binding[Any]
         return None
 
 
-def read_signature(handler: Callable[..., Any]) -> Signature:
-    """The :class:`Signature` of ``handler``; ``ConfigError`` naming a parameter that cannot be bound."""
+def read_signature(handler: Callable[..., Any], *, records: bool = False) -> Signature:
+    """The :class:`Signature` of ``handler``; ``ConfigError`` naming a parameter that cannot be bound.
+
+    With ``records`` (an ``@app.records`` handler) the delivery is a :class:`~broker.Record`:
+    ``Record`` (or ``TypedRecord[T]``) binds it, and there are no batches.
+    """
     if not callable(handler):
         raise ConfigError(f"a subscriber must be a function, got {handler!r}")
     is_async = inspect.iscoroutinefunction(handler)
@@ -208,8 +248,16 @@ def read_signature(handler: Callable[..., Any]) -> Signature:
         marked = _marker(annotation)
         if marked is not None:
             kind = marked
+        elif records and _is_message(annotation):
+            raise _fail(handler, name, "a records subscriber is given a Record, not a Message")
+        elif records and _is_record(annotation):
+            kind = "message"
         elif _is_message(annotation):
             kind = "message"
+        elif _is_record(annotation):
+            raise _fail(handler, name, "a subscriber is given a Message; records come to @app.records")
+        elif records and _is_list(annotation):
+            raise _fail(handler, name, "a records subscriber takes one record at a time, not a list")
         elif _is_list(annotation) and _is_message(get_args(annotation)[0]):
             kind, batch = "message", True
         elif annotation is Publisher or annotation is MiddlewarePublisher:

@@ -23,10 +23,11 @@ from typing import Any, Literal
 from broker import adapt
 from broker.app.lease import DEFAULT_MAX_LEASE, Lease
 from broker.app.parameters import Signature
+from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
 from broker.backoff import DEFAULT_BACKOFF
 from broker.errors import ConfigError, DecodeError
 from broker.interfaces import Publisher
-from broker.message import Message, OutboundMessage
+from broker.message import Message, OutboundMessage, Record
 from broker.retry import DeadLetterTopic, Retrier, RetryPolicy
 from broker.settle import ack_all, handler_name
 from broker.typed import Binding, TypedTopic
@@ -151,6 +152,12 @@ class Subscriber:
     options: dict[str, Any] = field(default_factory=dict)
     #: The subscriber's own middleware (inside the app's), outermost first.
     middleware: tuple[Middleware, ...] = ()
+    #: An ``@app.records`` subscriber: ``topic`` is its topics (comma-joined), ``subscription`` its group.
+    records: bool = False
+    #: Records: one lane per partition and key instead of per partition.
+    per_key: bool = False
+    #: Records: at most this many read and not finished.
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
     @property
     def name(self) -> str:
@@ -185,6 +192,8 @@ class Subscriber:
         the subscriber's own; ``provider`` holds the app's dependency overrides.
         """
         chain = (*middleware, *self.middleware)
+        if self.records:
+            return self._records_consumer(backend, publishers, observe, chain, provider)
         publisher = publishers(self.backend)
         retry = self._retry_for(publisher)
         undecodable = Undecodable(retry, self.topic, self.subscription)
@@ -218,6 +227,54 @@ class Subscriber:
             )
             handle = self._pipeline(backend, publisher, undecodable, output, observe, chain, provider)
         return receiver, functools.update_wrapper(handle, self.handler)  # logs name the user's handler
+
+    def _records_consumer(
+        self,
+        backend: Any,
+        publishers: Callable[[str], Publisher],
+        observe: Callable[[Subscriber, Any], None] | None,
+        middleware: Sequence[Middleware],
+        provider: Any,
+    ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
+        publisher = publishers(self.backend)
+        policy = self._retry_for(publisher) or RetryPolicy(dead_letter=None)
+        retrier = dataclasses.replace(policy, mode="ordered").bind(
+            publisher=publisher, topic=None, subscription=self.subscription
+        )
+        output = None
+        if self.publish_to is not None:
+            output = Output(
+                publishers(self.publish_backend or self.backend), self.publish_to, self.signature.returns
+            )
+        topics = self.topic.split(",")
+        source = backend.records(topics if len(topics) > 1 else topics[0], self.subscription, **self.options)
+        receiver = PartitionedReceiver(
+            source, per_key=self.per_key, concurrency=self.concurrency, max_in_flight=self.max_in_flight
+        )
+        payload = self.signature.payload
+        decode = payload.for_records(backend) if payload is not None else None
+        assemble = self._arguments(publisher, logging.getLogger(self.name))
+        invoke = self._invoker(provider)
+
+        async def call(record: Record) -> Any:
+            value = decode(record) if decode is not None else None
+            args, kwargs = assemble(value, record)
+            return await invoke(args, kwargs)
+
+        run = _wrapped(call, middleware)
+
+        async def attempt(record: Record) -> None:
+            result = await run(record)
+            if output is not None and result is not None:
+                await output.publish(result, record.key)
+
+        async def handle(record: Record) -> None:
+            if observe is not None:
+                observe(self, record)
+            # The retrier sees a copy it cannot commit: commits are the receiver's, in order.
+            await retrier.handle(_uncommitted(record), attempt)
+
+        return receiver, functools.update_wrapper(handle, self.handler)
 
     def _max_lease(self, backend: Any) -> float | None:
         """How long leases are kept on ``backend`` (None: not at all, the backend has no ``in_progress``)."""
@@ -379,6 +436,32 @@ class Subscriber:
                 await ack_all([m for m in messages if not m.settled])
 
         return handle_batch
+
+
+class _CommittedInOrder:
+    """The committer of the records a records subscriber's handler is given: commits are the
+    :class:`~broker.app.partitioned.PartitionedReceiver`'s, below the lowest unfinished record."""
+
+    async def commit(self, record: Record) -> None:
+        log.debug("%s/%d@%d: committed by the app in order", record.topic, record.partition, record.offset)
+
+
+_IN_ORDER = _CommittedInOrder()
+
+
+def _uncommitted(record: Record) -> Record:
+    return Record(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.value,
+        record.key,
+        record.attributes,
+        record.publish_time,
+        record.ingestion_time,
+        record.raw,
+        _IN_ORDER,
+    )
 
 
 def _wrapped(
