@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker import adapt
-from broker.app.lease import DEFAULT_MAX_LEASE, Lease
+from broker.app.lease import DEFAULT_MAX_LEASE, LeaseKeeper
 from broker.app.parameters import Signature
 from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
 from broker.backoff import DEFAULT_BACKOFF
@@ -346,6 +346,7 @@ class Subscriber:
         invoke = self._invoker(provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
+        keeper = LeaseKeeper(max_lease) if max_lease is not None else None
 
         async def call(message: Message) -> Any:
             value = None
@@ -358,13 +359,13 @@ class Subscriber:
                     await undecodable.settle(message, exc)
                     return None
             args, kwargs = assemble(value, message)
-            if max_lease is None:
+            if keeper is None:
                 return await invoke(args, kwargs)
-            lease = Lease(message, max_lease)
+            keeper.hold(message)
             try:
                 return await invoke(args, kwargs)
             finally:
-                lease.stop()
+                keeper.release(message)
 
         run = _wrapped(call, middleware)
 
@@ -395,6 +396,7 @@ class Subscriber:
         invoke = self._invoker(provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
+        keeper = LeaseKeeper(max_lease) if max_lease is not None else None
 
         async def call(messages: list[Message]) -> Any:
             good: list[Message] = []
@@ -411,12 +413,15 @@ class Subscriber:
             if not good:
                 return None
             args, kwargs = assemble(values, good)
-            leases = [Lease(m, max_lease) for m in good] if max_lease is not None else []
+            if keeper is None:
+                return await invoke(args, kwargs)
+            for message in good:
+                keeper.hold(message)
             try:
                 return await invoke(args, kwargs)
             finally:
-                for lease in leases:
-                    lease.stop()
+                for message in good:
+                    keeper.release(message)
 
         run = _wrapped(call, middleware)
 
