@@ -41,7 +41,7 @@ def _period(message: Message) -> float:
 class LeaseKeeper:
     """Renews the deadlines of the messages it holds, until each is released or ``maximum`` passed."""
 
-    __slots__ = ("_handle", "_held", "_loop", "_maximum", "_period", "_tasks")
+    __slots__ = ("_deadline", "_handle", "_held", "_loop", "_maximum", "_period", "_tasks")
 
     def __init__(self, maximum: float) -> None:
         self._maximum = maximum
@@ -50,6 +50,8 @@ class LeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._period = 0.0
+        #: The ack deadline ``_period`` was computed from (a shorter one reschedules the check).
+        self._deadline = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
 
     def hold(self, message: Message) -> None:
@@ -59,14 +61,15 @@ class LeaseKeeper:
             loop = self._loop = asyncio.get_running_loop()
         now = loop.time()
         self._held[id(message)] = [message, now, now]
-        period = _period(message)
-        if self._handle is None:
-            self._period = period
-            self._handle = loop.call_at(now + period, self._tick)
-        elif period < self._period:
-            self._handle.cancel()
-            self._period = period
-            self._handle = loop.call_at(now + period, self._tick)
+        handle = self._handle
+        if handle is None or message._ack_deadline < self._deadline:
+            period = _period(message)
+            if handle is None or period < self._period:
+                if handle is not None:
+                    handle.cancel()
+                self._period = period
+                self._deadline = message._ack_deadline
+                self._handle = loop.call_at(now + period, self._tick)
 
     def release(self, message: Message) -> None:
         """Stop keeping ``message`` (its handler returned or raised)."""

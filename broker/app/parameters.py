@@ -26,7 +26,7 @@ from broker.errors import ConfigError, DecodeError
 from broker.interfaces import MiddlewarePublisher, Publisher
 from broker.message import Message, Record
 from broker.settle import handler_name
-from broker.typed import Binding, cloudevents, tag_message, tag_record
+from broker.typed import Binding, cloudevents, tag_record
 from broker.typed.binding import ensure_binding
 from broker.typed.cloudevents import CloudEvent
 
@@ -80,8 +80,13 @@ class Payload:
         assert bound is not None
         chosen: Binding[Any] = bound
 
+        received = chosen.decode_received
+
         def decode(message: Message) -> Any:
-            return tag_message(message, chosen).decoded
+            value = received(message, message.data)
+            message._binding = chosen  # as tag_message does: message.decoded is this value
+            message._decoded = value
+            return value
 
         return decode
 

@@ -253,13 +253,11 @@ class Subscriber:
         )
         payload = self.signature.payload
         decode = payload.for_records(backend) if payload is not None else None
-        assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker(provider)
+        call_handler = self._caller(publisher, provider)
 
         async def call(record: Record) -> Any:
             value = decode(record) if decode is not None else None
-            args, kwargs = assemble(value, record)
-            return await invoke(args, kwargs)
+            return await call_handler(value, record)
 
         run = _wrapped(call, middleware)
 
@@ -330,6 +328,30 @@ class Subscriber:
 
         return assemble
 
+    def _caller(self, publisher: Publisher, provider: Any) -> Callable[[Any, Any], Awaitable[Any]]:
+        """``call(value, delivery)``: the handler called with its arguments for a delivery.
+
+        An ``async def`` taking only the payload and/or the delivery, by position, is called
+        directly (the common shapes); any other goes through the general assembly.
+        """
+        shape = tuple((p.kind, p.keyword) for p in self.signature.parameters)
+        handler = self.handler
+        if self.signature.is_async and not self.signature.depends:
+            if shape == (("payload", False),):
+                return lambda value, delivery: handler(value)
+            if shape == (("payload", False), ("message", False)):
+                return lambda value, delivery: handler(value, delivery)
+            if shape == (("message", False),):
+                return lambda value, delivery: handler(delivery)
+        assemble = self._arguments(publisher, logging.getLogger(self.name))
+        invoke = self._invoker(provider)
+
+        def call(value: Any, delivery: Any) -> Awaitable[Any]:
+            args, kwargs = assemble(value, delivery)
+            return invoke(args, kwargs)
+
+        return call
+
     def _pipeline(
         self,
         backend: Any,
@@ -342,8 +364,7 @@ class Subscriber:
     ) -> Callable[[Message], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
-        assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker(provider)
+        call_handler = self._caller(publisher, provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
         keeper = LeaseKeeper(max_lease) if max_lease is not None else None
@@ -358,12 +379,11 @@ class Subscriber:
                         raise
                     await undecodable.settle(message, exc)
                     return None
-            args, kwargs = assemble(value, message)
             if keeper is None:
-                return await invoke(args, kwargs)
+                return await call_handler(value, message)
             keeper.hold(message)
             try:
-                return await invoke(args, kwargs)
+                return await call_handler(value, message)
             finally:
                 keeper.release(message)
 
@@ -392,8 +412,7 @@ class Subscriber:
     ) -> Callable[[list[Message]], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
-        assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker(provider)
+        call_handler = self._caller(publisher, provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
         keeper = LeaseKeeper(max_lease) if max_lease is not None else None
@@ -412,13 +431,12 @@ class Subscriber:
                 good.append(message)
             if not good:
                 return None
-            args, kwargs = assemble(values, good)
             if keeper is None:
-                return await invoke(args, kwargs)
+                return await call_handler(values, good)
             for message in good:
                 keeper.hold(message)
             try:
-                return await invoke(args, kwargs)
+                return await call_handler(values, good)
             finally:
                 for message in good:
                     keeper.release(message)
