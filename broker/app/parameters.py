@@ -15,7 +15,7 @@ import inspect
 import logging
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -54,7 +54,7 @@ class Payload:
     subscriber's backend when the app starts, anything else through its :class:`broker.typed.Binding`.
     """
 
-    __slots__ = ("binding", "event_data", "form")
+    __slots__ = ("binding", "event_data", "form", "prepare")
 
     def __init__(
         self,
@@ -65,6 +65,12 @@ class Payload:
         self.form = form
         self.binding = binding
         self.event_data = event_data
+        resolve = getattr(binding, "resolve", None)
+        #: The binding's step before decoding, awaited with the deliveries (a schema binding looks up
+        #: their writer schemas off the event loop, so decoding never waits on the registry), or None.
+        self.prepare: Callable[[list[Any]], Awaitable[None]] | None = (
+            resolve if inspect.iscoroutinefunction(resolve) else None
+        )
 
     def for_backend(self, backend: Any) -> Callable[[Message], Any]:
         """The decoding function of this payload on ``backend``: ``DecodeError`` (carrying the message)

@@ -255,7 +255,11 @@ class Subscriber:
         decode = payload.for_records(backend) if payload is not None else None
         call_handler = self._caller(publisher, provider)
 
+        prepare = payload.prepare if payload is not None else None
+
         async def call(record: Record) -> Any:
+            if prepare is not None:
+                await prepare([record])
             value = decode(record) if decode is not None else None
             return await call_handler(value, record)
 
@@ -369,9 +373,13 @@ class Subscriber:
         max_lease = self._max_lease(backend)
         keeper = LeaseKeeper(max_lease) if max_lease is not None else None
 
+        prepare = payload.prepare if payload is not None else None
+
         async def call(message: Message) -> Any:
             value = None
             if decode is not None:
+                if prepare is not None:
+                    await prepare([message])
                 try:
                     value = decode(message)
                 except DecodeError as exc:
@@ -417,9 +425,13 @@ class Subscriber:
         max_lease = self._max_lease(backend)
         keeper = LeaseKeeper(max_lease) if max_lease is not None else None
 
+        prepare = payload.prepare if payload is not None else None
+
         async def call(messages: list[Message]) -> Any:
             good: list[Message] = []
             values: list[Any] = []
+            if prepare is not None:
+                await prepare(messages)
             for message in messages:
                 try:
                     values.append(decode(message) if decode is not None else None)
