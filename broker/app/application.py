@@ -342,13 +342,16 @@ class App:
                 if code:
                     log.error("a subscriber failed while the app ran (see the errors above)")
 
-    def testing(self, *, virtual_time: bool = True, ack_deadline: float | None = None) -> AppTest:
+    def testing(
+        self, *, virtual_time: bool = True, ack_deadline: float | None = None, url: str | None = None
+    ) -> AppTest:
         """An async context manager running this app on fresh ``inmem://`` brokers (one per backend
-        name), in virtual time unless ``virtual_time=False``, with a publish recorder: see
+        name), in virtual time unless ``virtual_time=False``, with a publish recorder; on the real
+        broker ``url`` (default: ``POLYBROKER_TEST_URL``) when one is named, in real time: see
         :class:`broker.app.testing.AppTest`."""
         from broker.app.testing import AppTest
 
-        return AppTest(self, virtual_time=virtual_time, ack_deadline=ack_deadline)
+        return AppTest(self, virtual_time=virtual_time, ack_deadline=ack_deadline, url=url)
 
     @contextlib.asynccontextmanager
     async def _serving(
