@@ -29,6 +29,32 @@ class Order(pydantic.BaseModel):
     price: float
 
 
+class Count:
+    """The first and the last message handed to the handler; done once ``total`` were."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.seen = 0
+        self.first = self.last = 0.0
+        self.done = asyncio.Event()
+
+    def tick(self) -> None:
+        if not self.seen:
+            self.first = time.perf_counter()
+        self.seen += 1
+        if self.seen >= self.total:
+            self.last = time.perf_counter()
+            self.done.set()
+
+    async def run(self, app: Any) -> dict[str, Any]:
+        """Start the FastStream broker ``app``, wait until every message was handled, the rate."""
+        async with app:
+            await app.start()
+            await asyncio.wait_for(self.done.wait(), timeout=600)
+            await asyncio.sleep(0.2)  # the last ack goes out after the handler returns
+        return {"rate": (self.total - 1) / (self.last - self.first)}
+
+
 def bodies(count: int) -> list[bytes]:
     return [Order(id=i, item="book", qty=i % 7, price=9.5).model_dump_json().encode() for i in range(count)]
 
@@ -49,9 +75,7 @@ async def kafka(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await producer.stop()
     app = KafkaBroker(bootstrap, logger=None)
-    done = asyncio.Event()
-    marks: dict[str, float] = {}
-    seen = [0]
+    count = Count(args.messages)
 
     @app.subscriber(
         topic,
@@ -62,17 +86,9 @@ async def kafka(args: argparse.Namespace) -> dict[str, Any]:
         heartbeat_interval_ms=300,
     )
     async def handle(order: Order) -> None:
-        if not seen[0]:
-            marks["first"] = time.perf_counter()
-        seen[0] += 1
-        if seen[0] >= args.messages:
-            marks["last"] = time.perf_counter()
-            done.set()
+        count.tick()
 
-    async with app:
-        await app.start()
-        await asyncio.wait_for(done.wait(), timeout=600)
-    return {"rate": (args.messages - 1) / (marks["last"] - marks["first"])}
+    return await count.run(app)
 
 
 async def nats(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,9 +109,7 @@ async def nats(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await nc.close()
     app = NatsBroker(args.url, logger=None)
-    done = asyncio.Event()
-    marks: dict[str, float] = {}
-    seen = [0]
+    count = Count(args.messages)
 
     @app.subscriber(
         subject,
@@ -105,18 +119,9 @@ async def nats(args: argparse.Namespace) -> dict[str, Any]:
         ack_policy=AckPolicy.ACK,
     )
     async def handle(order: Order) -> None:
-        if not seen[0]:
-            marks["first"] = time.perf_counter()
-        seen[0] += 1
-        if seen[0] >= args.messages:
-            marks["last"] = time.perf_counter()
-            done.set()
+        count.tick()
 
-    async with app:
-        await app.start()
-        await asyncio.wait_for(done.wait(), timeout=600)
-        await asyncio.sleep(0.2)  # the last ack goes out after the handler returns
-    return {"rate": (args.messages - 1) / (marks["last"] - marks["first"])}
+    return await count.run(app)
 
 
 def main() -> None:

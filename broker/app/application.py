@@ -164,13 +164,7 @@ class App:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if max_lease is not None and not max_lease > 0:
             raise ConfigError(f"max_lease must be > 0 seconds or None, got {max_lease!r}")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
-        for name in (backend, publish_backend):
-            if name is not None and name not in self.backend_specs:
-                raise ConfigError(
-                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
-                )
+        self._check_common(retry, backend, publish_backend)
 
         own_middleware = tuple(_check_middleware(m) for m in middleware)
 
@@ -233,13 +227,7 @@ class App:
             raise ConfigError(f"records need topic names (without commas), got {topics!r}")
         if not isinstance(group, str) or not group:
             raise ConfigError(f"records need a consumer group name, got {group!r}")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
-        for name in (backend, publish_backend):
-            if name is not None and name not in self.backend_specs:
-                raise ConfigError(
-                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
-                )
+        self._check_common(retry, backend, publish_backend)
         PartitionedReceiver(None, concurrency=concurrency, max_in_flight=max_in_flight)  # checks them
         own_middleware = tuple(_check_middleware(m) for m in middleware)
 
@@ -266,6 +254,15 @@ class App:
             return handler
 
         return register
+
+    def _check_common(self, retry: Any, backend: str, publish_backend: str | None) -> None:
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
+        for name in (backend, publish_backend):
+            if name is not None and name not in self.backend_specs:
+                raise ConfigError(
+                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
+                )
 
     def middleware(self, layer: F) -> F:
         """Add ``layer`` (``async def layer(delivery, call_next)``) around every subscriber, inside

@@ -72,6 +72,14 @@ class Payload:
             resolve if inspect.iscoroutinefunction(resolve) else None
         )
 
+    def _binding_on(self, backend: Any) -> Binding[Any]:
+        """The binding payloads decode with on ``backend`` (a CloudEvent's is named for its protocol)."""
+        if self.form == "cloudevent":
+            assert self.event_data is not None
+            return cloudevents.binding(self.event_data, protocol=backend)
+        assert self.binding is not None
+        return self.binding
+
     def for_backend(self, backend: Any) -> Callable[[Message], Any]:
         """The decoding function of this payload on ``backend``: ``DecodeError`` (carrying the message)
         for a payload that does not decode."""
@@ -79,13 +87,7 @@ class Payload:
             return _raw
         if self.form == "str":
             return _text
-        bound = self.binding
-        if self.form == "cloudevent":
-            assert self.event_data is not None
-            bound = cloudevents.binding(self.event_data, protocol=backend)
-        assert bound is not None
-        chosen: Binding[Any] = bound
-
+        chosen = self._binding_on(backend)
         received = chosen.decode_received
 
         def decode(message: Message) -> Any:
@@ -102,12 +104,7 @@ class Payload:
             return _record_value
         if self.form == "str":
             return _record_text
-        bound = self.binding
-        if self.form == "cloudevent":
-            assert self.event_data is not None
-            bound = cloudevents.binding(self.event_data, protocol=backend)
-        assert bound is not None
-        chosen: Binding[Any] = bound
+        chosen = self._binding_on(backend)
 
         def decode(record: Record) -> Any:
             return tag_record(record, chosen).decoded
