@@ -203,8 +203,6 @@ def _repeated(field: Any) -> bool:
 def _channel_bindings(scheme: str, topic: str) -> dict[str, Any] | None:
     if scheme == "kafka":
         return {"kafka": {"topic": topic, "bindingVersion": "0.5.0"}}
-    if scheme == "pubsub":
-        return {"googlepubsub": {"bindingVersion": "0.2.0"}}
     if scheme == "pulsar":
         namespace = "default"
         if "://" in topic:
@@ -228,6 +226,15 @@ def _receive_bindings(scheme: str, subscription: str) -> dict[str, Any] | None:
     return None
 
 
+def _message_bindings(scheme: str) -> dict[str, Any] | None:
+    attributes = {"type": "object", "additionalProperties": {"type": "string"}}
+    if scheme == "kafka":
+        return {"kafka": {"key": {"type": "string"}, "bindingVersion": "0.5.0"}}
+    if scheme == "pubsub":
+        return {"googlepubsub": {"attributes": attributes, "bindingVersion": "0.2.0"}}
+    return None
+
+
 def _server_bindings(scheme: str) -> dict[str, Any] | None:
     if scheme == "pulsar":
         return {"pulsar": {"tenant": "public", "bindingVersion": "0.1.0"}}
@@ -243,6 +250,7 @@ class _Builder:
         self.servers: dict[str, Any] = {}
         self.channels: dict[str, Any] = {}
         self.channel_ids: dict[tuple[str, str], str] = {}
+        self.channel_schemes: dict[str, str] = {}
         self.messages: dict[str, Any] = {}
         self.operations: dict[str, Any] = {}
 
@@ -264,6 +272,7 @@ class _Builder:
         while key in self.channels:
             key = _key(f"{key}-{backend}")
         self.channel_ids[(backend, topic)] = key
+        self.channel_schemes[key] = self.schemes.get(backend, "")
         channel: dict[str, Any] = {
             "address": topic,
             "servers": [{"$ref": f"#/servers/{_key(backend)}"}],
@@ -278,6 +287,9 @@ class _Builder:
     def message_on(self, channel: str, message: dict[str, Any]) -> dict[str, str]:
         """Register ``message`` in components (a distinct name per distinct message) and on ``channel``;
         the operation's reference to it."""
+        bindings = _message_bindings(self.channel_schemes[channel])
+        if bindings is not None:
+            message = {**message, "bindings": bindings}
         base = _key(message["name"])
         name = base
         number = 1
