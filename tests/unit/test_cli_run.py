@@ -1,0 +1,129 @@
+"""``broker run``: targets, the in-memory broker's one-worker limit, and ``--reload``.
+
+The drain of two worker processes on a real server is ``tests/integration/jetstream/test_run_workers.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.cli.main import main
+from broker.cli.running import check_workers, load_app
+from broker.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: An app whose startup and shutdown hooks append a line to $RUN_LOG, tagged with VERSION.
+RELOADED_APP = """
+import os
+import broker
+
+VERSION = {version}
+app = broker.App()
+
+
+@app.subscriber("jobs", "runner")
+async def job(data: bytes) -> None: ...
+
+
+@app.on_startup
+def started() -> None:
+    with open(os.environ["RUN_LOG"], "a") as log:
+        log.write(f"started {{VERSION}} {{os.getpid()}}\\n")
+
+
+@app.on_shutdown
+def stopped() -> None:
+    with open(os.environ["RUN_LOG"], "a") as log:
+        log.write(f"stopped {{VERSION}} {{os.getpid()}}\\n")
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def _wait_for(log: Path, lines: int, process: subprocess.Popen[str], timeout: float = 60.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = log.read_text().splitlines() if log.exists() else []
+        if len(found) >= lines:
+            return found
+        assert process.poll() is None, f"broker run exited with {process.returncode}"
+        time.sleep(0.05)
+    raise AssertionError(f"{lines} lines expected in {log}, got {found}")
+
+
+def test_two_workers_on_the_in_memory_broker_are_a_config_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inmem:// lives in one process: --workers 2 is refused before any worker starts (exit 2)."""
+    monkeypatch.delenv("POLYBROKER_URL", raising=False)
+    app = load_app(f"{ROOT}/examples/order_service.py:app")
+    with pytest.raises(ConfigError, match="--workers 2 needs a broker the worker processes share"):
+        check_workers(app, 2)
+    code = main(["run", f"{ROOT}/examples/order_service.py:app", "--workers", "2", "--url", "inmem://two"])
+    assert code == 2
+    assert "ConfigError: --workers 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        (f"{ROOT}/examples/missing.py:app", "no such file"),
+        (f"{ROOT}/examples/order_service.py:stock", "is dict, not a broker.App"),
+        ("no_such_module_here:app", "no module named 'no_such_module_here'"),
+        (f"{ROOT}/examples/order_service.py:not-a-name", "is not an attribute name"),
+    ],
+)
+def test_a_bad_target_is_a_config_error(target: str, error: str) -> None:
+    """A target that names no App says why, as a ConfigError."""
+    with pytest.raises(ConfigError, match=error):
+        load_app(target)
+
+
+def test_url_on_the_command_line_overrides_the_environment_and_the_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--url replaces POLYBROKER_URL and the URL the app's code names (shown here by asyncapi)."""
+    monkeypatch.setenv("POLYBROKER_URL", "nats://127.0.0.1:4222")
+    assert main(["asyncapi", f"{ROOT}/examples/order_service.py:app", "--url", "kafka://127.0.0.1:9092"]) == 0
+    out = capsys.readouterr().out
+    assert '"protocol": "kafka"' in out and "nats" not in out
+
+
+def test_reload_drains_then_starts_the_new_code(tmp_path: Path) -> None:
+    """A changed file restarts the worker: the old one drains and stops, then the new code starts;
+    SIGTERM then stops the new one, exit status 0."""
+    source = tmp_path / "reloaded.py"
+    source.write_text(RELOADED_APP.format(version=1))
+    log = tmp_path / "run.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker", "run", f"{source}:app", "--reload", "--url", "inmem://reload"],
+        env=_env(RUN_LOG=str(log)),
+        cwd=tmp_path,
+        text=True,
+    )
+    try:
+        first = _wait_for(log, 1, process)
+        assert first[0].startswith("started 1 ")
+        source.write_text(RELOADED_APP.format(version=2))
+        lines = _wait_for(log, 3, process)
+        old_pid = first[0].split()[2]
+        assert lines[1] == f"stopped 1 {old_pid}"
+        assert lines[2].startswith("started 2 ") and lines[2].split()[2] != old_pid
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert log.read_text().splitlines()[3] == f"stopped 2 {lines[2].split()[2]}"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
