@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 
 import msgspec
 import pydantic
+import pytest
 
 import broker
 from broker import DeadLetterTopic, RetryPolicy, schemas
@@ -33,6 +34,7 @@ from tests.unit.schemas.protos import V1
 ROOT = Path(__file__).resolve().parents[2]
 PARSER = ROOT / "tools" / "asyncapi"
 SECRET = "s3cr3t-pw"
+EXAMPLE = "examples/order_service.py"
 
 
 class Address(pydantic.BaseModel):
@@ -247,3 +249,15 @@ def test_the_document_has_servers_without_credentials_and_hoisted_schemas() -> N
         "persistence": "persistent",
         "bindingVersion": "0.1.0",
     }
+
+
+def test_the_docs_page_shows_the_document_the_command_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/asyncapi.md renders the order service's document as the command writes it today."""
+    from broker.cli.main import main
+
+    command = f"broker asyncapi {ROOT / EXAMPLE}:app --url kafka://127.0.0.1:9092 --yaml"
+    args = [*command.split()[1:], "--title", "order service", "--app-version", "1.0.0"]
+    assert main(args) == 0
+    page = (ROOT / "docs" / "asyncapi.md").read_text()
+    shown = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert shown == capsys.readouterr().out
