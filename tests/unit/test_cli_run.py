@@ -127,3 +127,49 @@ def test_reload_drains_then_starts_the_new_code(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+#: An app whose one message is in hand for a minute: only a second signal ends its drain early.
+STUCK_APP = """
+import asyncio
+import broker
+
+app = broker.App()
+
+
+@app.subscriber("slow", "runner")
+async def slow(data: bytes) -> None:
+    print("took", flush=True)
+    await asyncio.sleep(60)
+    print("done", flush=True)
+
+
+@app.on_startup
+async def publish() -> None:
+    await app.publisher().topic("slow").publish(broker.OutboundMessage(b"one"))
+"""
+
+
+def test_a_second_signal_cuts_the_workers_drain_short(tmp_path: Path) -> None:
+    """SIGTERM starts the drain (the handler has a minute left, the drain allows two); a second SIGTERM
+    cuts it short: the supervisor and its worker exit at once, the handler never finishes."""
+    source = tmp_path / "stuck.py"
+    source.write_text(STUCK_APP)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker", "run", f"{source}:app", "--reload", "--url", "inmem://stuck",
+         "--drain-timeout", "120"],
+        env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "took\n"
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # the worker is draining: its handler has a minute to go
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)  # far less than the handler's minute or the drain's two
+        assert process.stdout.read() == ""  # "done" never printed: the handler was cut off
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
