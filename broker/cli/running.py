@@ -9,7 +9,8 @@ SIGTERM or SIGINT drains, a second cuts the drain short). Otherwise this process
 ``python -m broker run TARGET`` children, each in a session of its own (a terminal's Ctrl-C reaches
 the supervisor only, which hands it on once): the first signal is forwarded to every worker, which
 drains; a second is forwarded again, cutting every drain short. A worker that exits on its own stops
-the others, and the supervisor exits with the highest exit status. ``--reload`` watches the target's
+the others, and the supervisor exits with the highest exit status (with ``--reload`` it waits for
+the next file change instead, and starts them again). ``--reload`` watches the target's
 directory for Python file changes (``watchfiles``, the ``reload`` extra) and restarts the workers
 cleanly: they drain and exit, then new ones start on the new code.
 """
@@ -47,6 +48,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("broker.cli.run")
+
+#: The environment variable naming a worker's supervisor (its pid): a worker outliving it drains and exits.
+_SUPERVISOR = "POLYBROKER_RUN_SUPERVISOR"
 
 #: Schemes whose broker lives inside one process: several worker processes would not share it.
 _IN_PROCESS = frozenset({"inmem"})
@@ -156,8 +160,27 @@ def check_workers(app: App, workers: int) -> None:
 
 
 async def serve(app: App, *, drain_timeout: float = 30.0) -> int:
-    """Run ``app`` in this process until SIGTERM/SIGINT (drain; a second signal cuts it short)."""
-    return await app.run(drain_timeout=drain_timeout)
+    """Run ``app`` in this process until SIGTERM/SIGINT (drain; a second signal cuts it short).
+
+    A worker of a supervisor that is gone (killed outright, so it could not hand a signal on)
+    signals itself and drains, instead of running on unsupervised.
+    """
+    parent = os.environ.pop(_SUPERVISOR, None)
+    watch = asyncio.create_task(_orphan_watch(int(parent))) if parent and parent.isdigit() else None
+    try:
+        return await app.run(drain_timeout=drain_timeout)
+    finally:
+        if watch is not None:
+            watch.cancel()
+
+
+async def _orphan_watch(parent: int) -> None:
+    while True:  # polled: a parent's death raises no event a child can wait on
+        if os.getppid() != parent:
+            break
+        await asyncio.sleep(1.0)
+    log.warning("the supervisor (pid %d) is gone: draining", parent)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass
@@ -173,6 +196,14 @@ class _Workers:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)
+
+    async def first_exit(self) -> None:
+        waits = [asyncio.ensure_future(p.wait()) for p in self.processes]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     async def wait(self) -> int:
         codes = await asyncio.gather(*(p.wait() for p in self.processes))
@@ -221,6 +252,7 @@ async def supervise(
     if url is not None:
         command += ["--url", url]
     env = dict(os.environ)
+    env[_SUPERVISOR] = str(os.getpid())
     if url is not None:
         env[ENV_URL] = url
     if found.path is None:  # the workers import the module from here, as this process would
@@ -255,22 +287,35 @@ async def supervise(
         watcher = loop.create_task(watch_changes())
     try:
         while True:
-            exited = loop.create_task(current.wait())
+            first = loop.create_task(current.first_exit())
             change = loop.create_task(changed.wait())
-            await asyncio.wait([exited, change], return_when=asyncio.FIRST_COMPLETED)
-            change.cancel()
-            if exited.done() or stopping.is_set():
-                if not stopping.is_set():  # a worker ended on its own: stop its siblings
-                    log.error("a worker exited: stopping the others")
-                    current.signal()
-                return await exited
-            # a reload: drain this generation, then start the next on the new code
+            stop = loop.create_task(stopping.wait())
+            await asyncio.wait([first, change, stop], return_when=asyncio.FIRST_COMPLETED)
+            for task in (first, change, stop):
+                task.cancel()
+            if stopping.is_set():  # on_signal handed the signal on to the workers
+                return await current.wait()
+            if first.done() and not first.cancelled():  # a worker ended on its own
+                log.error("a worker exited: stopping the others")
+                current.signal()
+                code = await current.wait()
+                if not reload:
+                    return code
+                log.error("workers stopped (status %d): waiting for a file change to start again", code)
+                change = loop.create_task(changed.wait())
+                stop = loop.create_task(stopping.wait())
+                await asyncio.wait([change, stop], return_when=asyncio.FIRST_COMPLETED)
+                change.cancel()
+                stop.cancel()
+                if stopping.is_set():
+                    return code
+            else:  # a reload: drain this generation, then start the next on the new code
+                current.signal()
+                code = await current.wait()
+                if stopping.is_set():
+                    return code
+                log.info("workers drained (status %d): starting again", code)
             changed.clear()
-            current.signal()
-            code = await exited
-            if stopping.is_set():
-                return code
-            log.info("workers drained (status %d): starting again", code)
             current = await _start(command, workers, env)
             if stopping.is_set():  # a signal came while they started
                 current.signal()

@@ -173,3 +173,46 @@ def test_a_second_signal_cuts_the_workers_drain_short(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_worker_whose_supervisor_is_killed_drains_and_exits(tmp_path: Path) -> None:
+    """SIGKILL to the supervisor (no signal to hand on): its worker notices, drains (its shutdown
+    hook runs) and exits instead of running on unsupervised."""
+    source = tmp_path / "orphaned.py"
+    source.write_text(RELOADED_APP.format(version=1))
+    log = tmp_path / "run.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker", "run", f"{source}:app", "--reload", "--url", "inmem://orphan"],
+        env=_env(RUN_LOG=str(log)),
+        cwd=tmp_path,
+        text=True,
+    )
+    worker = 0
+    try:
+        worker = int(_wait_for(log, 1, process)[0].split()[2])
+        process.kill()
+        process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker), "the worker runs on without its supervisor"
+        assert log.read_text().splitlines()[1] == f"stopped 1 {worker}"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if worker and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited and not yet reaped by its new parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"

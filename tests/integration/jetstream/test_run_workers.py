@@ -102,3 +102,68 @@ async def test_sigterm_drains_two_workers_and_nothing_is_lost(
                 left.add(message.data.decode())
                 await message.ack()
         assert left | done == {f"m{i}" for i in range(COUNT)}
+
+
+#: An app one of whose two workers (the first to create $CRASH_FLAG) fails at startup, once the other
+#: has handled a message (so it is serving, its signal handlers in place, when it is stopped).
+CRASHING_APP = """
+import asyncio, os
+import broker
+
+app = broker.App()
+READY = os.environ["CRASH_FLAG"] + ".ready"
+
+
+@app.subscriber(os.environ["RUN_TOPIC"], "workers")
+async def work(data: bytes) -> None:
+    print(f"serving {os.getpid()}", flush=True)
+    open(READY, "w").close()
+
+
+@app.on_startup
+async def maybe_fail() -> None:
+    try:
+        os.close(os.open(os.environ["CRASH_FLAG"], os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    for _ in range(600):
+        if os.path.exists(READY):
+            break
+        await asyncio.sleep(0.05)
+    raise RuntimeError("this worker fails at startup")
+"""
+
+
+async def test_a_worker_that_fails_stops_its_sibling_and_the_supervisor(
+    nats_server: ProcessServer, tmp_path: Path
+) -> None:
+    """One of two workers fails while the other serves: the other is stopped (drained, exit 0) and the
+    supervisor exits with the highest status, 1."""
+    source = tmp_path / "crashing.py"
+    source.write_text(CRASHING_APP)
+    topic = f"crash-{uuid.uuid4().hex[:8]}"
+    async with broker.connect(nats_server.url) as backend:
+        async with backend.messages(topic, "workers"):
+            pass
+        await backend.publisher().topic(topic).publish(OutboundMessage(b"one"))
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "RUN_TOPIC": topic,
+        "CRASH_FLAG": str(tmp_path / "flag"),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "broker", "run", f"{source}:app", "--workers", "2", "--url", nats_server.url,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 1
+    assert out.decode().startswith("serving ")  # the sibling ran, and was stopped
+    assert "this worker fails at startup" in err.decode()
