@@ -216,3 +216,33 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state != "Z"
+
+
+def test_with_reload_a_failed_worker_starts_again_on_the_next_change(tmp_path: Path) -> None:
+    """--reload: a worker whose code fails at startup is not the end of the run; the fixed file starts it."""
+    source = tmp_path / "broken.py"
+    failing = (
+        RELOADED_APP.format(version=1)
+        + '\n@app.on_startup\ndef fail() -> None:\n    raise RuntimeError("bug")\n'
+    )
+    source.write_text(failing)
+    log = tmp_path / "run.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker", "run", f"{source}:app", "--reload", "--url", "inmem://broken"],
+        env=_env(RUN_LOG=str(log)),
+        cwd=tmp_path,
+        text=True,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert _wait_for(log, 1, process)[0].startswith("started 1 ")  # then fail() raises
+        time.sleep(0.5)
+        assert process.poll() is None  # the supervisor waits for a change
+        source.write_text(RELOADED_APP.format(version=2))
+        assert _wait_for(log, 2, process)[1].startswith("started 2 ")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
