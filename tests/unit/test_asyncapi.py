@@ -1,6 +1,7 @@
 """``broker asyncapi``: the AsyncAPI 3.0 documents pass the AsyncAPI Initiative's own parser.
 
-The parser is ``@asyncapi/parser`` 3.6.x from npm, pinned by ``tools/asyncapi/package-lock.json`` and
+The parser is ``@asyncapi/parser`` 3.6.x from npm, with its Avro and Protobuf schema parsers (so those
+payloads are parsed too), pinned by ``tools/asyncapi/package-lock.json`` and
 installed by ``make asyncapi`` (``make test`` depends on it). A document passes when the parser reports
 no diagnostic of error severity. Two documents are checked in one parser run: the order service
 example's (written by the ``broker asyncapi`` command) and one with every payload kind (pydantic with
