@@ -365,13 +365,19 @@ async def asyncapi_command(args: Any) -> int:
     from broker.app.asyncapi import document
     from broker.cli.commands import CommandError
 
+    before = os.environ.get(ENV_URL)
     try:
         if args.url is not None:
             os.environ[ENV_URL] = args.url
         found = parse_target(args.target)
         app = load_app(found)
+        kept = dict(app.backend_specs)
         override_url(app, args.url)
-        written = document(app, title=args.title or found.module, version=args.app_version)
+        try:
+            written = document(app, title=args.title or found.module, version=args.app_version)
+        finally:  # the app may be a module other code in this process uses: leave it as it was
+            app.backend_specs.clear()
+            app.backend_specs.update(kept)
         if args.yaml:
             try:
                 yaml = importlib.import_module("yaml")
@@ -382,6 +388,11 @@ async def asyncapi_command(args: Any) -> int:
             text = json.dumps(written, indent=2) + "\n"
     except (ConfigError, MissingDependency) as exc:
         raise CommandError(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        if before is None:
+            os.environ.pop(ENV_URL, None)
+        else:
+            os.environ[ENV_URL] = before
     if args.output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
