@@ -4,9 +4,9 @@ and a closed tracker's ``on_assigned`` asks the cluster nothing more.
 librdkafka runs rebalance callbacks inside ``consume()``; while one waits for the async listener,
 the consumer's worker serves the listener's calls (:meth:`SdkThread.serve_until`). A close served
 there destroys the consumer under the ``consume()`` that is still running: the process crashes
-(SIGSEGV) once the listener returns. That happened when a queue iterator was closed during its
-group join on a loaded broker: the tracker's ``on_assigned`` (committed offsets, watermarks)
-outlasted the close bound.
+(SIGSEGV) once the listener returns. A queue iterator closed during its group join on a loaded
+broker gets there: the tracker's ``on_assigned`` (committed offsets, watermarks) outlasts the
+close bounds.
 """
 
 from __future__ import annotations
