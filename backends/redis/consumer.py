@@ -97,6 +97,8 @@ class RedisAcker:
         self.max_attempts = options.max_attempts
         self.dead_letter_topic = options.dead_letter_topic
         self._holds: set[asyncio.Task[None]] = set()
+        self._acks: list[tuple[str, asyncio.Future[None]]] = []
+        self._acking: asyncio.Task[None] | None = None
         #: Called when a nack made an entry claimable at once (the consumer then looks at once).
         self.released: Callable[[], None] = _nothing
 
@@ -104,8 +106,43 @@ class RedisAcker:
         return f"<RedisAcker {self.stream!r} group={self.group!r} consumer={self.name!r}>"
 
     async def ack(self, message: Message) -> None:
-        """``XACK`` the entry."""
-        await self._ack([message.id], "acking")
+        """``XACK`` the entry; acks made while an ``XACK`` is in flight share the next one.
+
+        Each caller waits for the ``XACK`` that carries its entry and gets its own ``AckError``
+        when that command fails.
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._acks.append((message.id, done))
+        if self._acking is None:
+            self._acking = asyncio.ensure_future(self._send_acks())
+        await done
+
+    async def _send_acks(self) -> None:
+        """Send the queued acks, one ``XACK`` at a time, each carrying all that queued meanwhile."""
+        batch: list[tuple[str, asyncio.Future[None]]] = []
+        try:
+            while self._acks:
+                batch, self._acks = self._acks, []
+                try:
+                    await self._ack([entry_id for entry_id, _ in batch], "acking")
+                except AckError as exc:
+                    for _, done in batch:
+                        if not done.done():
+                            error = AckError(str(exc))
+                            error.__cause__ = exc.__cause__
+                            done.set_exception(error)
+                else:
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_result(None)
+        except BaseException as exc:  # cancelled (the loop is closing): nobody waits in vain
+            for _, done in batch + self._acks:
+                if not done.done():
+                    done.set_exception(AckError(f"{self!r}: the ack may not have been sent ({exc!r})"))
+            self._acks = []
+            raise
+        finally:
+            self._acking = None
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Ack the pending messages of this consumer with one ``XACK``; return the others in order."""
@@ -291,7 +328,7 @@ class RedisMessages(PulledMessages):
         due = None if timeout is None else clock.monotonic() + timeout
         while True:
             if self._read is None:
-                self._read = asyncio.ensure_future(self._fetch(limit))
+                self._read = asyncio.ensure_future(self._fetch(max(limit, self.options.prefetch)))
             read = self._read
             left = None if due is None else max(0.0, due - clock.monotonic())
             await asyncio.wait((read, self._closing), timeout=left, return_when=asyncio.FIRST_COMPLETED)

@@ -59,9 +59,15 @@ class ConsumerOptions:
     #: Where a subscription's consumer group starts when this consumer creates it: ``new`` (``$``,
     #: what is added from now on) or ``earliest`` (``0``, everything the stream holds).
     start: Literal["new", "earliest"] = "new"
+    #: Entries one ``XREADGROUP`` (or ``XAUTOCLAIM``) reads ahead of the application. What is read
+    #: ahead is pending in the group (its ack deadline runs); what a closing consumer read but did
+    #: not hand out is made claimable at once, so another consumer of the group takes it.
+    prefetch: int = 10
 
     def __post_init__(self) -> None:
         normalize_choices(self)
+        if self.prefetch < 1:
+            raise ConfigError(f"prefetch must be >= 1, got {self.prefetch}")
         check_positive("seconds", ack_deadline=self.ack_deadline, poll_interval=self.poll_interval)
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1 (or None for unlimited), got {self.max_attempts}")
