@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import Redis, SSLConnection
 from redis.asyncio.retry import Retry
@@ -40,14 +40,19 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker import Capabilities, OutboundMessage
-from broker.backends.redis.consumer import RedisBatchedMessageIterator, RedisMessageIterator
+from broker.backends.redis.consumer import (
+    RedisBatchedMessageIterator,
+    RedisMessageIterator,
+    stream_resource,
+)
 from broker.backends.redis.errors import translate
 from broker.backends.redis.mapping import to_fields
 from broker.backends.redis.registration import RedisFactory
 from broker.backends.redis.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RedisSettings, check_name
 from broker.driver.base import BackendBase, Batching
+from broker.driver.provision import Provision
 from broker.driver.publishing import DriverPublisher
-from broker.errors import ClosedError, PublishError, Timeout, UnknownTopic
+from broker.errors import ClosedError, ProvisioningError, PublishError, Timeout, UnknownTopic
 
 __all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver", "TlsConnection"]
 
@@ -170,6 +175,9 @@ class RedisBackend(BackendBase):
     capabilities = CAPABILITIES
     #: The backend counts delivered entries not acked yet (``pending``) with the unread ones.
     backlog_counts_in_flight = True
+    #: ``create`` (``XADD``, ``XGROUP CREATE ... MKSTREAM``), ``verify`` and ``none`` (``XADD
+    #: ... NOMKSTREAM``, no group created): :mod:`broker.driver.provision`.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: RedisSettings | None = None) -> None:
         super().__init__()
@@ -229,6 +237,17 @@ class RedisBackend(BackendBase):
                 return int(lag) + int(group.get("pending") or 0)
         raise UnknownTopic(f"{doing}: no such group")
 
+    async def missing_resources(self) -> Sequence[str]:
+        """The dead-letter stream the settings name, when it does not exist (``EXISTS``)."""
+        letters = self.settings.dead_letter_topic
+        if letters is None:
+            return ()
+        try:
+            exists = await self.connection.client().exists(letters)
+        except Exception as exc:
+            raise translate(exc, f"verifying stream {letters!r}") from exc
+        return () if exists else (stream_resource(letters),)
+
     async def _ping(self, timeout: float) -> None:
         """``PING``: answered only to a client the server let in."""
         try:
@@ -249,6 +268,8 @@ class RedisPublishDriver:
     def __init__(self, connection: RedisConnection) -> None:
         self._connection = connection
         self._settings = connection.settings
+        #: ``XADD ... NOMKSTREAM`` unless the backend may create streams.
+        self._nomk = connection.settings.provision != "create"
 
     def check_topic(self, name: str) -> None:
         """Refuse names that cannot name a stream."""
@@ -261,16 +282,20 @@ class RedisPublishDriver:
         try:
             async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
                 if len(messages) == 1:
-                    await client.xadd(topic, to_fields(messages[0]))  # type: ignore[arg-type]
+                    ids = [await client.xadd(topic, to_fields(messages[0]), nomkstream=self._nomk)]  # type: ignore[arg-type]
                 else:
                     pipeline = client.pipeline(transaction=False)
                     for message in messages:
-                        pipeline.xadd(topic, to_fields(message))  # type: ignore[arg-type]
-                    await pipeline.execute()
+                        pipeline.xadd(topic, to_fields(message), nomkstream=self._nomk)  # type: ignore[arg-type]
+                    ids = await pipeline.execute()
         except TimeoutError as exc:
             raise Timeout(f"{doing}: no answer from the server in time") from exc
         except Exception as exc:
             raise translate(exc, doing, PublishError) from exc
+        if self._nomk and any(entry_id is None for entry_id in ids):  # NOMKSTREAM: no stream, no entry
+            if self._settings.provision == "verify":
+                raise ProvisioningError("redis", [stream_resource(topic)])
+            raise UnknownTopic(f"{doing}: no stream {topic!r} (provision='none' creates none)")
 
     async def close(self) -> None:
         """Nothing of its own to release: the client is the backend's."""

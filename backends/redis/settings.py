@@ -115,8 +115,9 @@ class RedisSettings(ConsumerOptions):
     close_timeout: float = 5.0
     #: Connections the backend's pool may open (every blocked read holds one).
     max_connections: int = 100
-    #: Whether missing streams and consumer groups are created (:mod:`broker.driver.provision`);
-    #: this backend implements ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    #: Whether missing streams and consumer groups are created (:mod:`broker.driver.provision`):
+    #: ``create`` (``XGROUP CREATE ... MKSTREAM``), ``verify`` (a ``ProvisioningError`` names what
+    #: is missing) or ``none`` (nothing made or checked: ``UnknownTopic``).
     provision: Provision = "create"
 
     def __post_init__(self) -> None:
