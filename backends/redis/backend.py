@@ -20,8 +20,9 @@ publish                        ``XADD <topic> *`` (a batch: one pipeline of ``XA
                                attributes
 =============================  ===================================================================
 
-Nothing is ever trimmed: streams keep every entry until an operator trims them (Redis trims
-pending entries too, so retention is left to whoever knows every group has caught up). Cluster
+Nothing is trimmed by default: streams keep every entry until an operator trims them, or the
+opt-in ``max_length`` / ``max_age`` settings trim as entries are added (Redis trims pending entries
+too: those are lost, and counted in the consumer's ``lost``). Cluster
 and Sentinel are not supported: the backend talks to one server. No ``records()`` or per-key order.
 
 The backend holds one redis-py asyncio client (a connection pool), made on first use; the
@@ -50,6 +51,7 @@ from broker.backends.redis.mapping import to_fields
 from broker.backends.redis.registration import RedisFactory
 from broker.backends.redis.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RedisSettings, check_name
 from broker.driver.base import BackendBase, Batching
+from broker.driver.clock import clock
 from broker.driver.provision import Provision
 from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, ProvisioningError, PublishError, Timeout, UnknownTopic
@@ -281,12 +283,13 @@ class RedisPublishDriver:
         client = self._connection.client()
         try:
             async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
+                trim = self._trim()
                 if len(messages) == 1:
-                    ids = [await client.xadd(topic, to_fields(messages[0]), nomkstream=self._nomk)]  # type: ignore[arg-type]
+                    ids = [await client.xadd(topic, to_fields(messages[0]), nomkstream=self._nomk, **trim)]  # type: ignore[arg-type]
                 else:
                     pipeline = client.pipeline(transaction=False)
                     for message in messages:
-                        pipeline.xadd(topic, to_fields(message), nomkstream=self._nomk)  # type: ignore[arg-type]
+                        pipeline.xadd(topic, to_fields(message), nomkstream=self._nomk, **trim)  # type: ignore[arg-type]
                     ids = await pipeline.execute()
         except TimeoutError as exc:
             raise Timeout(f"{doing}: no answer from the server in time") from exc
@@ -296,6 +299,15 @@ class RedisPublishDriver:
             if self._settings.provision == "verify":
                 raise ProvisioningError("redis", [stream_resource(topic)])
             raise UnknownTopic(f"{doing}: no stream {topic!r} (provision='none' creates none)")
+
+    def _trim(self) -> dict[str, Any]:
+        """The ``XADD`` trimming arguments of the opt-in retention settings (none by default)."""
+        s = self._settings
+        if s.max_length is not None:
+            return {"maxlen": s.max_length, "approximate": True}
+        if s.max_age is not None:
+            return {"minid": f"{max(0, int((clock.time() - s.max_age) * 1000))}-0", "approximate": True}
+        return {}
 
     async def close(self) -> None:
         """Nothing of its own to release: the client is the backend's."""
