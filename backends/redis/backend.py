@@ -71,6 +71,7 @@ class RedisConnection:
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self._client: Redis | None = None
+        self._publishing: Redis | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -82,43 +83,59 @@ class RedisConnection:
         if self._closed:
             raise ClosedError("the Redis connection is closed")
         if self._client is None:
-            s = self.settings
-            tls: dict[str, Any] = {}
-            if s.uses_tls:
-                # verifies the chain and the host name: never turned off
-                tls = {
-                    "ssl": True,
-                    "ssl_ca_certs": s.tls_ca_file,
-                    "ssl_certfile": s.tls_cert_file,
-                    "ssl_keyfile": s.tls_key_file,
-                    "ssl_cert_reqs": "required",
-                    "ssl_check_hostname": True,
-                }
-            self._client = Redis(
-                host=s.host,
-                port=s.port,
-                db=s.db,
-                username=s.user,
-                password=s.password,
-                socket_connect_timeout=s.connect_timeout,
-                # a blocking read waits poll_interval on the server, then its answer comes
-                socket_timeout=s.command_timeout + s.poll_interval,
-                # one retry on a broken pooled connection (a restarted server), quickly
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
-                max_connections=s.max_connections,
-                client_name=s.client_name,
-                decode_responses=False,
-                **tls,
-            )
-            if s.uses_tls:
-                self._client.connection_pool.connection_class = TlsConnection
+            # a blocking read waits poll_interval on the server, then its answer comes
+            self._client = self._make(self.settings.command_timeout + self.settings.poll_interval)
         return self._client
 
+    def publishing_client(self) -> Redis:
+        """The publishers' client: a pool of its own without a socket timeout, because every
+        publish runs under ``publish_timeout`` (or its ``timeout=``) already, and redis-py would
+        otherwise start a timer for each reply of a pipeline."""
+        if self._closed:
+            raise ClosedError("the Redis connection is closed")
+        if self._publishing is None:
+            self._publishing = self._make(None)
+        return self._publishing
+
+    def _make(self, socket_timeout: float | None) -> Redis:
+        """A redis-py client of these settings whose commands wait ``socket_timeout`` at most."""
+        s = self.settings
+        tls: dict[str, Any] = {}
+        if s.uses_tls:
+            # verifies the chain and the host name: never turned off
+            tls = {
+                "ssl": True,
+                "ssl_ca_certs": s.tls_ca_file,
+                "ssl_certfile": s.tls_cert_file,
+                "ssl_keyfile": s.tls_key_file,
+                "ssl_cert_reqs": "required",
+                "ssl_check_hostname": True,
+            }
+        client = Redis(
+            host=s.host,
+            port=s.port,
+            db=s.db,
+            username=s.user,
+            password=s.password,
+            socket_connect_timeout=s.connect_timeout,
+            socket_timeout=socket_timeout,
+            # one retry on a broken pooled connection (a restarted server), quickly
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
+            max_connections=s.max_connections,
+            client_name=s.client_name,
+            decode_responses=False,
+            **tls,
+        )
+        if s.uses_tls:
+            client.connection_pool.connection_class = TlsConnection
+        return client
+
     async def close(self) -> None:
-        """Close the client's connections (idempotent)."""
+        """Close the clients' connections (idempotent)."""
         self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
+        clients = [c for c in (self._client, self._publishing) if c is not None]
+        self._client = self._publishing = None
+        for client in clients:
             try:
                 async with asyncio.timeout(self.settings.close_timeout):
                     await client.aclose()
@@ -280,7 +297,7 @@ class RedisPublishDriver:
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """``XADD`` every message (one pipeline for a batch); return once the server added them all."""
         doing = f"publishing to {topic!r}"
-        client = self._connection.client()
+        client = self._connection.publishing_client()
         try:
             async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
                 trim = self._trim()

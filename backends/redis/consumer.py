@@ -44,7 +44,7 @@ from redis.asyncio import Redis
 
 from broker import Message, OutboundMessage
 from broker.backends.redis.errors import translate
-from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message
+from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message, to_messages
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
@@ -443,11 +443,12 @@ class RedisMessages(PulledMessages):
                 return self._no_group(exc)
             raise translate(exc, doing, ReceiveError) from exc
         received = clock.monotonic()
-        messages = [
-            to_message(self.topic, entry_id, fields, self.acker, clock.time(), 1)
-            for _, entries in reply or ()
-            for entry_id, fields in entries
-        ]
+        if not reply:
+            return []
+        now = clock.time()
+        messages = []
+        for _, entries in reply:
+            messages.extend(to_messages(self.topic, entries, self.acker, now, 1))
         start_ack_deadline(messages, self.options.ack_deadline, since=received)
         return messages
 
