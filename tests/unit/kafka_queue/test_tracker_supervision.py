@@ -67,16 +67,16 @@ async def test_a_failing_tracker_is_logged_counted_raised_once_and_restarted(
     await log.produce("q", b"one")
     with caplog.at_level(logging.ERROR, logger="broker.backends.kafka.queue.tracker"):
         async with iterator:
-            await wait_until(lambda: tracker.failure_streak >= 3, 5)
+            await wait_until(lambda: tracker.failure_streak >= 3, 60)
             assert isinstance(iterator.tracker_error, RuntimeError)
             assert ("tracker_failures", 1) in hooked
             with pytest.raises(ReceiveError, match="failed 3 times in a row") as raised:
-                await iterator.next_message(timeout=5)
+                await iterator.next_message(timeout=60)
             assert isinstance(raised.value.__cause__, RuntimeError)
             # Raised once per streak: the iterator stays usable, and the restarted tracker works.
-            message = await iterator.next_message(timeout=5)
+            message = await iterator.next_message(timeout=60)
             await message.nack()
-            again = await iterator.next_message(timeout=5)
+            again = await iterator.next_message(timeout=60)
             assert again.data == b"one" and again.delivery_attempt == 2
             await again.ack()
             assert iterator.tracker_error is None and tracker.failure_streak == 0
@@ -105,11 +105,11 @@ async def test_a_tracker_failing_while_running_is_restarted(
     monkeypatch.setattr(RedeliveryTracker, "_redeliver_expired", failing)
     async with iterator:
         await log.produce("q", b"x")
-        first = await iterator.next_message(timeout=5)
+        first = await iterator.next_message(timeout=60)
         broken["on"] = True
-        await wait_until(lambda: tracker.metrics.counts["tracker_failures"] == 1, 5)
+        await wait_until(lambda: tracker.metrics.counts["tracker_failures"] == 1, 60)
         await first.nack()
-        again = await iterator.next_message(timeout=5)
+        again = await iterator.next_message(timeout=60)
         assert again.data == b"x" and again.delivery_attempt == 2
         await again.ack()
 
@@ -142,9 +142,9 @@ async def test_a_permanent_redelivery_error_fails_the_loop_instead_of_being_retr
     tracker._sender.send = refused  # type: ignore[method-assign]
     async with iterator:
         await log.produce("q", b"x")
-        first = await iterator.next_message(timeout=5)
+        first = await iterator.next_message(timeout=60)
         await first.nack()
-        await wait_until(lambda: tracker.metrics.counts["tracker_failures"] >= 1, 5)
+        await wait_until(lambda: tracker.metrics.counts["tracker_failures"] >= 1, 60)
         assert tracker.last_error is error
         assert len(sends) == 1, "a permanent error was retried"
 
@@ -171,9 +171,9 @@ async def test_a_retryable_redelivery_error_is_retried_and_never_fails_the_loop(
     tracker._sender.send = flaky  # type: ignore[method-assign]
     async with iterator:
         await log.produce("q", b"x")
-        first = await iterator.next_message(timeout=5)
+        first = await iterator.next_message(timeout=60)
         await first.nack()
-        again = await iterator.next_message(timeout=5)
+        again = await iterator.next_message(timeout=60)
         assert again.data == b"x" and again.delivery_attempt == 2
         await again.ack()
     assert len(sends) == 3 and tracker.metrics.counts["tracker_failures"] == 0
@@ -196,10 +196,10 @@ async def test_a_failure_after_every_poll_adds_up_and_a_clean_pass_ends_the_stre
     monkeypatch.setattr(RedeliveryTracker, "_redeliver_expired", failing)
     async with tracker:
         # Every run polls successfully, then fails: the streak must still grow.
-        await wait_until(lambda: tracker.failure_streak >= 4, 5)
+        await wait_until(lambda: tracker.failure_streak >= 4, 60)
         assert isinstance(tracker.last_error, RuntimeError)
         broken["on"] = False
-        await wait_until(lambda: tracker.failure_streak == 0, 5)
+        await wait_until(lambda: tracker.failure_streak == 0, 60)
         assert tracker.last_error is None
         assert tracker._task is not None and not tracker._task.done()
 
@@ -217,7 +217,7 @@ async def test_the_supervised_task_never_ends_with_an_error(log: InmemLog) -> No
     tracker = RedeliveryTracker(Refusing(), config())
     tracker.restart_backoff = tracker.max_restart_backoff = 0.01
     task = tracker.start()
-    await wait_until(lambda: tracker.failure_streak >= 3, 5)
+    await wait_until(lambda: tracker.failure_streak >= 3, 60)
     assert not task.done() and isinstance(tracker.last_error, PermissionDenied)
     await tracker.close()
     assert task.done() and (task.cancelled() or task.exception() is None)
@@ -273,7 +273,7 @@ async def test_a_tracker_started_before_its_message_topic_creates_it(log: InmemL
     tracker = RedeliveryTracker(kafka_like, config())  # type: ignore[arg-type]
     task = tracker.start()
     try:
-        await wait_until(lambda: bool(tracker.partitions), 5)
+        await wait_until(lambda: bool(tracker.partitions), 60)
         assert kafka_like.created[:2] == [("q", 1), ("q-markers", 1)]
         assert await kafka_like.partitions("q") == 1
         assert tracker.failure_streak == 0
