@@ -9,6 +9,7 @@ import re
 import pytest
 
 from broker.connect import _factory
+from broker.driver.registration import BackendRegistration
 from broker.driver.provision import PROVISION_MODES
 from tests.unit.test_backend_lists import DOCS, PATTERNS, REGISTERED
 
@@ -34,7 +35,9 @@ def documented_modes() -> dict[str, tuple[str, ...]]:
 
 def implemented_modes(scheme: str) -> tuple[str, ...]:
     """The ``provision_modes`` of the backend class the scheme's factory opens."""
-    module, _, name = _factory(scheme).backend.partition(":")
+    factory = _factory(scheme)
+    assert isinstance(factory, BackendRegistration)
+    module, _, name = factory.backend.partition(":")
     return tuple(getattr(importlib.import_module(module), name).provision_modes)
 
 
