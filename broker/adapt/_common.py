@@ -109,12 +109,18 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+class StopFeeding(Exception):
+    """Raised by a ``put`` that takes no more items (its receiver is stopping): :func:`hand_over`
+    nacks the item it refused and those after it."""
+
+
 async def hand_over(items: Sequence[T], put: Callable[[T], Awaitable[None]]) -> None:
-    """``put`` each item in turn; when cancelled, nack what was not handed over, then re-raise."""
+    """``put`` each item in turn; when cancelled (or refused with :class:`StopFeeding`), nack what
+    was not handed over, then re-raise."""
     for i, item in enumerate(items):
         try:
             await put(item)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, StopFeeding):
             await nack_leftovers(items[i:])
             raise
 

@@ -32,6 +32,7 @@ from typing import Any, Self
 
 from broker.adapt._common import (
     SHUTDOWN_NACK_TIMEOUT,
+    StopFeeding,
     enter_source,
     hand_over,
     leave_source,
@@ -148,6 +149,9 @@ async def _run(
 ) -> None:
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+    if concurrency == 1:
+        await _run_inline(feed, call, stop, drain_timeout, retrier)
+        return
     ordered = retrier is not None and retrier.ordered
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
     held: dict[int, Any] = {}  # units inside a handler; left here if the handler is interrupted
@@ -253,6 +257,78 @@ async def _run(
             unit = queue.get_nowait()
             if unit is not _STOP:
                 leftovers.append(unit)
+        if messages_in(leftovers):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(nack_leftovers(leftovers))
+    if error is not None:
+        raise error
+
+
+async def _run_inline(
+    feed: _Feed,
+    call: Callable[[Any], Awaitable[None]],
+    stop: asyncio.Event,
+    drain_timeout: Callable[[], float | None],
+    retrier: Retrier | None,
+) -> None:
+    """:func:`_run` with one handler at a time: the feed calls the handler itself, so a message is
+    taken from the consumer only once the handler is free (as with a hand-over queue of one), and
+    no task switch separates two messages: a source with messages buffered hands them out in one
+    pass of the event loop, and the settlements they make go out together.
+
+    On stop, the running handler gets ``drain_timeout``; a message the feed offers after the stop
+    is refused (:class:`~broker.adapt._common.StopFeeding`) and nacked with what came with it, and a
+    feed waiting for messages is cancelled.
+    """
+    held: dict[int, Any] = {}  # the unit inside the handler; left here if the handler is interrupted
+    idle = asyncio.Event()  # set while no handler runs
+    idle.set()
+
+    async def put(unit: Any) -> None:
+        if stop.is_set():
+            raise StopFeeding
+        key = id(unit)
+        held[key] = unit
+        idle.clear()
+        try:
+            await call(unit)
+        finally:
+            idle.set()
+        del held[key]
+        _raise_if_cancelled()
+
+    async def gate() -> None:  # before each pull: a stopped receiver takes nothing more
+        if stop.is_set():
+            raise StopFeeding
+        if retrier is not None:
+            await retrier.wait_if_paused()
+        if stop.is_set():
+            raise StopFeeding
+
+    async def feeding() -> None:
+        await feed(put, gate)
+
+    loop = asyncio.get_running_loop()
+    feed_task = loop.create_task(feeding())
+    stop_task = loop.create_task(stop.wait())
+    error: BaseException | None = None
+    try:
+        await asyncio.wait([feed_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+        if not feed_task.done():  # stopped: let the running handler finish, then end the feed
+            if not idle.is_set():
+                idle_task = loop.create_task(idle.wait())
+                try:
+                    await asyncio.wait([feed_task, idle_task], timeout=drain_timeout())
+                finally:
+                    idle_task.cancel()
+            feed_task.cancel()
+        done = (await asyncio.gather(feed_task, return_exceptions=True))[0]
+        if isinstance(done, Exception) and not isinstance(done, ClosedError | StopFeeding):
+            error = done
+    finally:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(_cancel_and_wait([feed_task, stop_task]))
+        leftovers = list(held.values())
         if messages_in(leftovers):
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(nack_leftovers(leftovers))

@@ -41,6 +41,60 @@ async def test_handlers_run_concurrently_up_to_the_limit() -> None:
     assert sorted(source.acker.acked, key=int) == [str(i) for i in range(12)]
 
 
+async def test_one_at_a_time_takes_a_message_only_when_the_handler_is_free_and_needs_no_task_switch() -> None:
+    """concurrency=1: while the handler holds a message nothing more is taken from the source (its
+    ack deadline does not run in the receiver), and buffered messages are handled back to back,
+    with no other task running in between (their settlements leave together)."""
+    source = ScriptedIterator()
+    source.feed(*range(20))
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def handler(message: Message) -> None:
+        if message.id == "0":
+            await release.wait()
+        order.append(message.id)
+        await message.ack()
+
+    task = asyncio.ensure_future(adapt.receiver(source).receive(handler))
+    await asyncio.sleep(0.05)
+    assert source.pulls == 1  # message 0 is in the handler; 1..19 stay in the source
+    release.set()
+    others: list[int] = []  # how many messages were handled each time another task ran
+    while len(order) < 20:
+        others.append(len(order))
+        await asyncio.sleep(0)
+    assert len(set(others)) <= 3, others  # 19 messages in a pass or two, not one per task switch
+    assert order == [str(i) for i in range(20)] and source.acker.acked == order
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_one_at_a_time_stop_drains_the_running_handler_and_takes_nothing_more() -> None:
+    source = ScriptedIterator()
+    source.feed(*range(5))
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        started.set()
+        await finish.wait()
+        await message.ack()
+
+    receiver = adapt.receiver(source, drain_timeout=30)
+    task = asyncio.ensure_future(receiver.receive(handler))
+    await started.wait()
+    receiver.stop()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # the handler is still draining
+    finish.set()
+    async with asyncio.timeout(5):
+        await task
+    assert source.acker.acked == ["0"] and source.acker.nacked == []
+    assert source.pulls == 1  # 1..4 were never taken: they stay for the next consumer
+
+
 async def test_a_failing_handler_nacks_and_the_receiver_keeps_going() -> None:
     source = ScriptedIterator()
     source.feed(1, 2, 3, None)
