@@ -3,14 +3,13 @@
 A handler slower than the ack deadline would otherwise see its message redelivered to another
 consumer while it still works on it (and its ack refused as late). On backends whose
 ``capabilities.in_progress`` is set, the app renews the deadline of a message whose handler has
-run for a quarter of it (for :data:`DEFAULT_INTERVAL` seconds when the backend does not say what it
-is), and again each time that much has passed since the last renewal, as Pub/Sub's and Service
-Bus's own clients do, for at most ``max_lease`` seconds from the start of the handler: a handler
-stuck longer than that lets the broker redeliver its message.
+run for between a quarter and a half of it (every :data:`DEFAULT_INTERVAL` seconds when the backend
+does not say what it is), and again each quarter deadline after that, as Pub/Sub's and Service
+Bus's own clients do, for at most about ``max_lease`` seconds of handling: a handler stuck longer
+than that lets the broker redeliver its message.
 
 One :class:`LeaseKeeper` serves a subscriber: holding a message costs a dictionary entry, and one
-timer, running only while messages are held, checks them every quarter deadline (the renewal comes
-between a quarter and a half of the deadline after the last one).
+timer, running only while messages are held, checks them every quarter deadline.
 """
 
 from __future__ import annotations
@@ -39,14 +38,23 @@ def _period(message: Message) -> float:
 
 
 class LeaseKeeper:
-    """Renews the deadlines of the messages it holds, until each is released or ``maximum`` passed."""
+    """Renews the deadlines of the messages it holds, until each is released or ``maximum`` passed.
 
-    __slots__ = ("_deadline", "_handle", "_held", "_loop", "_maximum", "_period", "_tasks")
+    Holding and releasing are a dictionary entry each (a handler that returns before the next check
+    costs nothing more); the check notes the messages it sees for the first time and renews those
+    it saw at the check before, so a renewal comes between one and two check periods (a quarter
+    and a half of the deadline) into the handler. ``maximum`` counts from the first check that saw
+    the handler running, less one period (it ends at most one period early).
+    """
+
+    __slots__ = ("_deadline", "_handle", "_held", "_loop", "_maximum", "_period", "_seen", "_tasks")
 
     def __init__(self, maximum: float) -> None:
         self._maximum = maximum
-        #: id(message) -> [message, start, last renewal] (loop times).
-        self._held: dict[int, list[object]] = {}
+        #: id(message) -> message, while its handler runs.
+        self._held: dict[int, Message] = {}
+        #: id(message) -> [first check that saw it, last renewal] (loop times).
+        self._seen: dict[int, list[float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._period = 0.0
@@ -56,42 +64,54 @@ class LeaseKeeper:
 
     def hold(self, message: Message) -> None:
         """Keep ``message``'s deadline from now until :meth:`release`."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        now = loop.time()
-        self._held[id(message)] = [message, now, now]
-        handle = self._handle
-        if handle is None or message._ack_deadline < self._deadline:
-            period = _period(message)
-            if handle is None or period < self._period:
-                if handle is not None:
-                    handle.cancel()
-                self._period = period
-                self._deadline = message._ack_deadline
-                self._handle = loop.call_at(now + period, self._tick)
+        self._held[id(message)] = message
+        if self._handle is None or message._ack_deadline < self._deadline:
+            self._schedule(message)
 
     def release(self, message: Message) -> None:
         """Stop keeping ``message`` (its handler returned or raised)."""
-        self._held.pop(id(message), None)
+        key = id(message)
+        self._held.pop(key, None)
+        if self._seen:
+            self._seen.pop(key, None)
+
+    def _schedule(self, message: Message) -> None:
+        period = _period(message)
+        handle = self._handle
+        if handle is not None and period >= self._period:
+            return
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        if handle is not None:
+            handle.cancel()
+        self._period = period
+        self._deadline = message._ack_deadline
+        self._handle = loop.call_at(loop.time() + period, self._tick)
 
     def _tick(self) -> None:
         self._handle = None
         loop = self._loop
+        seen = self._seen
         if loop is None or not self._held:
+            seen.clear()
             return
         now = loop.time()
-        for entry in list(self._held.values()):
-            message, start, last = entry
-            assert isinstance(message, Message) and isinstance(start, float) and isinstance(last, float)
-            if message.settled or now - start >= self._maximum:
+        period = self._period
+        for key, message in list(self._held.items()):
+            entry = seen.get(key)
+            if entry is None:  # running for up to one period: renewed at the next check
+                seen[key] = [now, now]
+                continue
+            first, last = entry
+            if message.settled or now - first + period >= self._maximum:
                 continue
             if now - last >= _period(message) * 0.999:
-                entry[2] = now
+                entry[1] = now
                 task = loop.create_task(self._renew(message))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        self._handle = loop.call_at(now + self._period, self._tick)
+        self._handle = loop.call_at(now + period, self._tick)
 
     async def _renew(self, message: Message) -> None:
         try:

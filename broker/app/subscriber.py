@@ -375,7 +375,9 @@ class Subscriber:
 
         prepare = payload.prepare if payload is not None else None
 
-        async def call(message: Message) -> Any:
+        async def call(message: Message, finish: bool = True) -> Any:
+            """Decode, run the handler (its lease kept), then with ``finish`` publish its result and
+            ack; without, return the result (inside middleware, which must see it first)."""
             value = None
             if decode is not None:
                 if prepare is not None:
@@ -388,14 +390,25 @@ class Subscriber:
                     await undecodable.settle(message, exc)
                     return None
             if keeper is None:
-                return await call_handler(value, message)
-            keeper.hold(message)
-            try:
-                return await call_handler(value, message)
-            finally:
-                keeper.release(message)
+                result = await call_handler(value, message)
+            else:
+                keeper.hold(message)
+                try:
+                    result = await call_handler(value, message)
+                finally:
+                    keeper.release(message)
+            if not finish:
+                return result
+            if output is not None and result is not None:
+                await output.publish(result, message.key)  # before the ack: at-least-once
+            if auto and not message.settled:
+                await message.ack()
+            return None
 
-        run = _wrapped(call, middleware)
+        if not middleware and observe is None:
+            return call  # one coroutine a message: the common case
+
+        run = _wrapped(lambda message: call(message, False), middleware)
 
         async def handle(message: Message) -> None:
             if observe is not None:
