@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
 from broker.adapt.receivers import DEFAULT_DRAIN_TIMEOUT, NackDelay
 from broker.backoff import DEFAULT_BACKOFF
@@ -99,8 +99,9 @@ class Backend(Protocol):
     #: See :class:`Backlog`: whether :meth:`backlog` counts messages delivered and not yet acked.
     backlog_counts_in_flight: bool
 
-    #: The ``provision`` modes this backend implements (``create``, ``verify``, ``none``).
-    provision_modes: ClassVar[tuple[Provision, ...]]
+    @property
+    def provision_modes(self) -> tuple[Provision, ...]:
+        """The ``provision`` modes this backend implements (``create``, ``verify``, ``none``)."""
     #: The ``provision`` mode in force (from the settings).
     provision: Provision
 

@@ -71,6 +71,29 @@ def _check_middleware(layer: Any) -> Middleware:
     return checked
 
 
+def _check_telemetry(telemetry: bool | Mapping[str, Any]) -> dict[str, Any] | None:
+    """``App(telemetry=...)`` as :func:`broker.telemetry.instrument`'s keyword arguments (None: off);
+    ``ConfigError`` for a value or a keyword it does not take."""
+    if telemetry is False:
+        return None
+    if telemetry is True:
+        return {}
+    if not isinstance(telemetry, Mapping):
+        raise ConfigError(
+            f"telemetry must be True, False or a mapping of instrument()'s options, got {telemetry!r}"
+        )
+    from broker.telemetry import instrument
+
+    known = set(inspect.signature(instrument).parameters) - {"backend"}
+    unknown = sorted(set(telemetry) - known)
+    if unknown:
+        raise ConfigError(
+            f"telemetry takes broker.telemetry.instrument()'s options ({', '.join(sorted(known))}), "
+            f"not {', '.join(unknown)}"
+        )
+    return dict(telemetry)
+
+
 class App:
     """An application: subscribers declared by decorator, hooks, and the backends they use.
 
@@ -80,8 +103,10 @@ class App:
     ``App("nats://...", events="kafka://...")`` or ``App(default="nats://...", events=...)``;
     ``@app.subscriber(..., backend="events")`` and ``publish_backend="events"`` choose them.
     ``middleware`` runs around every subscriber's deliveries, outermost first (see
-    :data:`broker.app.subscriber.Middleware`). Backends are connected when the app starts
-    (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
+    :data:`broker.app.subscriber.Middleware`). ``telemetry=True`` instruments every backend with
+    :func:`broker.telemetry.instrument` (tracing, metrics, health: the ``otel`` extra), a mapping
+    passes it options (``{"tracer_provider": ..., "prometheus": ...}``). Backends are connected when
+    the app starts (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
     """
 
     def __init__(
@@ -89,6 +114,7 @@ class App:
         url_or_settings: str | Mapping[str, Any] | None = None,
         *,
         middleware: Sequence[Middleware] = (),
+        telemetry: bool | Mapping[str, Any] = False,
         **named_backends: str | Mapping[str, Any],
     ) -> None:
         specs: dict[str, str | Mapping[str, Any]] = {}
@@ -119,6 +145,8 @@ class App:
         self._running = False
         self._middleware: list[Middleware] = [_check_middleware(m) for m in middleware]
         self._provider: Any = None
+        #: The keyword arguments of :func:`broker.telemetry.instrument` for every backend (None: off).
+        self.telemetry: dict[str, Any] | None = _check_telemetry(telemetry)
 
     def __repr__(self) -> str:
         return f"<App {', '.join(self.backend_specs)}: {len(self.subscribers)} subscribers>"
@@ -436,7 +464,12 @@ class App:
         self, specs: Mapping[str, str | Mapping[str, Any]], ping_timeout: float | None
     ) -> None:
         for name, spec in specs.items():
-            backend = self._backends[name] = connect(spec)
+            backend = connect(spec)
+            if self.telemetry is not None:
+                from broker.telemetry import instrument
+
+                backend = instrument(backend, **self.telemetry)
+            self._backends[name] = backend
             for hook in self._on_connect:
                 hook(backend)
         if ping_timeout is None:

@@ -26,14 +26,14 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Self
 
-from broker.backend import DEFAULT_PING_TIMEOUT, Backend
+from broker.backend import DEFAULT_PING_TIMEOUT, Backend, Provision
 from broker.capabilities import Capabilities
 from broker.driver.base import topics_tuple
 from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import DriverPublisher
 from broker.driver.resources import AsyncResource
 from broker.errors import BrokerError, ClosedError, Timeout
-from broker.interfaces import BatchHandler, Handler, Publisher, TransactionalPublisher
+from broker.interfaces import BatchHandler, Handler, MiddlewarePublisher, TransactionalPublisher
 from broker.message import Message, Record
 from broker.telemetry.core import ConsumerTelemetry, Telemetry
 from broker.telemetry.health import ConsumerHealth, HealthReport
@@ -426,6 +426,9 @@ class InstrumentedBackend(AsyncResource):
 
     name: Forwarded[str] = Forwarded("wrapped", "The wrapped backend's name (URL scheme).")
     capabilities: Forwarded[Capabilities] = Forwarded("wrapped", "The wrapped backend's capabilities.")
+    provision_modes: Forwarded[tuple[Provision, ...]] = Forwarded(
+        "wrapped", "The ``provision`` modes of the wrapped backend."
+    )
 
     def health(self) -> HealthReport:
         """Liveness, readiness and every open consumer's state (see :mod:`broker.telemetry.health`)."""
@@ -480,9 +483,9 @@ class InstrumentedBackend(AsyncResource):
             "broker.telemetry cannot instrument it"
         )
 
-    def publisher(self) -> Publisher:
+    def publisher(self) -> MiddlewarePublisher:
         """The wrapped backend's publisher, with publish spans, context injection and counts."""
-        publisher: Publisher = self._instrumented(self.wrapped.publisher())
+        publisher: MiddlewarePublisher = self._instrumented(self.wrapped.publisher())
         return publisher
 
     def transactional_publisher(self, **options: Any) -> TransactionalPublisher:
@@ -538,24 +541,26 @@ class InstrumentedBackend(AsyncResource):
         watch = self._watch(topic, subscription)
         return TracedBatchedReceiver(make(topic, subscription, **options), consumer, watch)
 
-    def records(self, topics: str | Sequence[str], group: str, **options: Any) -> TracedIterator:
+    def records(
+        self, topics: str | Sequence[str], group: str | None = None, **options: Any
+    ) -> TracedIterator:
         """The wrapped backend's ``records(...)`` with a process span per record."""
         destination = ",".join(topics_tuple(topics))
-        consumer = self.telemetry.consumer(destination, group, "records")
+        consumer = self.telemetry.consumer(destination, group or "", "records")
         iterator = self.wrapped.records(topics, group, **options)
-        return TracedIterator(iterator, consumer, self._watch(destination, group))
+        return TracedIterator(iterator, consumer, self._watch(destination, group) if group else None)
 
     def batched_records(
         self,
         topics: str | Sequence[str],
-        group: str,
+        group: str | None = None,
         *,
         batch_size: int | None = None,
         batch_timeout: float | None = None,
         **options: Any,
     ) -> TracedBatchIterator:
         """The wrapped backend's ``batched_records(...)`` with a process span per batch."""
-        consumer = self.telemetry.consumer(",".join(topics_tuple(topics)), group, "batched_records")
+        consumer = self.telemetry.consumer(",".join(topics_tuple(topics)), group or "", "batched_records")
         iterator = self.wrapped.batched_records(
             topics, group, **_given(options, batch_size=batch_size, batch_timeout=batch_timeout)
         )

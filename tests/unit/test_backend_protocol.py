@@ -26,6 +26,8 @@ from broker.errors import NotSupported
 EXCEPTIONS: dict[str, str] = {
     "name": "a class attribute of BackendBase that each backend sets; read-only (a property) to users",
     "capabilities": "a class attribute of BackendBase that each backend sets; read-only to users",
+    "provision_modes": "a class attribute of BackendBase that each backend sets; read-only to users "
+    "(a property, so a wrapper such as broker.telemetry's forwards it)",
 }
 
 
