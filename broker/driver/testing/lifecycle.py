@@ -16,10 +16,11 @@ run their order through all of them at once, on topics of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -42,6 +43,16 @@ __all__ = ["LifecycleSuite", "consumer_wrappers"]
 
 #: How many of a killed consumer's last acks may still have been on their way to the broker.
 _ACKS_IN_FLIGHT = 10
+
+
+@contextlib.asynccontextmanager
+async def _failing(seconds: float, what: Callable[[], str]) -> AsyncIterator[None]:
+    """``asyncio.timeout(seconds)`` whose expiry fails the test saying ``what()`` stood unfinished."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise AssertionError(f"{what()}: not done within {seconds} s") from None
 
 
 def _numbered(start: int, count: int, key: str | None = None) -> list[OutboundMessage]:
@@ -238,8 +249,12 @@ class LifecycleSuite:
         handled: list[int] = []
         tried: set[int] = set()  # acks sent; one that raised during the close may still have landed
         other = harness.connect()
-        async with other.messages(topic, sub, ack_deadline=deadline):
-            pass
+        try:
+            async with asyncio.timeout(harness.patience):
+                async with other.messages(topic, sub, ack_deadline=deadline):
+                    pass
+        except TimeoutError:
+            raise AssertionError(f"making the subscription took over {harness.patience} s") from None
         consumer = other.messages(topic, sub, ack_deadline=deadline)
         holder = other.messages(topic, sub, ack_deadline=deadline)
 
@@ -255,7 +270,7 @@ class LifecycleSuite:
         await harness.backend.publisher().topic(topic).batch_publish(*_numbered(0, count))
         held: Message | None = None
         seen, progress_at = 0, clock.monotonic()
-        async with asyncio.timeout(harness.patience * 2):
+        async with _failing(harness.patience * 2, lambda: f"the receiver handled {len(handled)} of 10"):
             while len(handled) < 10:
                 if len(handled) != seen:
                     seen, progress_at = len(handled), clock.monotonic()
@@ -270,7 +285,7 @@ class LifecycleSuite:
                     break
                 else:
                     await asyncio.sleep(0.05)
-        async with asyncio.timeout(harness.patience):
+        async with _failing(harness.patience, lambda: f"the close (receiver done: {task.done()})"):
             await other.close()  # must neither hang nor raise while both consumers are busy
             try:
                 await task
