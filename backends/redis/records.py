@@ -284,7 +284,10 @@ class RedisRecords:
                 if await self._read():
                     break
                 left = None if due is None else due - clock.monotonic()
-                wait = self.options.poll_interval if left is None else min(self.options.poll_interval, left)
+                # at most command_timeout: the client's socket timeout is longer than that
+                wait = min(self.options.poll_interval, self._settings.command_timeout)
+                if left is not None:
+                    wait = min(wait, left)
                 if _ms(wait) < 1:
                     raise Timeout(f"no record on {self.topic!r} within {timeout}s")
                 await self._wait(wait)
@@ -321,7 +324,15 @@ class RedisRecords:
             return False
         entries = reply[0][1]
         first = _text(entries[0][0])
-        offsets = [offset_of(_text(ident)) for ident, _ in entries]  # before any state changes
+        offsets: list[int] = []
+        for ident, _ in entries:  # before any state changes
+            try:
+                offsets.append(offset_of(_text(ident)))
+            except ReceiveError:
+                if not offsets:
+                    raise
+                entries = entries[: len(offsets)]  # what comes before it first; the next read raises
+                break
         self._look_for_a_gap(first, info)
         now = clock.time()
         read = self._entries_read
