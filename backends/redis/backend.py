@@ -18,12 +18,18 @@ publish                        ``XADD <topic> *`` (a batch: one pipeline of ``XA
 ``dead_letter_topic``          a stream the entry is copied to (``XADD``) as it is acked, in a
                                ``MULTI``; the reason and source travel as ``x-dead-letter-*``
                                attributes
+``records()``                  the stream as a log with one partition: ``XREAD`` from the group's
+                               position; offset ``ms * 2**20 + seq`` of the entry id
+group (``records``)            a consumer group whose ``last-delivered-id`` is the commit
+                               (``Record.ack()``: ``XGROUP SETID``, forward only)
 =============================  ===================================================================
 
 Nothing is trimmed by default: streams keep every entry until an operator trims them, or the
 opt-in ``max_length`` / ``max_age`` settings trim as entries are added (Redis trims pending entries
 too: those are lost, and counted in the consumer's ``lost``). Cluster
-and Sentinel are not supported: the backend talks to one server. No ``records()`` or per-key order.
+and Sentinel are not supported: the backend talks to one server. No per-key order and no
+transactions. ``records()``, its offsets, commits, replay and gaps:
+:mod:`broker.backends.redis.records`.
 
 The backend holds one redis-py asyncio client (a connection pool), made on first use; the
 publisher and the consumers share it, and every blocked read holds one connection of the pool.
@@ -32,6 +38,7 @@ publisher and the consumers share it, and every blocked read holds one connectio
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -48,20 +55,27 @@ from broker.backends.redis.consumer import (
 )
 from broker.backends.redis.errors import translate
 from broker.backends.redis.mapping import to_fields
+from broker.backends.redis.records import RedisBatchedRecordIterator, RedisRecordIterator
 from broker.backends.redis.registration import RedisFactory
-from broker.backends.redis.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RedisSettings, check_name
+from broker.backends.redis.settings import (
+    MAX_MESSAGE_BYTES,
+    ConsumerOptions,
+    RecordOptions,
+    RedisSettings,
+    check_name,
+)
 from broker.driver.base import BackendBase, Batching
 from broker.driver.clock import clock
 from broker.driver.provision import Provision
 from broker.driver.publishing import DriverPublisher
-from broker.errors import ClosedError, ProvisioningError, PublishError, Timeout, UnknownTopic
+from broker.errors import ClosedError, ConfigError, ProvisioningError, PublishError, Timeout, UnknownTopic
 
 __all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver", "TlsConnection"]
 
 #: The claims and their mechanisms are ``RedisFactory.mechanisms``. Not ``per_key_order`` (the
 #: consumers of a group share its entries with no regard to keys, and a claimed entry comes back
-#: after later ones), ``records``, nor ``backlog_for_new_subscriptions`` (a new group starts at
-#: the end of its stream).
+#: after later ones), nor ``backlog_for_new_subscriptions`` (a new subscription's group starts at
+#: the end of its stream; a new ``records()`` group starts at its beginning by default).
 CAPABILITIES = Capabilities.claiming(RedisFactory.mechanisms, max_message_bytes=MAX_MESSAGE_BYTES)
 
 
@@ -232,6 +246,32 @@ class RedisBackend(BackendBase):
             return RedisMessageIterator(client, self.settings, topic, subscription, options)
         return RedisBatchedMessageIterator(
             client, self.settings, topic, subscription, options, batching.size, batching.timeout
+        )
+
+    def _record_options(self, options: dict[str, Any]) -> RecordOptions:
+        return self.settings.record_options(options)
+
+    def _open_records(
+        self, topics: tuple[str, ...], group: str, options: RecordOptions, batching: Batching | None
+    ) -> RedisRecordIterator | RedisBatchedRecordIterator:
+        """Read the stream ``topics`` (one) as a one-partition log in the group ``group`` (a consumer
+        group whose position is the commit: :mod:`broker.backends.redis.records`).
+
+        Options: ``poll_interval``, ``batch_size``, ``start`` (``earliest`` or ``latest``, for a new
+        group), ``start_offset`` or ``start_time`` (:class:`~broker.backends.redis.settings.RecordOptions`).
+        """
+        if len(topics) != 1:
+            raise ConfigError(
+                f"a Redis records() reader reads one stream (a log with one partition), got {list(topics)}"
+            )
+        topic = check_name(topics[0], "topic (stream)")
+        check_name(group, "group (consumer group)")
+        client = self.connection.client()
+        if batching is None:
+            return RedisRecordIterator(client, self.settings, topic, group, options)
+        options = dataclasses.replace(options, batch_size=batching.size)
+        return RedisBatchedRecordIterator(
+            client, self.settings, topic, group, options, batching.size, batching.timeout
         )
 
     async def backlog(self, topic: str, subscription: str) -> int | None:

@@ -18,6 +18,10 @@ any other field        read as an attribute of the same name: entries written by
 ``publish_time`` the milliseconds of the id (when the server added the entry), and ``raw`` an
 :class:`Entry` (stream, id, the fields as the server sent them). Field names and values that are
 not UTF-8 (possible only from other clients) are decoded with replacement characters.
+
+A :class:`~broker.message.Record` of ``records()`` maps the same fields (``value`` is ``data``);
+its ``offset`` is the id's number (:func:`broker.backends.redis.records.offset_of`), its partition
+0, and its ``raw`` a :class:`LogEntry`.
 """
 
 from __future__ import annotations
@@ -25,19 +29,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from broker import Message, OutboundMessage
-from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, LazyMessage
+from broker import Message, OutboundMessage, Record
+from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, Committer, LazyMessage
 
 __all__ = [
     "ATTRIBUTE_PREFIX",
     "DATA_FIELD",
     "KEY_FIELD",
     "Entry",
+    "LogEntry",
     "RedisMessage",
     "publish_time",
     "to_fields",
     "to_message",
     "to_messages",
+    "to_record",
 ]
 
 #: The field that holds the payload.
@@ -58,6 +64,15 @@ class Entry:
     id: str
     #: The entry's fields and values, as the server sent them.
     fields: Mapping[bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry(Entry):
+    """One stream entry read by ``records()``: ``Record.raw`` of this backend."""
+
+    #: How many entries the stream had received up to and including this one (the group's
+    #: ``entries-read`` once this entry is committed); None when the reader cannot know it.
+    entries_read: int | None = None
 
 
 def to_fields(message: OutboundMessage) -> dict[bytes, bytes]:
@@ -168,4 +183,29 @@ def to_message(
         delivery_attempt=delivery_attempt,
         raw=Entry(stream, ident, fields),
         acker=acker,
+    )
+
+
+def to_record(
+    stream: str,
+    entry_id: str,
+    offset: int,
+    fields: Mapping[bytes, bytes],
+    entries_read: int | None,
+    committer: Committer,
+    received: float,
+) -> Record:
+    """The :class:`~broker.message.Record` of an entry ``records()`` read from ``stream``, at ``offset``."""
+    entry = LogEntry(stream, entry_id, fields, entries_read)
+    return Record(
+        topic=stream,
+        partition=0,
+        offset=offset,
+        value=fields.get(DATA_FIELD, b""),
+        key=_key_of(entry),
+        attributes=_attributes_of(entry),
+        publish_time=publish_time(entry_id),
+        ingestion_time=received,
+        raw=entry,
+        committer=committer,
     )

@@ -36,6 +36,8 @@ class RedisFactory(BackendRegistration):
         "delivery_attempt": "XPENDING delivery count",
         "dead_letter": "XADD to the dead-letter stream + XACK (MULTI)",
         "competing_consumers": "consumers of one group",
+        "records": "XREAD; commit: XGROUP SETID (one partition)",
+        "replay": "XREAD from an offset (entry id) or a time",
     }
 
     def url_options(self, url: ParsedUrl) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from broker.driver.options import build_consumer_options
 from broker.driver.provision import Provision
-from broker.driver.settings import check_positive, normalize_choices, secret
+from broker.driver.settings import build_settings, check_positive, normalize_choices, secret
 from broker.errors import ConfigError
 
-__all__ = ["MAX_MESSAGE_BYTES", "ConsumerOptions", "RedisSettings", "check_name"]
+__all__ = ["MAX_MESSAGE_BYTES", "ConsumerOptions", "RecordOptions", "RedisSettings", "check_name"]
 
 #: The largest bulk string Redis accepts by default (``proto-max-bulk-len``, 512 MiB).
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -78,6 +78,37 @@ class ConsumerOptions:
                 f"poll_interval ({self.poll_interval}s) must not exceed ack_deadline ({self.ack_deadline}s): "
                 "expired entries are looked for once per poll"
             )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordOptions:
+    """Per-reader options of ``records()`` and ``batched_records()`` (``poll_interval`` defaults
+    to the settings'; see :mod:`broker.backends.redis.records`)."""
+
+    #: Seconds one blocking ``XREAD`` waits when nothing is new (so ``close()`` is seen that often).
+    poll_interval: float = 0.5
+    #: Entries one ``XREAD`` reads ahead of the application (and a batch's default size).
+    batch_size: int = 100
+    #: Where a group starts when this reader creates it: ``earliest`` (``0``, everything the stream
+    #: holds) or ``latest`` (``$``, what is added from now on). An existing group's commit wins.
+    start: Literal["earliest", "latest"] = "earliest"
+    #: Read from this offset (inclusive) instead of the group's committed position.
+    start_offset: int | None = None
+    #: Read from the first entry added at or after this POSIX time (seconds; the ids' milliseconds)
+    #: instead of the group's committed position.
+    start_time: float | None = None
+
+    def __post_init__(self) -> None:
+        normalize_choices(self)
+        check_positive("seconds", poll_interval=self.poll_interval)
+        if isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.start_offset is not None and self.start_time is not None:
+            raise ConfigError("start_offset and start_time exclude each other")
+        if self.start_offset is not None and self.start_offset < 0:
+            raise ConfigError(f"start_offset must be >= 0, got {self.start_offset}")
+        if self.start_time is not None and not self.start_time >= 0:
+            raise ConfigError(f"start_time must be POSIX seconds >= 0, got {self.start_time}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,3 +195,9 @@ class RedisSettings(ConsumerOptions):
     def consumer_options(self, overrides: dict[str, Any]) -> ConsumerOptions:
         """The options of one consumer: these settings' defaults with ``overrides`` applied."""
         return build_consumer_options(ConsumerOptions, self, overrides, native_names={}, backend="redis")
+
+    def record_options(self, overrides: dict[str, Any]) -> RecordOptions:
+        """The options of one ``records()`` reader: ``overrides`` over these settings' ``poll_interval``."""
+        return build_settings(
+            RecordOptions, {"poll_interval": self.poll_interval, **overrides}, backend="redis"
+        )
