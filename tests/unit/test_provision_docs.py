@@ -9,8 +9,8 @@ import re
 import pytest
 
 from broker.connect import _factory
-from broker.driver.registration import BackendRegistration
 from broker.driver.provision import PROVISION_MODES
+from broker.driver.registration import BackendRegistration
 from tests.unit.test_backend_lists import DOCS, PATTERNS, REGISTERED
 
 
