@@ -10,7 +10,9 @@ The management API is HTTPS REST (``ServiceBusAdministrationClient``, run in a w
 aio client needs aiohttp). It needs the Manage right: an identity without it (401/403), or a
 management endpoint that cannot be reached, is logged once and creation is off from then on for
 that backend, so a missing entity is reported by the data plane as ``UnknownTopic``, as with
-``create_missing=false``.
+``create_missing=false``. Under ``provision="verify"`` the same client only looks entities up
+(:meth:`EntityAdmin.verify_sender`, :meth:`EntityAdmin.verify_consumer_entity`), and any answer other
+than "not found" is raised, never taken for "exists".
 ``management_endpoint`` points the client elsewhere (an emulator's plain-HTTP port).
 """
 
