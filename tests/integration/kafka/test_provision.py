@@ -79,7 +79,7 @@ async def test_provision_verify_names_missing_topics_and_creates_none(kafka_url:
 async def test_provision_none_publishing_to_a_missing_topic_fails_and_creates_it_not(kafka_url: str) -> None:
     servers = kafka_url.removeprefix("kafka://").split("?")[0]
     topic = unique("absent")
-    url = {"url": f"{kafka_url}&provision=none", "producer_config": {"message.timeout.ms": 1500}}
+    url = {"url": f"{kafka_url}&provision=none", "producer_config": {"message.timeout.ms": 500}}
     async with broker.connect(url) as backend:
         with pytest.raises((PublishError, Timeout)):
             await backend.publisher().topic(topic).publish(OutboundMessage(b"x"))
