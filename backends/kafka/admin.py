@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from broker.backends.kafka import sdk
@@ -170,6 +170,24 @@ class KafkaAdmin:
                 target=_release, args=(client, pending, self.timeout + 1), daemon=True
             ).start()
             del client
+
+    async def missing_topics(self, topics: Iterable[str]) -> list[str]:
+        """The names among ``topics`` the cluster does not have, asked in one ``describe_topics``
+        request (a metadata request that never auto-creates a topic)."""
+        names = list(dict.fromkeys(topics))
+        if not names:
+            return []
+        ck = sdk.confluent()
+        futures = self._sent(
+            self.client.describe_topics(ck.TopicCollection(names), request_timeout=self.timeout)
+        )
+        missing = []
+        for name in names:
+            try:
+                await self._result(futures[name], f"cannot describe topic {name!r}")
+            except UnknownTopic:  # only the broker's "unknown topic" answer: other errors raise
+                missing.append(name)
+        return missing
 
     async def topic_exists(self, topic: str) -> bool:
         """True when ``topic`` exists (asks without creating it)."""

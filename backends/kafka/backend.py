@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from broker import Capabilities
 from broker.backends.kafka.admin import KafkaAdmin
 from broker.backends.kafka.backlog import group_backlog
 from broker.backends.kafka.log import KafkaLog
 from broker.backends.kafka.ping import ping
+from broker.backends.kafka.provision import StartCheck, TopicCheck
 from broker.backends.kafka.publisher import KafkaPublishDriver, KafkaPublisher, KafkaTransactionalPublisher
 from broker.backends.kafka.queue import (
     QueueMessageIterator,
@@ -27,6 +28,7 @@ from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import ConsumerOptions, KafkaSettings
 from broker.driver.base import BackendBase, Batching, topics_tuple
 from broker.driver.options import build_consumer_options
+from broker.driver.provision import Provision
 from broker.errors import ConfigError
 from broker.log import TopicPartition
 
@@ -55,6 +57,8 @@ class KafkaBackend(BackendBase):
     capabilities = CAPABILITIES
     #: ``messages()``' marker queue commits at fetch: its backlog leaves out messages in flight.
     backlog_counts_in_flight = False
+    #: ``create``, ``verify`` and ``none``: :mod:`broker.backends.kafka.provision`.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: KafkaSettings) -> None:
         super().__init__()
@@ -63,6 +67,8 @@ class KafkaBackend(BackendBase):
         self._admin: KafkaAdmin | None = None
         #: (topic, subscription) -> the consumer group behind ``messages()`` (the queue's group).
         self._queue_groups: dict[tuple[str, str], str] = {}
+        #: Under ``provision="verify"``: the topic check every publisher and consumer shares.
+        self._topic_check: TopicCheck | None = None
 
     def __repr__(self) -> str:
         return f"<KafkaBackend {self.settings.servers}>"
@@ -105,6 +111,21 @@ class KafkaBackend(BackendBase):
         """A metadata request on a client of its own (see :mod:`broker.backends.kafka.ping`)."""
         await ping(common_config(self.settings), timeout)
 
+    def _verifier(self) -> TopicCheck | None:
+        """The shared topic check under ``provision="verify"`` (None under the other modes)."""
+        if self.provision != "verify":
+            return None
+        if self._topic_check is None:
+            self._topic_check = TopicCheck(self.admin)
+        return self._topic_check
+
+    def _check_at_start(self, consumer: StartCheck, topics: Sequence[str]) -> None:
+        """Under ``verify``: ``consumer`` checks ``topics`` when it starts."""
+        check = self._verifier()
+        if check is not None:
+            names = tuple(topics)
+            consumer.start_check = lambda: check(names)
+
     async def _close_connection(self) -> None:
         if self._admin is not None:
             await self._admin.close()
@@ -138,7 +159,7 @@ class KafkaBackend(BackendBase):
             name=f"producer-{next(_names)}",
             close_timeout=self.settings.close_timeout,
         )
-        return KafkaPublishDriver(producer)
+        return KafkaPublishDriver(producer, self._verifier())
 
     def transactional_publisher(
         self, transactional_id: str | None = None, **options: Any
@@ -158,6 +179,7 @@ class KafkaBackend(BackendBase):
             close_timeout=self.settings.close_timeout,
         )
         publisher = KafkaTransactionalPublisher(producer, txn_id, self.settings.operation_timeout)
+        publisher._kafka.check = self._verifier()
         return self._track(publisher)  # type: ignore[no-any-return]
 
     def _core(self, topics: str | Sequence[str], group: str | None, options: ConsumerOptions) -> GroupCore:
@@ -185,10 +207,16 @@ class KafkaBackend(BackendBase):
         ``isolation_level``, ``session_timeout``, ``fetch_max_wait``, ... (see ``ConsumerOptions``).
         A batch is what is ready at once, else what arrives within the batch timeout.
         """
+        iterator: KafkaRecordIterator
         if batching is None:
-            return KafkaRecordIterator(self._core(topics, group, options), options.batch_size, 1.0)
-        options = dataclasses.replace(options, batch_size=batching.size)  # the fetch size too
-        return KafkaBatchedIterator(self._core(topics, group, options), batching.size, batching.timeout)
+            iterator = KafkaRecordIterator(self._core(topics, group, options), options.batch_size, 1.0)
+        else:
+            options = dataclasses.replace(options, batch_size=batching.size)  # the fetch size too
+            iterator = KafkaBatchedIterator(
+                self._core(topics, group, options), batching.size, batching.timeout
+            )
+        self._check_at_start(iterator, topics)
+        return iterator
 
     def _message_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """``messages()`` takes the marker queue's options, read by ``queue_settings_for_topic``."""
@@ -216,7 +244,7 @@ class KafkaBackend(BackendBase):
             embedded = str(embedded).lower() in ("1", "true", "yes", "on")
         config = queue_settings_for_topic(topic, self._queue_timeouts(options))
         self._queue_groups[(topic, subscription)] = f"{config.group_prefix}{subscription}"
-        return open_messages(
+        iterator = open_messages(
             self.log(),
             config,
             subscription,
@@ -224,6 +252,9 @@ class KafkaBackend(BackendBase):
             batch_size=None if batching is None else batching.size,
             batch_timeout=1.0 if batching is None else batching.timeout,
         )
+        letters = () if config.dead_letter_topic is None else (config.dead_letter_topic,)
+        self._check_at_start(iterator, (config.message_topic, config.marker_topic, *letters))
+        return iterator
 
     async def backlog(self, topic: str, subscription: str) -> int | None:
         """Records of ``topic`` the group has not committed: high watermark - committed, summed.

@@ -32,6 +32,7 @@ from broker.backends.kafka.sdk_producer import AsyncProducer
 from broker.backends.kafka.settings import KafkaSettings
 from broker.backends.kafka.threads import reject, resolve
 from broker.driver.log_base import LogBase
+from broker.driver.provision import Provision
 from broker.driver.resources import AsyncResource
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.log import RawFields, ReadHints, RebalanceListener, StartPosition, TopicPartition
@@ -190,6 +191,12 @@ class KafkaLog(LogBase):
 
     def __repr__(self) -> str:
         return f"<KafkaLog {self.settings.servers}>"
+
+    @property
+    def provision(self) -> Provision:
+        """The connection's ``provision`` mode: the marker queue creates its topics only under
+        ``create`` (an explicit :meth:`create_topic` creates under every mode)."""
+        return self.settings.provision
 
     @property
     def producer(self) -> AsyncProducer:

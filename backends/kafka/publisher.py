@@ -19,6 +19,7 @@ from broker import OutboundMessage, Record
 from broker.backends.kafka import sdk
 from broker.backends.kafka.errors import error_of, translate
 from broker.backends.kafka.mapping import produce_all
+from broker.backends.kafka.provision import TopicCheck
 from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
 from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
@@ -33,12 +34,14 @@ log = logging.getLogger("broker.backends.kafka")
 class KafkaPublishDriver:
     """Produces through one librdkafka producer shared by every topic handle."""
 
-    __slots__ = ("producer", "transaction_open")
+    __slots__ = ("check", "producer", "transaction_open")
 
-    def __init__(self, producer: AsyncProducer) -> None:
+    def __init__(self, producer: AsyncProducer, check: TopicCheck | None = None) -> None:
         self.producer = producer
         #: None: not transactional; else whether a transaction is open (publishing needs one).
         self.transaction_open: bool | None = None
+        #: Under ``provision="verify"``: the topic check before a topic's first send.
+        self.check = check
 
     def check_topic(self, name: str) -> None:
         """Every non-empty name is a topic here."""
@@ -50,6 +53,8 @@ class KafkaPublishDriver:
             raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
         if self.transaction_open is False:
             raise TransactionError("publish on a transactional publisher needs begin() first")
+        if self.check is not None:
+            await self.check((topic,))
         loop = asyncio.get_running_loop()
         batch = DeliveryBatch(loop, len(messages))
         on_delivery = batch.on_delivery

@@ -105,6 +105,10 @@ def common_config(settings: KafkaSettings) -> dict[str, Any]:
         "logger": sdk_log,
     }
     config.update(security_config(settings))
+    if settings.provision != "create":
+        # No client asks the broker to create a topic on a metadata request (producers do by
+        # default); the raw ``librdkafka`` settings below may still say otherwise.
+        config["allow.auto.create.topics"] = False
     config.update(settings.librdkafka or {})
     warn_if_unverified(config)
     return config

@@ -16,9 +16,10 @@ are read again by the partition's next owner.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from broker import Record
+from broker.backends.kafka.provision import StartCheck
 from broker.backends.kafka.sdk_consumer import GroupCore
 from broker.driver.forwarding import Forwarded
 from broker.driver.resources import BatchedRecordIteration, RecordIteration
@@ -28,8 +29,12 @@ from broker.log import TopicPartition
 __all__ = ["KafkaBatchedIterator", "KafkaRecordIterator"]
 
 
-class KafkaRecordIterator(RecordIteration):
-    """Pull records one at a time from ``topics`` as a member of ``group``."""
+class KafkaRecordIterator(StartCheck, RecordIteration):
+    """Pull records one at a time from ``topics`` as a member of ``group``.
+
+    Under ``provision="verify"`` the topics are checked when it is entered or first read
+    (:class:`~broker.backends.kafka.provision.StartCheck`).
+    """
 
     def __init__(self, core: GroupCore, batch_size: int, batch_timeout: float) -> None:
         self._core = core
@@ -59,6 +64,8 @@ class KafkaRecordIterator(RecordIteration):
 
     async def next_record(self, timeout: float | None = None) -> Record:
         """The next record; ``Timeout`` when none arrives within ``timeout`` seconds."""
+        if self.start_check is not None:
+            await self._checked_start()
         records = await self._core.records(1, timeout)
         if not records:
             raise Timeout(f"no record within {timeout}s")
@@ -69,7 +76,13 @@ class KafkaRecordIterator(RecordIteration):
 
         The window is ``timeout`` (default ``batch_timeout``) seconds; ``[]`` when it closes empty.
         """
+        if self.start_check is not None:
+            await self._checked_start()
         return await self._core.records(self.batch_size, self.batch_timeout if timeout is None else timeout)
+
+    async def __aenter__(self) -> Self:
+        await self._checked_start()
+        return self
 
     async def commit(self) -> None:
         """Wait until the broker has the commit of every record acked so far.

@@ -204,8 +204,10 @@ class KafkaSettings(ConsumerOptions):
     transaction_timeout: float = 60.0
     #: Replication factor of topics the log port creates (-1: the broker's default).
     replication_factor: int = -1
-    #: Whether missing topics are created (:mod:`broker.driver.provision`); this backend implements
-    #: ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    #: Whether missing topics are created (:mod:`broker.driver.provision`,
+    #: :mod:`broker.backends.kafka.provision`): ``create`` (auto-created on first use, the marker
+    #: queue's topics by its tracker), ``verify`` (a ``ProvisioningError`` names a missing topic when
+    #: a publisher first sends to it or a consumer starts) or ``none`` (nothing created or checked).
     provision: Provision = "create"
 
     def __post_init__(self) -> None:

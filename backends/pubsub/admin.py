@@ -20,9 +20,9 @@ from google.pubsub_v1.types import DeadLetterPolicy, Subscription
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.errors import translate
 from broker.backends.pubsub.settings import ConsumerOptions
-from broker.errors import BrokerError, ConfigError, ConnectionFailed, UnknownTopic
+from broker.errors import BrokerError, ConfigError, ConnectionFailed, ProvisioningError, UnknownTopic
 
-__all__ = ["Admin", "SubscriptionInfo", "ping"]
+__all__ = ["Admin", "SubscriptionInfo", "ping", "subscription_resource", "topic_resource"]
 
 T = TypeVar("T")
 
@@ -68,9 +68,12 @@ class SubscriptionInfo:
 class Admin:
     """Looks up and creates topics and subscriptions; remembers what it has seen."""
 
-    def __init__(self, clients: Clients, create_missing: bool) -> None:
+    def __init__(self, clients: Clients, create_missing: bool, *, verify: bool = False) -> None:
         self.clients = clients
         self.create_missing = create_missing
+        #: ``provision="verify"``: a missing resource is a ``ProvisioningError`` naming it (else,
+        #: with ``create_missing`` off, the broker's ``UnknownTopic``).
+        self.verify = verify
         self._topics: dict[str, asyncio.Future[str]] = {}
         self._subscriptions: dict[str, asyncio.Future[SubscriptionInfo]] = {}
 
@@ -101,6 +104,8 @@ class Admin:
             await client.get_topic(topic=path, timeout=_RPC_TIMEOUT)
             return path
         except api_exceptions.NotFound as exc:
+            if self.verify:
+                raise ProvisioningError("pubsub", [topic_resource(path)]) from exc
             if not self.create_missing:
                 raise UnknownTopic(f"topic {path} does not exist (and create_missing is off)") from exc
         except Exception as exc:
@@ -146,6 +151,11 @@ class Admin:
             found = await client.get_subscription(subscription=path, timeout=_RPC_TIMEOUT)
             return self._checked(SubscriptionInfo.of(found), options)
         except api_exceptions.NotFound as exc:
+            if self.verify:
+                missing = [subscription_resource(path)]
+                if await self.missing_topic(topic):
+                    missing.append(topic_resource(self.clients.topic_path(topic)))
+                raise ProvisioningError("pubsub", missing) from exc
             if not self.create_missing:
                 raise UnknownTopic(f"subscription {path} does not exist (and create_missing is off)") from exc
         except Exception as exc:
@@ -171,6 +181,17 @@ class Admin:
             raise translate(exc, f"creating subscription {path}", BrokerError) from exc
         return SubscriptionInfo.of(created)
 
+    async def missing_topic(self, name: str) -> bool:
+        """True when topic ``name`` does not exist (``get_topic``; creates nothing)."""
+        path = self.clients.topic_path(name)
+        try:
+            await self.clients.admin_publisher().get_topic(topic=path, timeout=_RPC_TIMEOUT)
+        except api_exceptions.NotFound:
+            return True
+        except Exception as exc:
+            raise translate(exc, f"looking up topic {path}", BrokerError) from exc
+        return False
+
     def _checked(self, info: SubscriptionInfo, options: ConsumerOptions) -> SubscriptionInfo:
         if options.message_ordering and not info.message_ordering:
             log.warning(
@@ -180,6 +201,16 @@ class Admin:
         if options.dead_letter_topic is not None and info.dead_letter_topic is None:
             log.warning("subscription %s exists without a dead-letter policy; none is added", info.path)
         return info
+
+
+def topic_resource(path: str) -> str:
+    """How a ``ProvisioningError`` names the topic ``path``."""
+    return f"topic {path!r}"
+
+
+def subscription_resource(path: str) -> str:
+    """How a ``ProvisioningError`` names the subscription ``path``."""
+    return f"subscription {path!r}"
 
 
 async def ping(clients: Clients, timeout: float) -> None:

@@ -18,10 +18,11 @@ after a number of attempts needs ``dead_letter_topic``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 from broker import Capabilities, Provision
-from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping
+from broker.backends.pubsub.admin import Admin, SubscriptionInfo, ping, topic_resource
 from broker.backends.pubsub.clients import Clients
 from broker.backends.pubsub.consuming import SubscriptionTarget
 from broker.backends.pubsub.publisher import PubsubPublishDriver, PubsubPublisher
@@ -62,9 +63,10 @@ class PubsubBackend(BackendBase):
     """A connection to one Google Cloud project's Pub/Sub (or an emulator)."""
 
     name = "pubsub"
-    #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
-    #: (``verify``, which names every missing one, is not implemented here).
-    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "none")
+    #: ``verify`` looks topics and subscriptions up (``get_topic`` / ``get_subscription``) and names
+    #: a missing one in a ``ProvisioningError``; ``none`` is ``create_missing=false``: nothing is
+    #: created or checked and a missing resource is ``UnknownTopic``.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: PubsubSettings) -> None:
         super().__init__()
@@ -72,7 +74,7 @@ class PubsubBackend(BackendBase):
         self._check_provision()
         self.capabilities = capabilities_for(settings)
         self.clients = Clients(settings)
-        self.admin = Admin(self.clients, bool(settings.create_missing))
+        self.admin = Admin(self.clients, bool(settings.create_missing), verify=self.provision == "verify")
         self._creator = self.admin if settings.create_missing else Admin(self.clients, True)
 
     def __repr__(self) -> str:
@@ -268,6 +270,14 @@ class PubsubBackend(BackendBase):
         """
         self._check_open()
         return None
+
+    async def missing_resources(self) -> Sequence[str]:
+        """The dead-letter topic the settings name, when it does not exist (``get_topic``): the only
+        resource these settings name (topics and subscriptions are checked when first used)."""
+        letters = self.settings.dead_letter_topic
+        if letters is not None and await self.admin.missing_topic(letters):
+            return [topic_resource(self.clients.topic_path(letters))]
+        return []
 
     async def _ping(self, timeout: float) -> None:
         """List one topic of the project, once (no retry): the call needs the credentials and the

@@ -163,8 +163,8 @@ class PubsubPublishDriver(ClosingDriver):
         return path
 
     async def _prepare(self, name: str) -> None:
-        if self._settings.create_missing:
-            await self._admin.ensure_topic(name)
+        if self._settings.create_missing or self._settings.provision == "verify":
+            await self._admin.ensure_topic(name)  # verify: a ProvisioningError names a missing one
         self._ready.add(name)
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:

@@ -216,8 +216,9 @@ class PubsubSettings:
     #: retries included: past it, ``ack()``, ``nack()``, ``in_progress()`` and ``dead_letter()``
     #: raise a typed error (the broker redelivers the message after its deadline).
     rpc_timeout: float = 30.0
-    #: Whether missing topics and subscriptions are created (:mod:`broker.driver.provision`): ``create``
-    #: or ``none`` (a missing one is ``UnknownTopic``), the latter also spelled ``create_missing=false``.
+    #: Whether missing topics and subscriptions are created (:mod:`broker.driver.provision`): ``create``,
+    #: ``verify`` (``get_topic`` / ``get_subscription``; a missing one is a ``ProvisioningError`` naming
+    #: it) or ``none`` (a missing one is ``UnknownTopic``), the latter also ``create_missing=false``.
     provision: Provision = "create"
 
     def __post_init__(self) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from broker import Capabilities, OutboundMessage, adapt
+from broker import Capabilities, OutboundMessage, Provision, adapt
 from broker.backends.pulsar.callbacks import outcome, settle, wait
 from broker.backends.pulsar.client import create_client
 from broker.backends.pulsar.consumer import (
@@ -81,6 +81,14 @@ class PulsarBackend(BackendBase):
     """
 
     name = "pulsar"
+    #: ``create`` and ``none`` differ in nothing this client does: Pulsar creates topics and
+    #: subscriptions when a producer or consumer attaches, as the broker's auto-creation policy
+    #: allows (``allowAutoTopicCreation``, ``allowAutoSubscriptionCreation``), and the client has no
+    #: switch to ask otherwise. ``none`` says the estate's policy decides: with auto-creation off a
+    #: missing topic is the broker's ``TopicNotFound`` (``UnknownTopic``). ``verify`` is not offered:
+    #: the binary protocol cannot tell whether a topic exists (a lookup answers for any name, and
+    #: pulsar-lite serves no admin REST API to ask instead).
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "none")
 
     def __init__(self, settings: PulsarSettings | None = None) -> None:
         super().__init__()

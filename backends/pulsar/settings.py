@@ -180,8 +180,9 @@ class PulsarSettings(ConsumerOptions):
     #: Seconds a batch may wait to fill.
     batching_max_delay: float = 0.01
     compression: Compression = "none"
-    #: Whether missing topics are created (:mod:`broker.driver.provision`); this backend implements
-    #: ``create`` only (the broker's own auto-creation): ``verify`` and ``none`` are a ``ConfigError``.
+    #: Whether missing topics are created (:mod:`broker.driver.provision`): ``create`` or ``none``;
+    #: either way the broker's auto-creation policy decides (see ``PulsarBackend.provision_modes``);
+    #: ``verify`` is a ``ConfigError`` (the binary protocol cannot check that a topic exists).
     provision: Provision = "create"
 
     def __post_init__(self) -> None:

@@ -10,7 +10,9 @@ The management API is HTTPS REST (``ServiceBusAdministrationClient``, run in a w
 aio client needs aiohttp). It needs the Manage right: an identity without it (401/403), or a
 management endpoint that cannot be reached, is logged once and creation is off from then on for
 that backend, so a missing entity is reported by the data plane as ``UnknownTopic``, as with
-``create_missing=false``.
+``create_missing=false``. Under ``provision="verify"`` the same client only looks entities up
+(:meth:`EntityAdmin.verify_sender`, :meth:`EntityAdmin.verify_consumer_entity`), and any answer other
+than "not found" is raised, never taken for "exists".
 ``management_endpoint`` points the client elsewhere (an emulator's plain-HTTP port).
 """
 
@@ -22,11 +24,17 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ServiceRequestError
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+)
 from azure.core.pipeline.transport import RequestsTransport
 
+from broker.backends.servicebus.errors import translate
 from broker.backends.servicebus.settings import ConsumerOptions, ServiceBusSettings, check_connection_string
-from broker.errors import ConfigError
+from broker.errors import ConfigError, ProvisioningError
 
 __all__ = ["EMULATOR_MANAGEMENT_PORT", "EntityAdmin", "management_endpoint"]
 
@@ -94,6 +102,11 @@ class EntityAdmin:
     def __init__(self, settings: ServiceBusSettings) -> None:
         self.settings = settings
         self.enabled = bool(settings.create_missing)
+        #: ``provision="verify"``: senders and consumers check their entities (:meth:`verify_sender`,
+        #: :meth:`verify_consumer_entity`) and a missing one is a ``ProvisioningError`` naming it.
+        self.verify = settings.provision == "verify"
+        #: Entities found under ``verify`` (asked once each).
+        self._found: set[str] = set()
         self._client: Any = None
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
@@ -189,6 +202,70 @@ class EntityAdmin:
                 self._skip(f"the management client failed: {exc!r}")
                 return
             self._known.add(key)
+
+    async def verify_sender(self, name: str) -> None:
+        """Under ``verify``: ``ProvisioningError`` unless a queue or a topic ``name`` exists (a
+        publisher sends to either)."""
+        if await self.missing_entity(name):
+            raise ProvisioningError("servicebus", [f"queue or topic {name!r}"])
+
+    async def verify_consumer_entity(self, topic: str, subscription: str | None) -> None:
+        """Under ``verify``: ``ProvisioningError`` naming the queue ``topic`` (``subscription`` None),
+        or the topic and the subscription, when missing."""
+        if subscription is None:
+            if await self._missing(f"queue:{topic}", "get_queue", (topic,)):
+                raise ProvisioningError("servicebus", [f"queue {topic!r}"])
+            return
+        missing = []
+        if await self._missing(f"sub:{topic}/{subscription}", "get_subscription", (topic, subscription)):
+            missing.append(f"subscription {subscription!r} of topic {topic!r}")
+            if await self._missing(f"topic:{topic}", "get_topic", (topic,)):
+                missing.append(f"topic {topic!r}")
+        if missing:
+            raise ProvisioningError("servicebus", missing)
+
+    async def missing_entity(self, name: str) -> bool:
+        """True when neither a queue nor a topic ``name`` exists (asked through the management API)."""
+        if not await self._missing(f"queue:{name}", "get_queue", (name,), either=True):
+            return False
+        return await self._missing(f"topic:{name}", "get_topic", (name,), either=True)
+
+    async def _missing(
+        self, key: str, operation: str, args: tuple[str, ...], *, either: bool = False
+    ) -> bool:
+        """True when the management API answers "not found" for ``operation(*args)``.
+
+        Queues and topics share one name space: asked for a queue, the API answers with the topic
+        of that name (and the SDK fails to read it as a queue, an ``AttributeError``). That is "an
+        entity of the other kind": missing for this kind, but an existing one when ``either``
+        kind will do (a publisher's target).
+
+        Under ``verify`` the answer matters: an identity without the Manage right, an unreachable
+        endpoint or a token credential (which the management client cannot use) is an error here,
+        never "exists".
+        """
+        if key in self._found:
+            return False
+        async with self._lock:
+            if self._client is None:
+                self._client = self._make_client()
+                if self._client is None:
+                    raise ConfigError(
+                        "servicebus: provision='verify' looks entities up through the management API, "
+                        "which needs a connection string, a shared access key or a SAS token (not a "
+                        "token credential object); use provision='none' with this credential"
+                    )
+            try:
+                await asyncio.to_thread(getattr(self._client, operation), *args)
+            except ResourceNotFoundError:
+                return True
+            except AttributeError:  # the name is an entity of the other kind (see above)
+                if not either:
+                    return True
+            except Exception as exc:
+                raise translate(exc, f"verifying {key.replace(':', ' ', 1)!r}") from exc
+        self._found.add(key)
+        return False
 
     async def close(self) -> None:
         """Release the management client (idempotent)."""

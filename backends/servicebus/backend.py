@@ -21,6 +21,7 @@ still applies and must be higher. ``dead_letter_topic`` - dead-lettered messages
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from broker import Capabilities, Provision
@@ -65,9 +66,10 @@ class ServiceBusBackend(BackendBase):
     """A connection to one Service Bus namespace (each publisher and consumer has its own AMQP connection)."""
 
     name = "servicebus"
-    #: ``none`` is ``create_missing=false``: nothing is created and a missing resource is ``UnknownTopic``
-    #: (``verify``, which names every missing one, is not implemented here).
-    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "none")
+    #: ``verify`` looks entities up through the management API (``get_queue``, ``get_topic``,
+    #: ``get_subscription``) and names a missing one in a ``ProvisioningError``; ``none`` is
+    #: ``create_missing=false``: nothing is created or checked and a missing one is ``UnknownTopic``.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
     capabilities = CAPABILITIES
 
     def __init__(self, settings: ServiceBusSettings) -> None:
@@ -130,6 +132,14 @@ class ServiceBusBackend(BackendBase):
         self._check_open()
         entity = self._entity(topic, subscription)
         return await self._backlog.backlog(entity.topic, entity.subscription)
+
+    async def missing_resources(self) -> Sequence[str]:
+        """The queue or topic the settings' ``dead_letter_topic`` names, when neither exists (the
+        only entity these settings name; the others are checked when first used)."""
+        letters = self.settings.dead_letter_topic
+        if letters is not None and await self.admin.missing_entity(letters):
+            return [f"queue or topic {letters!r}"]
+        return []
 
     async def _ping(self, timeout: float) -> None:
         """Open a link, once (see :mod:`broker.backends.servicebus.ping`)."""

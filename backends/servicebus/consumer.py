@@ -323,6 +323,8 @@ class _Receiving(AsyncResource):
         ``__aenter__`` and the first open sends one request.
         """
         admin = self._admin
+        if admin is not None and admin.verify and not self.options.sub_queue:
+            await admin.verify_consumer_entity(self.entity.topic, self.entity.subscription)
         if admin is not None and admin.enabled and not self.options.sub_queue:
             await admin.ensure_consumer_entity(self.entity.topic, self.entity.subscription, self.options)
 

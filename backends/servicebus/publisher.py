@@ -68,6 +68,10 @@ class _Link:
         async with self._opening:
             if self._sender is None:
                 deadline = None if timeout is None else time.monotonic() + timeout
+                admin = self._publisher._admin
+                if admin is not None and admin.verify:
+                    async with asyncio.timeout(_remaining(deadline)):
+                        await admin.verify_sender(self.name)
                 try:
                     sender = await self._open_sender(deadline)
                 except MessagingEntityNotFoundError as exc:

@@ -255,8 +255,9 @@ class ServiceBusSettings(ConsumerOptions):
     #: connection string with ``UseDevelopmentEmulator=true``, the port of Microsoft's emulator).
     management_endpoint: str | None = None
     #: Whether missing queues, topics and subscriptions are created (:mod:`broker.driver.provision`):
-    #: ``create`` or ``none`` (a missing one is ``UnknownTopic``), the latter also spelled
-    #: ``create_missing=false``.
+    #: ``create``, ``verify`` (looked up through the management API; a missing one is a
+    #: ``ProvisioningError`` naming it) or ``none`` (a missing one is ``UnknownTopic``), the latter
+    #: also spelled ``create_missing=false``.
     provision: Provision = "create"
 
     def __post_init__(self) -> None:

@@ -86,9 +86,6 @@ def test_a_mode_the_backend_does_not_implement_is_a_config_error_naming_it() -> 
     assert CreateOnly(Settings()).provision == "create"
     with pytest.raises(ConfigError, match=r"create-only: provision='verify' is not implemented.*'create'"):
         CreateOnly(Settings("verify"))
-    # a real backend of this repository that offers only ``create``
-    with pytest.raises(ConfigError, match="kafka: provision='none' is not implemented"):
-        broker.connect("kafka://127.0.0.1:9?provision=none")
 
 
 async def test_create_makes_missing_topics_and_subscriptions() -> None:

@@ -6,6 +6,7 @@ import logging
 from typing import Literal, Self
 
 from broker import Message
+from broker.backends.kafka.provision import StartCheck
 from broker.backends.kafka.queue.client import MqClient
 from broker.backends.kafka.queue.consumer import QueueConsumer
 from broker.backends.kafka.queue.metrics import QueueMetrics
@@ -70,7 +71,7 @@ class QueueService:
         return RedeliveryTracker(self.log, self.config, metrics=self.metrics)
 
 
-class QueueMessageIterator(MessageIteration):
+class QueueMessageIterator(StartCheck, MessageIteration):
     """A MessageIterator over a queue consumer; optionally runs an embedded redelivery tracker.
 
     The consumer and the tracker start when the iterator is entered (``async with``) or on the
@@ -103,6 +104,7 @@ class QueueMessageIterator(MessageIteration):
     async def __aenter__(self) -> Self:
         if self._closed:
             raise ClosedError("the queue iterator is closed")
+        await self._checked_start()  # provision="verify": both topics exist before anything starts
         self._start()  # the group member joins now: what is published from here on is delivered
         return self
 
@@ -127,6 +129,8 @@ class QueueMessageIterator(MessageIteration):
         """The next message (``Timeout`` after ``timeout`` seconds)."""
         if self._closed:
             raise ClosedError("the queue iterator is closed")
+        if self.start_check is not None:
+            await self._checked_start()
         self._start()
         self._check_tracker()
         return await self.consumer.receive(timeout)

@@ -284,7 +284,15 @@ class RedeliveryTracker(AsyncResource):
 
     # -- the loop -------------------------------------------------------------------------
     async def _create_topics(self) -> None:
-        """The markers topic (with the message topic's partition count), and the message topic."""
+        """The markers topic (with the message topic's partition count), and the message topic.
+
+        Only where the log may create topics (its ``provision`` is ``create``, the default): under
+        ``verify`` and ``none`` both must exist, and a missing one is the log's ``UnknownTopic``.
+        """
+        if getattr(self._log, "provision", "create") != "create":
+            await self._log.partitions(self.config.message_topic)
+            await self._log.partitions(self.config.marker_topic)
+            return
         partitions = await self._partitions_of_message_topic()
         try:
             await self._log.create_topic(self.config.marker_topic, partitions)
