@@ -5,6 +5,7 @@ Messages (aio-pika <-> ``OutboundMessage`` / :class:`~broker.message.Message`):
 
 * each attribute is an AMQP header of the same name and (string) value;
 * the key goes in the ``Polybroker-Key`` header, and is the routing key on ``topic`` exchanges;
+  a message without that header (another client's) has its non-empty routing key as its key;
 * an attribute whose name RabbitMQ or this backend reserves (``x-delivery-count``, ``x-death``,
   ``x-first-death-*``, ``Polybroker-*``) or that is longer than a header name may be travels
   JSON-encoded in the ``Polybroker-Encoded`` header, so every ``str -> str`` mapping round-trips;
@@ -165,6 +166,8 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
     """The :class:`Message` for a delivery (``raw`` is the aio-pika ``IncomingMessage``)."""
     headers = incoming.headers
     key, attributes = _attributes(headers)
+    if key is None and incoming.routing_key:  # another client's message: its native key
+        key = incoming.routing_key
     content_type = incoming.content_type
     if content_type:
         attributes = {**attributes, CONTENT_TYPE_ATTRIBUTE: content_type}
