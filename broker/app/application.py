@@ -35,7 +35,7 @@ from broker.errors import ConfigError
 from broker.interfaces import Publisher
 from broker.message import Message
 from broker.retry import RetryPolicy
-from broker.run import run as run_consumers
+from broker.run import handling_signals, serve_consumers
 
 if TYPE_CHECKING:
     from broker.app.testing import AppTest
@@ -364,6 +364,22 @@ class App:
         if drain_timeout < 0:
             raise ConfigError(f"drain_timeout must be >= 0, got {drain_timeout}")
         self._running = True
+        force = asyncio.Event()
+        # handled from the start, so a signal while the app connects or runs its startup hooks
+        # drains it (the subscribers then stop at once) instead of killing the process
+        with handling_signals(signals, stop, force, drain_timeout):
+            async with self._served(drain_timeout, stop, force, ping_timeout, specs) as task:
+                yield task
+
+    @contextlib.asynccontextmanager
+    async def _served(
+        self,
+        drain_timeout: float,
+        stop: asyncio.Event,
+        force: asyncio.Event,
+        ping_timeout: float | None,
+        specs: Mapping[str, str | Mapping[str, Any]] | None,
+    ) -> AsyncIterator[asyncio.Task[int]]:
         try:
             await self._connect(specs or self.backend_specs, ping_timeout)
             try:
@@ -376,8 +392,13 @@ class App:
                             # (after the drain) releases what the receiver holds
                             await entered.enter_async_context(receiver)
                     task = asyncio.create_task(
-                        run_consumers(
-                            *pairs, drain_timeout=drain_timeout, stop=stop, signals=signals, ping_timeout=None
+                        serve_consumers(
+                            pairs,
+                            backends=(),
+                            drain_timeout=drain_timeout,
+                            stop=stop,
+                            force=force,
+                            close_timeout=0.0,
                         )
                     )
                     try:
