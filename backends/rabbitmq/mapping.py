@@ -14,7 +14,9 @@ Messages (aio-pika <-> ``OutboundMessage`` / :class:`~broker.message.Message`):
 * the attribute ``content-type`` is the AMQP ``content-type`` property (and comes back as that
   attribute from a message of any client that sets the property);
 * ``publish_time`` is the AMQP ``timestamp`` property (whole seconds);
-* ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one.
+* ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one; a classic
+  queue counts nothing, so there it is 1 on a first delivery and 2 on any redelivery (the AMQP
+  ``redelivered`` flag): a lower bound, never the count.
 
 Headers set by other AMQP clients come back as attributes when their values are strings.
 
@@ -180,7 +182,7 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
         attributes=attributes,
         publish_time=stamp.timestamp() if stamp is not None else None,
         ingestion_time=received,
-        delivery_attempt=count + 1 if isinstance(count, int) else 1,
+        delivery_attempt=count + 1 if isinstance(count, int) else 2 if incoming.redelivered else 1,
         raw=incoming,
         acker=acker,
     )
