@@ -263,7 +263,9 @@ class RabbitmqSubscription:
                     self.queue, durable=True, arguments=options.queue_arguments()
                 )
             else:
-                queue = await channel.get_queue(self.queue, ensure=False)
+                # passive: declares nothing (a missing queue is the broker's 404), and registers the
+                # queue with the robust channel, which consumes it again when the channel reopens
+                queue = await channel.declare_queue(self.queue, passive=True)
             if options.binds(provision):
                 await queue.bind(
                     exchange,

@@ -219,3 +219,24 @@ async def test_foreign_exchanges_of_every_type_with_a_binding_per_subscription(
                         aio_pika.Message(body, headers=how.get("headers")), how.get("routing_key", "")
                     )
             assert await _take(backend, topic, "eu", 1, **binding) == [b"wanted"]
+
+
+async def test_a_consumer_of_an_existing_queue_consumes_again_after_its_channel_is_reopened(
+    rabbitmq_server: RabbitmqDevServer, admin: AbstractChannel
+) -> None:
+    """Under ``none`` (nothing declared) the queue is still one the robust channel restores: after
+    a channel error the broker closed the channel on, the reopened channel consumes it again."""
+    name = _name("reopened")
+    await admin.declare_queue(name, durable=True)
+    async with asyncio.timeout(4 * PATIENCE):
+        async with (
+            broker.connect(f"{rabbitmq_server.url}?provision=none") as backend,
+            backend.messages("anything", "app", queue=name) as consumer,
+        ):
+            channel = consumer.driver._channel  # type: ignore[attr-defined]
+            with pytest.raises(aiormq.exceptions.ChannelNotFoundEntity):  # the broker closes the channel
+                await channel.declare_queue(_name("no-such-queue"), passive=True)
+            await admin.default_exchange.publish(aio_pika.Message(b"after"), routing_key=name)
+            message = await consumer.next_message(timeout=PATIENCE)
+            assert message.data == b"after"
+            await message.ack()
