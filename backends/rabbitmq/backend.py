@@ -5,13 +5,19 @@ portable                       RabbitMQ
 =============================  ===================================================================
 topic                          a durable exchange (``fanout``, or ``topic`` with the key as
                                routing key), declared by the first publish or consumer
-subscription                   the durable quorum queue ``<topic>.<subscription>`` bound to it;
-                               consumers of one subscription compete for its messages
+subscription                   the durable quorum queue ``<topic>.<subscription>`` bound to it
+                               (or an existing queue named with ``queue=``); consumers of one
+                               subscription compete for its messages
 ``ack_deadline``               a client-side timer that returns the message to the queue
 ``max_attempts``               the queue's ``x-delivery-limit`` (``max_attempts - 1``)
 ``dead_letter_topic``          the queue's ``x-dead-letter-exchange``
-``delivery_attempt``           the quorum queue's ``x-delivery-count`` + 1
+``delivery_attempt``           the quorum queue's ``x-delivery-count`` + 1 (a classic queue: 2 on
+                               any redelivery, a lower bound)
 =============================  ===================================================================
+
+``provision`` (:mod:`broker.backends.rabbitmq.provisioning`): ``create`` declares exchanges, queues
+and bindings; ``verify`` declares nothing and checks each exchange and queue with a passive declare
+on a throwaway channel; ``none`` declares and checks nothing (the broker's ``404`` is ``UnknownTopic``).
 
 No ``records()``: RabbitMQ streams (its partitioned log) are out of scope for this backend.
 
