@@ -42,6 +42,8 @@ __all__ = ["Provisioner", "not_found", "stream_name_for", "subject_covers"]
 _T = TypeVar("_T")
 
 _STREAM_NAME_IN_USE = 10058
+#: The pull request subjects (lower-cased, as the permission errors give them).
+_PULL = "$js.api.consumer.msg.next."
 _NOT_FOUND = (10059, 10014)
 
 
@@ -136,7 +138,9 @@ class Provisioner:
         denied: asyncio.Future[str] = loop.create_future()
 
         def listener(action: str, subject: str, detail: str) -> None:
-            if action == "publish" and subject.startswith("$js.api.") and not denied.done():
+            # a pull (``CONSUMER.MSG.NEXT``) another consumer may not make is not this request's
+            management = subject.startswith("$js.api.") and not subject.startswith(_PULL)
+            if action == "publish" and management and not denied.done():
                 denied.set_result(subject)
 
         unlisten = self.connection.on_permission_denied(listener)
@@ -283,7 +287,7 @@ class Provisioner:
                     raise ProvisioningError("nats", [f"consumer {name!r} of stream {stream!r}"]) from exc
                 reason = "create_consumers is off" if self.provision == "create" else "provision='none'"
                 raise UnknownTopic(
-                    f"JetStream consumer {name!r} of stream {stream!r} does not exist ({reason})"
+                    f"JetStream consumer {name!r} of stream {stream!r} does not exist ({reason}; {exc})"
                 ) from exc
             await jsm.add_consumer(stream, config)
             return
