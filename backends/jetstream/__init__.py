@@ -10,8 +10,10 @@ How the portable API maps onto JetStream:
   when the stream's PubAck came back, ``batch_publish`` pipelines with a bounded window of
   PubAcks (``publish_window``).
 * The topic is stored in the stream named by ``stream`` (setting or option), else in the stream
-  whose subjects cover it, else in a new stream named after it (``orders_eu``). Turn creation off
-  with ``create_streams=false`` / ``create_consumers=false`` on locked-down servers.
+  whose subjects cover it, else in a new stream named after it (``orders_eu``). On locked-down
+  servers ``provision=verify`` (nothing created; what is missing is a ``ProvisioningError``) or
+  ``provision=none`` (nothing created or asked beforehand) use streams and consumers as they are
+  (:mod:`broker.backends.jetstream.provisioning`).
 * ``messages(topic, subscription)``: ``subscription`` names a durable pull consumer filtered on
   ``topic``; every consumer of that name competes for its messages, different names each get
   every message. ``ack_deadline`` is the consumer's ``ack_wait``; ``max_deliver`` caps deliveries.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from nats.js import api
 
@@ -39,11 +39,13 @@ from broker.backends.jetstream.consumer import (
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.mapping import parse_reply
 from broker.backends.jetstream.provisioning import Provisioner, consumer_config
+from broker.backends.jetstream.provisioning import not_found as _not_found
 from broker.backends.jetstream.publisher import JetStreamPublishDriver, JetStreamPublisher
 from broker.backends.jetstream.pull import PullEngine, Resolver, Target
 from broker.backends.jetstream.registration import JetStreamFactory
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
 from broker.driver.base import BackendBase, Batching, topics_tuple
+from broker.driver.provision import Provision
 from broker.driver.settings import describe
 from broker.errors import BrokerError, ConfigError
 
@@ -81,6 +83,10 @@ class JetStreamBackend(BackendBase):
 
     name = "nats"
     capabilities = CAPABILITIES
+    #: ``create`` (streams and durable consumers made when missing), ``verify`` (read-only
+    #: checks: ``ProvisioningError``) and ``none`` (nothing made or asked beforehand):
+    #: :mod:`broker.backends.jetstream.provisioning`.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: JetStreamSettings | None = None) -> None:
         super().__init__()
@@ -134,6 +140,8 @@ class JetStreamBackend(BackendBase):
             stream = await provisioner.stream_for(topic, options.stream)
             if recheck:
                 provisioner.forget_consumer(stream, name)
+            elif provisioner.provision == "none":
+                return Target(stream, name)  # pulled from as it is; asked about only once it fails
             await provisioner.consumer(stream, name, config, options)
             return Target(stream, name)
 
@@ -321,6 +329,43 @@ class JetStreamBackend(BackendBase):
         return await consumer_backlog(
             self.connection, topic, self._consumer_name(subscription), self.settings.stream
         )
+
+    # -- provisioning --------------------------------------------------------------------------
+    async def missing_resources(self) -> Sequence[str]:
+        """Under ``provision=verify``: the missing ones of what the settings name: ``stream``, the
+        durable consumer ``durable`` of it, and a stream storing ``dead_letter_subject``
+        (read-only ``STREAM.INFO``, ``CONSUMER.INFO`` and ``STREAM.NAMES`` requests)."""
+        s = self.settings
+        await self.connection.client()
+        jsm = self.connection.jsm
+        assert jsm is not None
+        missing: list[str] = []
+
+        async def absent(call: Any, what: str) -> bool:
+            try:
+                await self.provisioner.guarded(call(), f"verifying {what}")
+            except Exception as exc:
+                if _not_found(exc):
+                    missing.append(what)
+                    return True
+                raise translate(exc, f"verifying {what}") from exc
+            return False
+
+        if s.stream is not None:
+            stream = s.stream
+            found = not await absent(lambda: jsm.stream_info(stream), f"JetStream stream {stream!r}")
+            if found and s.durable:
+                durable = s.durable
+                await absent(
+                    lambda: jsm.consumer_info(stream, durable), f"consumer {durable!r} of stream {stream!r}"
+                )
+        if s.dead_letter_subject is not None:
+            subject = s.dead_letter_subject
+            await absent(
+                lambda: jsm.find_stream_name_by_subject(subject),
+                f"a JetStream stream storing subject {subject!r}",
+            )
+        return missing
 
     # -- ping ----------------------------------------------------------------------------------
     async def _ping(self, timeout: float) -> None:

@@ -7,17 +7,27 @@ does not cover the topic gets it added to its subjects (``create_streams``) or t
 with ``UnknownTopic``. With ``create_streams=false`` and ``create_consumers=false`` nothing is
 ever created or changed, for servers where the application may not manage JetStream.
 
+``provision`` (:mod:`broker.driver.provision`) decides first: under ``create`` the two flags
+above apply; under ``verify`` nothing is created or changed and a missing stream or durable
+consumer is a :class:`~broker.errors.ProvisioningError` naming it (asked with the read-only
+``STREAM.INFO`` / ``STREAM.NAMES`` / ``CONSUMER.INFO`` requests); under ``none`` nothing is created
+and nothing asked beforehand: a named stream is taken as it is, a consumer is pulled from as it
+is (asked about only when the server says it is gone), and what is missing surfaces as the
+server's ``UnknownTopic``. A management request the server's permissions deny (``$JS.API.>``) is
+``PermissionDenied`` at once, not a timeout.
+
 Results are cached per backend, so each topic and consumer costs one round trip the first time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import nats.js.errors
 from nats.js import api
@@ -25,11 +35,15 @@ from nats.js import api
 from broker.backends.jetstream.connection import Connection
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
-from broker.errors import BrokerError, ConfigError, UnknownTopic
+from broker.errors import BrokerError, ConfigError, PermissionDenied, ProvisioningError, UnknownTopic
 
-__all__ = ["Provisioner", "stream_name_for", "subject_covers"]
+__all__ = ["Provisioner", "not_found", "stream_name_for", "subject_covers"]
+
+_T = TypeVar("_T")
 
 _STREAM_NAME_IN_USE = 10058
+#: The pull request subjects (lower-cased, as the permission errors give them).
+_PULL = "$js.api.consumer.msg.next."
 _NOT_FOUND = (10059, 10014)
 
 
@@ -58,7 +72,8 @@ def subject_covers(pattern: str, subject: str) -> bool:
     return len(ptokens) == len(stokens)
 
 
-def _not_found(exc: BaseException) -> bool:
+def not_found(exc: BaseException) -> bool:
+    """True when ``exc`` is the JetStream API's "no such stream or consumer"."""
     return isinstance(exc, nats.js.errors.NotFoundError) or (
         isinstance(exc, nats.js.errors.APIError) and exc.err_code in _NOT_FOUND
     )
@@ -70,6 +85,10 @@ class Provisioner:
     def __init__(self, connection: Connection, settings: JetStreamSettings) -> None:
         self.connection = connection
         self.settings = settings
+        #: The ``provision`` mode in force (``settings.provision``).
+        self.provision = settings.provision
+        #: Whether missing streams may be created (and topics added to a named stream).
+        self.create_streams = settings.create_streams and self.provision == "create"
         self._streams: dict[tuple[str, str | None], str] = {}
         self._consumers: dict[tuple[str, str], str] = {}
         self._locks: dict[Any, asyncio.Lock] = {}
@@ -101,7 +120,9 @@ class Provisioner:
             if found is None:
                 await self.connection.client()
                 try:
-                    found = await self._resolve_stream(subject, stream)
+                    found = await self.guarded(
+                        self._resolve_stream(subject, stream), f"finding the stream for {subject!r}"
+                    )
                 except BrokerError:
                     raise
                 except Exception as exc:
@@ -109,20 +130,61 @@ class Provisioner:
                 self._streams[key] = found
             return found
 
+    async def guarded(self, work: Awaitable[_T], doing: str) -> _T:
+        """``work`` (JetStream API requests), failed with ``PermissionDenied`` as soon as the server
+        denies this user a ``$JS.API`` request meanwhile: it answers a denied publish only with an
+        asynchronous error, so the request itself would wait for its timeout."""
+        loop = asyncio.get_running_loop()
+        denied: asyncio.Future[str] = loop.create_future()
+
+        def listener(action: str, subject: str, detail: str) -> None:
+            # a pull (``CONSUMER.MSG.NEXT``) another consumer may not make is not this request's
+            management = subject.startswith("$js.api.") and not subject.startswith(_PULL)
+            if action == "publish" and management and not denied.done():
+                denied.set_result(subject)
+
+        unlisten = self.connection.on_permission_denied(listener)
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait((task, denied), return_when=asyncio.FIRST_COMPLETED)
+            if task.done() or not denied.done():
+                return task.result()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise PermissionDenied(
+                f"{doing}: the server denies this user the JetStream request {denied.result()!r} "
+                "(with provision='create' the user needs the JetStream API to create streams and "
+                "consumers; provision='verify' or 'none' creates nothing)"
+            )
+        finally:
+            unlisten()
+            if not task.done():
+                task.cancel()
+            if not denied.done():
+                denied.cancel()
+
+    def _missing(self, what: str, exc: BaseException | None = None) -> BrokerError:
+        """The error for a missing stream or consumer when it may not be created."""
+        if self.provision == "verify":
+            return ProvisioningError("nats", [what])
+        reason = "create_streams is off" if self.provision == "create" else "provision='none' creates nothing"
+        return UnknownTopic(f"{what} does not exist ({reason})")
+
     async def _resolve_stream(self, subject: str, stream: str | None) -> str:
         jsm = self.connection.jsm
         assert jsm is not None
-        create = self.settings.create_streams
+        create = self.create_streams
         if stream is not None:
+            if self.provision == "none":
+                return stream  # taken as it is: the server says so when it is not there
             try:
                 info = await jsm.stream_info(stream)
             except Exception as exc:
-                if not _not_found(exc):
+                if not not_found(exc):
                     raise
                 if not create:
-                    raise UnknownTopic(
-                        f"JetStream stream {stream!r} does not exist (create_streams is off)"
-                    ) from exc
+                    raise self._missing(f"JetStream stream {stream!r}") from exc
                 subjects = list(self.settings.subjects) or [subject]
                 if not any(subject_covers(s, subject) for s in subjects):
                     subjects.append(subject)
@@ -133,12 +195,10 @@ class Provisioner:
         try:
             return await jsm.find_stream_name_by_subject(subject)
         except Exception as exc:
-            if not _not_found(exc):
+            if not not_found(exc):
                 raise
             if not create:
-                raise UnknownTopic(
-                    f"no JetStream stream stores subject {subject!r} (create_streams is off)"
-                ) from exc
+                raise self._missing(f"a JetStream stream storing subject {subject!r}") from exc
         name = check_name(stream_name_for(subject), "stream")
         try:
             await self._add_stream(name, [subject])
@@ -170,7 +230,9 @@ class Provisioner:
         if any(subject_covers(s, subject) for s in subjects):
             return
         name = info.config.name
-        if not self.settings.create_streams:
+        if not self.create_streams:
+            if self.provision == "verify":
+                raise ProvisioningError("nats", [f"subject {subject!r} in JetStream stream {name!r}"])
             raise UnknownTopic(
                 f"JetStream stream {name!r} (subjects {subjects}) does not store {subject!r} "
                 "(create_streams is off)"
@@ -199,7 +261,10 @@ class Provisioner:
                 return
             await self.connection.client()
             try:
-                await self._ensure_consumer(stream, name, config, options)
+                await self.guarded(
+                    self._ensure_consumer(stream, name, config, options),
+                    f"preparing JetStream consumer {name!r} of stream {stream!r}",
+                )
             except BrokerError:
                 raise
             except Exception as exc:
@@ -211,15 +276,18 @@ class Provisioner:
     ) -> None:
         jsm = self.connection.jsm
         assert jsm is not None
+        create = options.create_consumers and self.provision == "create"
         try:
             info: api.ConsumerInfo = await jsm.consumer_info(stream, name)
         except Exception as exc:
-            if not _not_found(exc):
+            if not not_found(exc):
                 raise
-            if not options.create_consumers:
+            if not create:
+                if self.provision == "verify":
+                    raise ProvisioningError("nats", [f"consumer {name!r} of stream {stream!r}"]) from exc
+                reason = "create_consumers is off" if self.provision == "create" else "provision='none'"
                 raise UnknownTopic(
-                    f"JetStream consumer {name!r} of stream {stream!r} does not exist "
-                    "(create_consumers is off)"
+                    f"JetStream consumer {name!r} of stream {stream!r} does not exist ({reason}; {exc})"
                 ) from exc
             await jsm.add_consumer(stream, config)
             return
@@ -228,8 +296,8 @@ class Provisioner:
                 f"JetStream consumer {name!r} of stream {stream!r} is a push consumer; "
                 "this backend consumes through pull consumers"
             )
-        if not options.create_consumers:
-            return
+        if not create:
+            return  # used as it is
         differences = consumer_differences(info.config, config)
         if not differences:
             return

@@ -127,7 +127,8 @@ class JetStreamPublishDriver(ClosingDriver):
                     if self._unlisten is None:
                         self._unlisten = self._connection.on_permission_denied(self._on_denied)
         if topic not in self._ready:
-            await self._provisioner.stream_for(topic)
+            if self._provisioner.provision != "none":  # none asks nothing: the PubAck says it all
+                await self._provisioner.stream_for(topic)
             self._ready.add(topic)
         self._check_open(topic)
         assert self._client is not None
@@ -216,7 +217,7 @@ class JetStreamPublishDriver(ClosingDriver):
                 # Nothing was stored (no stream listens on the subject): the stream may have been
                 # deleted, or lost by a server with memory storage. Make it again, once.
                 self._abandon(token, future)
-                if remade or not self.settings.create_streams:
+                if remade or not self._provisioner.create_streams:
                     exc.add_note(f"subject: {topic}")
                     raise
                 remade = True

@@ -230,8 +230,10 @@ class JetStreamSettings(ConsumerOptions):
     #: Times a publish of a message that carries a de-duplication id is retried after a timeout
     #: or a lost connection (retries without an id could store the message twice, so none are made).
     publish_retries: int = 2
-    #: Whether missing streams and consumers are created (:mod:`broker.driver.provision`); this backend
-    #: implements ``create`` only, where ``create_streams`` and ``create_consumers`` turn either part off.
+    #: Whether missing streams and consumers are created (:mod:`broker.driver.provision`): ``create``
+    #: (where ``create_streams`` and ``create_consumers`` turn either part off), ``verify`` (nothing
+    #: created, a missing stream or consumer is ``ProvisioningError``) or ``none`` (nothing created or
+    #: asked beforehand; the server's ``UnknownTopic``). ``verify`` and ``none`` override both flags.
     provision: Provision = "create"
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,6 +175,7 @@ class RabbitmqDevServer(StartedInWith):
         self.node_name = node_name
         self.more_ports = list(more_ports)
         self._dir: Path | None = None
+        self._ctl_env: dict[str, str] = {}
         self._epmd: ProcessServer | None = None
         self._server: ProcessServer | None = None
 
@@ -232,6 +234,10 @@ class RabbitmqDevServer(StartedInWith):
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
             "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),  # absent: skip /etc's
         }
+        self._ctl_env = {
+            name: env[name]
+            for name in ("HOME", "ERL_EPMD_ADDRESS", "ERL_EPMD_PORT", "RABBITMQ_NODENAME")
+        }
         try:
             # epmd listens on the loopback (where the node looks for it) and on ``host`` (where
             # this process checks that it started, when the two are in different namespaces).
@@ -260,6 +266,28 @@ class RabbitmqDevServer(StartedInWith):
             self.stop()
             raise
         return self
+
+    def ctl(self, *arguments: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl ARGUMENTS`` against this node (its name, cookie and ``epmd``) and
+        return what it printed; a failure raises ``subprocess.CalledProcessError`` with its output.
+
+        For tests that need what AMQP cannot do: users and their permissions
+        (``ctl("add_user", "app", "pw")``, ``ctl("set_permissions", "app", "^$", ".*", ".*")``).
+        """
+        if not self.running:
+            raise RuntimeError(f"{self!r} is not running")
+        command = [*self.command_prefix, str(Path(self.script).with_name("rabbitmqctl")), *arguments]
+        done = subprocess.run(
+            command,
+            env={**os.environ, **self._ctl_env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode:
+            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
+        return done.stdout
 
     def kill(self) -> None:
         """SIGKILL the node's process tree (no shutdown); ``epmd`` keeps running until :meth:`stop`."""

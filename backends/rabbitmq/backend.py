@@ -5,13 +5,19 @@ portable                       RabbitMQ
 =============================  ===================================================================
 topic                          a durable exchange (``fanout``, or ``topic`` with the key as
                                routing key), declared by the first publish or consumer
-subscription                   the durable quorum queue ``<topic>.<subscription>`` bound to it;
-                               consumers of one subscription compete for its messages
+subscription                   the durable quorum queue ``<topic>.<subscription>`` bound to it
+                               (or an existing queue named with ``queue=``); consumers of one
+                               subscription compete for its messages
 ``ack_deadline``               a client-side timer that returns the message to the queue
 ``max_attempts``               the queue's ``x-delivery-limit`` (``max_attempts - 1``)
 ``dead_letter_topic``          the queue's ``x-dead-letter-exchange``
-``delivery_attempt``           the quorum queue's ``x-delivery-count`` + 1
+``delivery_attempt``           the quorum queue's ``x-delivery-count`` + 1 (a classic queue: 2 on
+                               any redelivery, a lower bound)
 =============================  ===================================================================
+
+``provision`` (:mod:`broker.backends.rabbitmq.provisioning`): ``create`` declares exchanges, queues
+and bindings; ``verify`` declares nothing and checks each exchange and queue with a passive declare
+on a throwaway channel; ``none`` declares and checks nothing (the broker's ``404`` is ``UnknownTopic``).
 
 No ``records()``: RabbitMQ streams (its partitioned log) are out of scope for this backend.
 
@@ -36,7 +42,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
@@ -52,6 +58,7 @@ from broker.backends.rabbitmq.mapping import (
     to_sdk,
     translate,
 )
+from broker.backends.rabbitmq.provisioning import Entity, missing_entities
 from broker.backends.rabbitmq.settings import (
     MAX_MESSAGE_BYTES,
     ConsumerOptions,
@@ -60,8 +67,16 @@ from broker.backends.rabbitmq.settings import (
     queue_name,
 )
 from broker.driver.base import BackendBase, Batching
+from broker.driver.provision import Provision
 from broker.driver.publishing import DriverPublisher
-from broker.errors import ClosedError, ConnectionFailed, PublishError, Timeout
+from broker.errors import (
+    ClosedError,
+    ConnectionFailed,
+    ProvisioningError,
+    PublishError,
+    Timeout,
+    UnknownTopic,
+)
 
 __all__ = [
     "CAPABILITIES",
@@ -86,6 +101,9 @@ class RabbitmqBackend(BackendBase):
     capabilities = CAPABILITIES
     #: A passive declare reports ready messages only: the backlog leaves out unacked ones.
     backlog_counts_in_flight = False
+    #: ``create`` (declare exchanges, queues, bindings), ``verify`` (passive declares only) and
+    #: ``none`` (nothing declared or checked): :mod:`broker.backends.rabbitmq.provisioning`.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: RabbitmqSettings | None = None) -> None:
         super().__init__()
@@ -130,6 +148,15 @@ class RabbitmqBackend(BackendBase):
         self._check_open()
         return await queue_backlog(self.connection, topic, subscription)
 
+    async def missing_resources(self) -> Sequence[str]:
+        """Under ``provision=verify``: the missing ones of the ``dead_letter_topic`` exchange the
+        settings name and of every exchange and queue the publishers and consumers checked so far
+        (each asked with a passive declare on a throwaway channel)."""
+        entities: list[Entity] = sorted(self.connection.verified)
+        if self.settings.dead_letter_topic is not None:
+            entities.insert(0, ("exchange", self.settings.dead_letter_topic))
+        return await missing_entities(self.connection.channel, entities, self.settings.close_timeout)
+
     async def _ping(self, timeout: float) -> None:
         """Open (or reuse) the connection, which logs in, and open and close a channel on it: a
         round trip the broker answers only to a client it let in."""
@@ -145,6 +172,11 @@ class RabbitmqConnection:
 
     def __init__(self, settings: RabbitmqSettings) -> None:
         self.settings = settings
+        #: The ``provision`` mode in force (``settings.provision``): who may declare what.
+        self.provision: Provision = settings.provision
+        #: Under ``provision=verify``: every exchange and queue a publisher or consumer checked
+        #: (and uses); ``ping()`` checks them again.
+        self.verified: set[Entity] = set()
         self._connection: AbstractRobustConnection | None = None
         self._lock = asyncio.Lock()
         self._closed = False
@@ -233,6 +265,9 @@ class RabbitmqPublishDriver:
         check_name(name, "topic (exchange)")
 
     async def _exchange(self, topic: str) -> AbstractExchange:
+        """The topic's exchange: declared (``provision=create``), checked passively on a
+        throwaway channel (``verify``: ``ProvisioningError`` when missing) or taken as it is
+        (``none``: a missing one is the broker's ``404``, ``UnknownTopic``)."""
         channel = self._channel
         exchange = self._exchanges.get(topic)
         if exchange is not None and channel is not None and not channel.is_closed:
@@ -243,7 +278,19 @@ class RabbitmqPublishDriver:
                 self._channel = await self._connection.channel(confirms=True)
             exchange = self._exchanges.get(topic)
             if exchange is None:
-                exchange = await declare_exchange(self._channel, topic, self._settings)
+                provision = self._connection.provision
+                if provision == "create":
+                    exchange = await declare_exchange(self._channel, topic, self._settings)
+                else:
+                    if provision == "verify":
+                        entity: Entity = ("exchange", topic)
+                        missing = await missing_entities(
+                            self._connection.channel, [entity], self._settings.close_timeout
+                        )
+                        self._connection.verified.add(entity)
+                        if missing:
+                            raise ProvisioningError("rabbitmq", missing)
+                    exchange = await self._channel.get_exchange(topic, ensure=False)
                 self._exchanges[topic] = exchange
             return exchange
 
@@ -262,8 +309,13 @@ class RabbitmqPublishDriver:
                 await (publishes[0] if len(publishes) == 1 else asyncio.gather(*publishes))
         except TimeoutError as exc:
             raise Timeout(f"{doing}: no confirm from the broker in time") from exc
+        except ProvisioningError:
+            raise
         except Exception as exc:
-            raise translate(exc, doing, PublishError) from exc
+            error = translate(exc, doing, PublishError)
+            if isinstance(error, UnknownTopic):
+                error = UnknownTopic(f"{doing}: no exchange {topic!r} ({error})")
+            raise error from exc
 
     async def close(self) -> None:
         """Close the channel (every publish has been confirmed by then)."""

@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
 from broker import Message
@@ -42,10 +42,11 @@ from broker.backends.rabbitmq.mapping import (
     to_message,
     translate,
 )
+from broker.backends.rabbitmq.provisioning import Entity, missing_entities
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
 from broker.driver.acking import start_ack_deadline
 from broker.driver.pushed import PushedBatchedMessageIterator, PushedMessageIterator
-from broker.errors import AckError
+from broker.errors import AckError, ProvisioningError, UnknownTopic
 
 if TYPE_CHECKING:
     from broker.backends.rabbitmq.backend import RabbitmqConnection
@@ -214,31 +215,73 @@ class RabbitmqSubscription:
     ) -> None:
         self._connection = connection
         self.topic = check_name(topic, "topic (exchange)")
-        self.queue = queue_name(topic, subscription)
+        self.queue = options.queue if options.queue is not None else queue_name(topic, subscription)
         self.name = repr(self.queue)
         self.options = options
         self.acker = RabbitmqAcker(options.ack_deadline)
         self._channel: AbstractChannel | None = None
 
+    def entities(self) -> list[Entity]:
+        """The exchanges and the queue this consumer uses (what ``provision=verify`` checks)."""
+        entities: list[Entity] = [("exchange", self.topic), ("queue", self.queue)]
+        if self.options.dead_letter_topic is not None:
+            entities.append(("exchange", self.options.dead_letter_topic))
+        return entities
+
     async def start(self, deliver: Callable[[Any], None]) -> None:
-        """Declare the exchange(s), the quorum queue and its binding; consume into ``deliver``."""
-        settings, options = self._connection.settings, self.options
-        channel = await self._connection.channel(prefetch=options.prefetch)
+        """Make sure of the queue (see below), then consume it into ``deliver``.
+
+        ``provision=create`` declares the exchange(s), the quorum queue and its binding (a queue
+        named with the ``queue`` option is not declared); ``verify`` declares nothing and checks
+        the exchange(s) and the queue passively first (``ProvisioningError`` naming the missing
+        ones); ``none`` checks nothing and lets the broker's ``404`` surface as ``UnknownTopic``.
+        Under ``verify`` and ``none`` the queue is bound only with an explicit ``binding_key`` or
+        ``binding_arguments`` (a binding needs no ``configure`` permission).
+        """
+        connection, options = self._connection, self.options
+        settings, provision = connection.settings, connection.provision
+        if provision == "verify":
+            missing = await missing_entities(connection.channel, self.entities(), settings.close_timeout)
+            connection.verified.update(self.entities())
+            if missing:
+                raise ProvisioningError("rabbitmq", missing)
+        channel = await connection.channel(prefetch=options.prefetch)
 
         async def delivered(incoming: AbstractIncomingMessage) -> None:
             deliver(incoming)
 
+        doing = f"subscribing {self.queue!r} to {self.topic!r}"
         try:
-            exchange = await declare_exchange(channel, self.topic, settings)
-            if options.dead_letter_topic is not None:
-                await declare_exchange(channel, options.dead_letter_topic, settings)
-            queue = await channel.declare_queue(self.queue, durable=True, arguments=options.queue_arguments())
-            await queue.bind(exchange, routing_key=settings.binding_key)
+            if provision == "create":
+                exchange: AbstractExchange | str = await declare_exchange(channel, self.topic, settings)
+                if options.dead_letter_topic is not None:
+                    await declare_exchange(channel, options.dead_letter_topic, settings)
+            else:
+                exchange = self.topic
+            if provision == "create" and options.queue is None:
+                queue = await channel.declare_queue(
+                    self.queue, durable=True, arguments=options.queue_arguments()
+                )
+            else:
+                # passive: declares nothing (a missing queue is the broker's 404), and registers the
+                # queue with the robust channel, which consumes it again when the channel reopens
+                queue = await channel.declare_queue(self.queue, passive=True)
+            if options.binds(provision):
+                await queue.bind(
+                    exchange,
+                    routing_key=options.binding_key if options.binding_key is not None else "#",
+                    arguments=options.binding_headers() or None,  # type: ignore[arg-type]
+                )
             await queue.consume(delivered)
         except BaseException as exc:
             await close_quietly(channel, settings.close_timeout)
+            if isinstance(exc, ProvisioningError):
+                raise
             if isinstance(exc, Exception):
-                raise translate(exc, f"subscribing {self.queue!r} to {self.topic!r}") from exc
+                error = translate(exc, doing)
+                if isinstance(error, UnknownTopic) and provision == "none":
+                    error = UnknownTopic(f"{error} (provision='none' declares nothing)")
+                raise error from exc
             raise
         self._channel = channel
 

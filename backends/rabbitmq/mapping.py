@@ -5,6 +5,7 @@ Messages (aio-pika <-> ``OutboundMessage`` / :class:`~broker.message.Message`):
 
 * each attribute is an AMQP header of the same name and (string) value;
 * the key goes in the ``Polybroker-Key`` header, and is the routing key on ``topic`` exchanges;
+  a message without that header (another client's) has its non-empty routing key as its key;
 * an attribute whose name RabbitMQ or this backend reserves (``x-delivery-count``, ``x-death``,
   ``x-first-death-*``, ``Polybroker-*``) or that is longer than a header name may be travels
   JSON-encoded in the ``Polybroker-Encoded`` header, so every ``str -> str`` mapping round-trips;
@@ -13,7 +14,9 @@ Messages (aio-pika <-> ``OutboundMessage`` / :class:`~broker.message.Message`):
 * the attribute ``content-type`` is the AMQP ``content-type`` property (and comes back as that
   attribute from a message of any client that sets the property);
 * ``publish_time`` is the AMQP ``timestamp`` property (whole seconds);
-* ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one.
+* ``delivery_attempt`` is the quorum queue's ``x-delivery-count`` header plus one; a classic
+  queue counts nothing, so there it is 1 on a first delivery and 2 on any redelivery (the AMQP
+  ``redelivered`` flag): a lower bound, never the count.
 
 Headers set by other AMQP clients come back as attributes when their values are strings.
 
@@ -165,6 +168,8 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
     """The :class:`Message` for a delivery (``raw`` is the aio-pika ``IncomingMessage``)."""
     headers = incoming.headers
     key, attributes = _attributes(headers)
+    if key is None and incoming.routing_key:  # another client's message: its native key
+        key = incoming.routing_key
     content_type = incoming.content_type
     if content_type:
         attributes = {**attributes, CONTENT_TYPE_ATTRIBUTE: content_type}
@@ -177,7 +182,7 @@ def to_message(incoming: AbstractIncomingMessage, acker: Acker, received: float)
         attributes=attributes,
         publish_time=stamp.timestamp() if stamp is not None else None,
         ingestion_time=received,
-        delivery_attempt=count + 1 if isinstance(count, int) else 1,
+        delivery_attempt=count + 1 if isinstance(count, int) else 2 if incoming.redelivered else 1,
         raw=incoming,
         acker=acker,
     )

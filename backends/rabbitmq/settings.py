@@ -60,6 +60,16 @@ class ConsumerOptions:
     dead_letter_topic: str | None = None
     #: Unacknowledged messages the server lets this consumer have (``basic.qos`` prefetch count).
     prefetch: int = 100
+    #: An existing queue to consume, by its own name (classic or quorum), instead of the
+    #: subscription's queue ``<topic>.<subscription>``; it is never declared, whatever ``provision``.
+    queue: str | None = None
+    #: Binding key of the subscription's queue on the topic's exchange (``topic`` and ``direct``
+    #: exchanges; ``#`` matches every key). None: ``#`` under ``provision=create``; under ``verify``
+    #: and ``none`` the queue is bound only when a key (or ``binding_arguments``) is given.
+    binding_key: str | None = None
+    #: Header match of the binding on a ``headers`` exchange, as ``name=value`` strings
+    #: (``("x-match=all", "region=eu")``; ``x-match`` is ``all`` unless given).
+    binding_arguments: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         normalize_choices(self)
@@ -71,6 +81,30 @@ class ConsumerOptions:
             check_name(self.dead_letter_topic, "dead-letter topic")
         if not 1 <= self.prefetch <= 65535:
             raise ConfigError(f"prefetch must be in 1-65535, got {self.prefetch}")
+        if self.queue is not None:
+            check_name(self.queue, "queue")
+        if self.binding_key is not None and not 1 <= len(self.binding_key.encode()) <= 255:
+            raise ConfigError("binding_key must be 1-255 bytes of UTF-8")
+        self.binding_headers()  # validates binding_arguments
+
+    def binding_headers(self) -> dict[str, str]:
+        """``binding_arguments`` as the binding's arguments (``x-match`` is ``all`` unless given)."""
+        arguments: dict[str, str] = {}
+        for item in self.binding_arguments:
+            name, equals, value = item.partition("=")
+            if not equals or not name:
+                raise ConfigError(f"binding_arguments are name=value strings, got {item!r}")
+            arguments[name] = value
+        if arguments:
+            arguments.setdefault("x-match", "all")
+        return arguments
+
+    def binds(self, provision: str) -> bool:
+        """Whether the consumer binds its queue to the exchange: always under ``create``, under
+        ``verify`` and ``none`` only when a ``binding_key`` or ``binding_arguments`` is given."""
+        if self.queue is not None and self.binding_key is None and not self.binding_arguments:
+            return False  # a queue named by its owner is bound by its owner
+        return provision == "create" or self.binding_key is not None or bool(self.binding_arguments)
 
     def queue_arguments(self) -> dict[str, Any]:
         """The arguments the subscription's quorum queue is declared with."""
@@ -119,10 +153,10 @@ class RabbitmqSettings(ConsumerOptions):
 
     # -- topology ---------------------------------------------------------------------------
     #: Exchange type of topics: ``fanout`` (every queue gets every message) or ``topic`` (the
-    #: message key is the routing key, queues bind with ``binding_key``).
+    #: message key is the routing key, queues bind with ``binding_key``). Under ``provision=verify``
+    #: or ``none`` nothing is declared, so this only says whether the key is the routing key
+    #: (``topic``: also right for an existing ``direct`` exchange).
     exchange_type: Literal["fanout", "topic"] = "fanout"
-    #: Binding key of subscription queues on ``topic`` exchanges (``#``: everything).
-    binding_key: str = "#"
 
     # -- publishing --------------------------------------------------------------------------
     #: Seconds a publish waits for the broker's confirm when no ``timeout=`` is given.
@@ -131,8 +165,9 @@ class RabbitmqSettings(ConsumerOptions):
     persistent: bool = True
     #: Seconds ``close()`` waits for channels and the connection to close.
     close_timeout: float = 5.0
-    #: Whether missing queues and exchanges are declared (:mod:`broker.driver.provision`); this backend
-    #: implements ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    #: Whether missing queues and exchanges are declared (:mod:`broker.driver.provision`): ``create``
+    #: declares them; ``verify`` declares nothing and checks each one passively (``ProvisioningError``
+    #: naming what is missing); ``none`` declares and checks nothing (``UnknownTopic`` from the broker).
     provision: Provision = "create"
 
     def __post_init__(self) -> None:
@@ -154,8 +189,6 @@ class RabbitmqSettings(ConsumerOptions):
             )
         if self.tls_key_file and not self.tls_cert_file:
             raise ConfigError("tls_key_file needs tls_cert_file (the client certificate)")
-        if not self.binding_key or len(self.binding_key.encode()) > 255:
-            raise ConfigError("binding_key must be 1-255 bytes of UTF-8")
         self.consumer_options({})  # validates the consumer defaults
 
     @property

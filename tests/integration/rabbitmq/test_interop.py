@@ -62,3 +62,25 @@ async def test_polybroker_producer_to_raw_aio_pika_consumer(
     assert incoming.routing_key == ""  # the key is the routing key only on topic exchanges
     assert incoming.message_id and len(incoming.message_id) == 32  # a UUID hex per message
     assert incoming.timestamp is not None
+
+
+async def test_the_routing_key_is_the_key_of_a_message_without_the_key_header(
+    backend: RabbitmqBackend, rabbitmq_server: RabbitmqDevServer
+) -> None:
+    topic = f"interop-{uuid.uuid4().hex[:8]}"
+    async with backend.messages(topic, "sub") as consumer:
+        connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{rabbitmq_server.port}/")
+        async with connection:
+            exchange = await (await connection.channel()).get_exchange(topic)
+            await exchange.publish(aio_pika.Message(b"native"), routing_key="order-9")
+            await exchange.publish(
+                aio_pika.Message(b"both", headers={KEY_HEADER: "order-7"}), routing_key="x"
+            )
+            await exchange.publish(aio_pika.Message(b"none"), routing_key="")
+        got = {}
+        for _ in range(3):
+            message = await consumer.next_message(timeout=10)
+            await message.ack()
+            got[message.data] = message.key
+    # The header wins over the routing key; an empty routing key is no key.
+    assert got == {b"native": "order-9", b"both": "order-7", b"none": None}
