@@ -23,11 +23,10 @@ publish                        ``Publish`` / ``SendMessage``; a batch in chunks 
 FIFO (``fifo=true``)           ``.fifo`` topics and queues; the key is the ``MessageGroupId``
 =============================  ===================================================================
 
-Limits are checked before sending: 256 KiB per message (payload and attributes, as AWS counts
-them: :class:`~broker.errors.MessageTooLarge`) and 10 message attributes
-(:class:`~broker.errors.InvalidAttributes`; :mod:`broker.backends.sqs.mapping` says which
-attributes the backend adds). The backend holds one SNS and one SQS client (aiobotocore), made on
-first use and shared by the publisher and the consumers.
+The size limit is checked before sending: 256 KiB per message (payload and attributes, as AWS
+counts them), else :class:`~broker.errors.MessageTooLarge`; attributes past the limit of 10 travel
+packed in one (:mod:`broker.backends.sqs.mapping`). The backend holds one SNS and one SQS client
+(aiobotocore), made on first use and shared by the publisher and the consumers.
 """
 
 from __future__ import annotations
@@ -47,7 +46,13 @@ from broker.backends.sqs.consumer import SqsBatchedMessageIterator, SqsMessageIt
 from broker.backends.sqs.errors import error_code, translate
 from broker.backends.sqs.mapping import encoded_size, group_id, to_attributes, to_body
 from broker.backends.sqs.registration import SqsFactory
-from broker.backends.sqs.settings import MAX_SNS_BYTES, ConsumerOptions, SqsSettings, check_name
+from broker.backends.sqs.settings import (
+    MAX_PAYLOAD_BYTES,
+    MAX_SNS_BYTES,
+    ConsumerOptions,
+    SqsSettings,
+    check_name,
+)
 from broker.driver.base import BackendBase, Batching
 from broker.driver.publishing import DriverPublisher
 from broker.errors import ClosedError, MessageTooLarge, ProvisioningError, PublishError, Timeout, UnknownTopic
@@ -70,7 +75,7 @@ __all__ = [
 #: The claims and their mechanisms are ``SqsFactory.mechanisms``. Not ``per_key_order`` (standard
 #: queues do not keep order; FIFO ones do per group, but a nacked message blocks only its group),
 #: ``records``, nor ``backlog_for_new_subscriptions`` (a new subscription's queue starts empty).
-CAPABILITIES = Capabilities.claiming(SqsFactory.mechanisms, max_message_bytes=MAX_SNS_BYTES)
+CAPABILITIES = Capabilities.claiming(SqsFactory.mechanisms, max_message_bytes=MAX_PAYLOAD_BYTES)
 
 #: Messages one ``PublishBatch`` / ``SendMessageBatch`` / ``DeleteMessageBatch`` takes.
 BATCH = 10
@@ -171,7 +176,7 @@ class SqsConnection:
         _, sqs = await self.clients()
         aws_name = self.name(name)
         if create:
-            attributes: dict[str, str] = {}
+            attributes: dict[Any, str] = {}
             if self.settings.fifo:
                 attributes["FifoQueue"] = "true"
             if visibility is not None:
@@ -408,15 +413,13 @@ class SqsPublishDriver:
                     return
                 failed: list[tuple[int, str]] = []
                 for start in range(0, len(entries), BATCH):
-                    chunk = entries[start : start + BATCH]
+                    chunk: Any = entries[start : start + BATCH]
                     if self._sns_mode:
-                        chunk = [{**e, "Id": e["Id"]} for e in chunk]
                         answer: Any = await sns.publish_batch(
                             TopicArn=target, PublishBatchRequestEntries=chunk
-                        )  # type: ignore[arg-type]
+                        )
                     else:
-                        chunk = [{**e, "MessageBody": e["MessageBody"]} for e in chunk]
-                        answer = await sqs.send_message_batch(QueueUrl=target, Entries=chunk)  # type: ignore[arg-type]
+                        answer = await sqs.send_message_batch(QueueUrl=target, Entries=chunk)
                     failed.extend((int(f["Id"]), str(f.get("Code", ""))) for f in answer.get("Failed", ()))
         except TimeoutError as exc:
             raise Timeout(f"{doing}: no answer from AWS in time") from exc

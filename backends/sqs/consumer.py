@@ -43,7 +43,7 @@ __all__ = ["SqsAcker", "SqsBatchedMessageIterator", "SqsMessageIterator"]
 
 log = logging.getLogger("broker.backends.sqs")
 
-_SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"]
+_SYSTEM_ATTRIBUTES: Any = ["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"]
 
 
 def _handle(message: Message) -> str:
@@ -255,11 +255,11 @@ class SqsMessages(PulledMessages):
         try:
             answer = await sqs.receive_message(
                 QueueUrl=url,
-                MaxNumberOfMessages=max(1, min(10, limit)),
+                MaxNumberOfMessages=10,  # the rest wait in the buffer: one receive serves ten takes
                 WaitTimeSeconds=self._wait,
                 VisibilityTimeout=self.acker.visibility,
                 MessageAttributeNames=["All"],
-                MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,  # type: ignore[list-item]
+                MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
             )
         except Exception as exc:
             raise translate(

@@ -10,15 +10,19 @@ portable                          SQS / SNS
 ``key``                           the attribute ``pb-key`` on standard topics and queues; the
                                   ``MessageGroupId`` on FIFO ones (a message without a key gets
                                   the group :data:`DEFAULT_GROUP`, read back as no key)
-``attributes``                    message attributes of type ``String``; an empty value travels
-                                  as the custom type ``String.empty`` (AWS refuses empty values)
+``attributes``                    message attributes of type ``String``, one each, when they fit
+                                  (see below); an empty value travels as the custom type
+                                  ``String.empty`` (AWS refuses empty values)
 ================================  ============================================================
 
-The ``pb-`` attributes count against the limit of 10 message attributes; a message that needs
-more is refused with :class:`~broker.errors.InvalidAttributes` before it is sent (CloudEvents in
-binary mode then fit only with few extensions: use structured mode, where they travel in the body).
-Attribute names are SQS's: ``A-Z a-z 0-9 _ - .``, at most 256 characters, not starting with
-``AWS.`` or ``Amazon.``, no ``..``, no leading or trailing ``.``.
+SQS and SNS carry at most 10 message attributes, and the ``pb-key`` and ``pb-body`` attributes
+count against them. When a message's attributes do not fit one SQS attribute each (more than
+the limit leaves, or a name SQS refuses: only ``A-Z a-z 0-9 _ - .``, at most 256 characters, not
+``AWS.``/``Amazon.``, no ``..``, no leading or trailing ``.``; or a value with characters outside
+XML 1.0), all of them travel as one JSON object in the attribute ``pb-attrs`` (non-ASCII escaped),
+and come back unchanged; nothing is refused, but a raw SQS client then sees ``pb-attrs``.
+CloudEvents in binary mode (``ce-*`` attributes plus the content type) stay native up to that
+limit; structured mode carries the event's attributes in the body.
 
 ``Message.id`` is the SQS ``MessageId`` (the SNS one in SNS mode with raw delivery differs: SQS
 gives each queue's copy an id of its own), ``publish_time`` the ``SentTimestamp``,
@@ -28,6 +32,7 @@ gives each queue's copy an id of its own), ``publish_time`` the ``SentTimestamp`
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -41,7 +46,7 @@ __all__ = [
     "BODY_ATTRIBUTE",
     "DEFAULT_GROUP",
     "KEY_ATTRIBUTE",
-    "check_attribute_name",
+    "PACKED_ATTRIBUTE",
     "encoded_size",
     "to_attributes",
     "to_body",
@@ -52,6 +57,9 @@ __all__ = [
 KEY_ATTRIBUTE = "pb-key"
 #: The attribute that says how the body is encoded (absent: the payload is the body's UTF-8).
 BODY_ATTRIBUTE = "pb-body"
+#: The attribute that holds every attribute as one JSON object when they do not fit one SQS
+#: attribute each.
+PACKED_ATTRIBUTE = "pb-attrs"
 #: The ``MessageGroupId`` of a message without a key on a FIFO topic or queue.
 DEFAULT_GROUP = "polybroker-default"
 _EMPTY_TYPE = "String.empty"
@@ -59,22 +67,6 @@ _EMPTY_TYPE = "String.empty"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 # characters SQS refuses in a body or attribute value (outside XML 1.0's Char production)
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def check_attribute_name(name: str) -> None:
-    """``InvalidAttributes`` unless SQS takes ``name`` as a message attribute name."""
-    lowered = name.lower()
-    if (
-        not _NAME.match(name)
-        or lowered.startswith(("aws.", "amazon."))
-        or ".." in name
-        or name.startswith(".")
-        or name.endswith(".")
-    ):
-        raise InvalidAttributes(
-            f"SQS message attribute names are 1-256 of A-Z a-z 0-9 _ - . (no '..', no leading or "
-            f"trailing '.', not AWS./Amazon.), got {name!r}"
-        )
 
 
 def _text_value(value: str, name: str) -> str:
@@ -96,32 +88,42 @@ def to_body(data: bytes) -> tuple[str, str | None]:
     return base64.b64encode(data).decode("ascii"), "base64"
 
 
+def _native_name(name: str) -> bool:
+    lowered = name.lower()
+    return bool(
+        _NAME.match(name)
+        and not lowered.startswith(("aws.", "amazon."))
+        and ".." not in name
+        and not name.startswith(".")
+        and not name.endswith(".")
+        and name not in (KEY_ATTRIBUTE, BODY_ATTRIBUTE, PACKED_ATTRIBUTE)
+    )
+
+
+def _string(value: str) -> dict[str, str]:
+    if value:
+        return {"DataType": "String", "StringValue": value}
+    return {"DataType": _EMPTY_TYPE, "StringValue": "-"}
+
+
 def to_attributes(message: OutboundMessage, fifo: bool, encoding: str | None) -> dict[str, dict[str, str]]:
-    """The ``MessageAttributes`` of ``message`` (``InvalidAttributes`` past the limit of 10)."""
+    """The ``MessageAttributes`` of ``message``: one SQS attribute per attribute when they fit (at
+    most 10 in all, names and values SQS takes), else all of them packed in ``pb-attrs``."""
     out: dict[str, dict[str, str]] = {}
-    for name, value in message.attributes.items():
-        check_attribute_name(name)
-        if name in (KEY_ATTRIBUTE, BODY_ATTRIBUTE):
-            raise InvalidAttributes(f"attribute {name!r} is reserved by the SQS backend")
-        if value:
-            out[name] = {"DataType": "String", "StringValue": _text_value(value, name)}
-        else:
-            out[name] = {"DataType": _EMPTY_TYPE, "StringValue": "-"}
     if message.key is not None and not fifo:
-        if message.key:
-            out[KEY_ATTRIBUTE] = {"DataType": "String", "StringValue": _text_value(message.key, "key")}
-        else:
-            out[KEY_ATTRIBUTE] = {"DataType": _EMPTY_TYPE, "StringValue": "-"}
+        out[KEY_ATTRIBUTE] = _string(_text_value(message.key, "key"))
     if encoding is not None:
         out[BODY_ATTRIBUTE] = {"DataType": "String", "StringValue": encoding}
-    if len(out) > MAX_ATTRIBUTES:
-        raise InvalidAttributes(
-            f"SQS and SNS carry at most {MAX_ATTRIBUTES} message attributes, and this message needs "
-            f"{len(out)} (its {len(message.attributes)} attributes"
-            + (", the key" if KEY_ATTRIBUTE in out else "")
-            + (", the body encoding" if BODY_ATTRIBUTE in out else "")
-            + "); CloudEvents: use structured mode"
-        )
+    attributes = message.attributes
+    if len(out) + len(attributes) <= MAX_ATTRIBUTES and all(
+        _native_name(name) and not _NOT_XML.search(value) for name, value in attributes.items()
+    ):
+        for name, value in attributes.items():
+            out[name] = _string(value)
+    elif attributes:
+        # JSON with every non-ASCII character escaped: text SQS carries whatever the attributes hold
+        packed = json.dumps(dict(attributes), ensure_ascii=True, separators=(",", ":"))
+        out[PACKED_ATTRIBUTE] = {"DataType": "String", "StringValue": packed}
     return out
 
 
@@ -162,6 +164,15 @@ def to_message(
             key = text
         elif name == BODY_ATTRIBUTE:
             encoding = text
+        elif name == PACKED_ATTRIBUTE:
+            try:
+                unpacked = json.loads(text)
+            except ValueError:
+                unpacked = None
+            if isinstance(unpacked, dict):
+                attributes.update({str(k): str(v) for k, v in unpacked.items()})
+            else:  # another client's attribute of that name
+                attributes[name] = text
         else:
             attributes[name] = text
     if fifo:

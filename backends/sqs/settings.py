@@ -31,6 +31,7 @@ from broker.errors import ConfigError
 __all__ = [
     "MAX_ATTRIBUTES",
     "MAX_DELAY_SECONDS",
+    "MAX_PAYLOAD_BYTES",
     "MAX_SNS_BYTES",
     "MAX_SQS_BYTES",
     "MAX_VISIBILITY_SECONDS",
@@ -44,6 +45,10 @@ __all__ = [
 MAX_SNS_BYTES = 256 * 1024
 #: The largest SQS message a queue can be set to take, 1 MiB (its ``MaximumMessageSize``).
 MAX_SQS_BYTES = 1024 * 1024
+#: The largest payload every message can carry: a binary payload travels base64-encoded (4/3 of
+#: its size) and 1 KiB is left for attributes. Text payloads travel as they are, up to 256 KiB
+#: with their attributes.
+MAX_PAYLOAD_BYTES = 3 * (MAX_SNS_BYTES - 1024) // 4
 #: Message attributes SQS and SNS carry per message.
 MAX_ATTRIBUTES = 10
 #: The longest visibility timeout, 12 hours.
