@@ -31,13 +31,30 @@ def _code(*codes: str) -> Callable[[BaseException], bool]:
     return check
 
 
+_AUTH_CODES = (
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "InvalidAccessKeyId",
+    "ExpiredToken",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+)
+
+
+def _refused_credentials(exc: BaseException) -> bool:
+    """An AWS error code that refuses the credentials, also where botocore could not parse the
+    answer's body (an XML error body to a JSON-protocol call: the code is then only in the text)."""
+    code = error_code(exc)
+    return code in _AUTH_CODES or (code == "403" and any(c in str(exc) for c in _AUTH_CODES))
+
+
 _ERRORS = ErrorTable(
     ErrorRule(
         sdk.ClientError,
         errors.AuthenticationFailed,
         "AWS refused the credentials ({detail})",
-        when=_code("InvalidClientTokenId", "SignatureDoesNotMatch", "UnrecognizedClientException",
-                   "InvalidAccessKeyId", "ExpiredToken", "IncompleteSignature", "MissingAuthenticationToken"),
+        when=_refused_credentials,
     ),
     ErrorRule((sdk.NoCredentialsError, sdk.PartialCredentialsError), errors.AuthenticationFailed,
               "no AWS credentials were found (the standard chain, or access_key_id/secret_access_key)"),

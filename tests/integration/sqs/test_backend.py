@@ -16,8 +16,9 @@ from broker import OutboundMessage
 from broker.backends.sqs.backend import SqsBackend, queue_policy
 from broker.backends.sqs.devserver import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 from broker.driver.devserver import ProcessServer
-from broker.errors import ProvisioningError
+from broker.errors import AuthenticationFailed, ProvisioningError
 from broker.testing import collect
+from tests.integration.sqs.server import running_moto_server_fake
 
 
 def _name(prefix: str) -> str:
@@ -135,3 +136,13 @@ def test_secret_settings_stay_out_of_repr() -> None:
     shown = repr(backend) + repr(backend.settings)
     assert "s3cr3t-key" not in shown and "t0ken-value" not in shown
     assert backend.settings.secret_access_key == "s3cr3t-key"
+
+
+async def test_wrong_keys_are_authentication_failed() -> None:
+    """With the fake's IAM checks on, keys it does not know are refused as AWS refuses them."""
+    with running_moto_server_fake(iam_checks=True) as server:
+        url = server.url.replace(f"{FAKE_ACCESS_KEY_ID}:{FAKE_SECRET_ACCESS_KEY}", "AKIDWRONG:wrong-secret")
+        async with broker.connect(url) as backend:
+            with pytest.raises(AuthenticationFailed) as raised:
+                await backend.ping(timeout=10)
+    assert "wrong-secret" not in str(raised.value)
