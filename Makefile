@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test faults lint typecheck java browser rabbitmq redis bench docs clean test-minimums
+.PHONY: demo test faults lint typecheck java browser rabbitmq redis asyncapi bench docs clean test-minimums
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -52,8 +52,22 @@ redis:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq redis-server; }
 
+# The AsyncAPI Initiative's parser checks the documents `broker asyncapi` writes (tests/unit/test_asyncapi.py):
+# @asyncapi/parser from npm, pinned by tools/asyncapi/package-lock.json, run by the machine's Node (20+).
+ASYNCAPI_PARSER := tools/asyncapi/node_modules/.installed
+
+asyncapi: $(ASYNCAPI_PARSER)
+
+$(ASYNCAPI_PARSER): tools/asyncapi/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "npm not found: installing nodejs and npm from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm; }
+	cd tools/asyncapi && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
 # Two workers: most of the suite waits on servers and deadlines (tests/conftest.py groups what shares one).
-test: lint typecheck java browser rabbitmq redis
+test: lint typecheck java browser rabbitmq redis asyncapi
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 # The whole fault matrix (tests/faults, docs/reliability.md): every backend's real server paused and

@@ -35,7 +35,7 @@ import contextlib
 import functools
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
@@ -87,9 +87,30 @@ async def run(
             raise ConfigError(f"{receiver!r} is not a receiver")
     if ping_timeout is not None:
         await _ping_or_close(backends, ping_timeout, close_timeout)
-    loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
     force = asyncio.Event()
+    with handling_signals(signals, stop, force, drain_timeout):
+        return await serve_consumers(
+            consumers,
+            backends=backends,
+            drain_timeout=drain_timeout,
+            stop=stop,
+            force=force,
+            close_timeout=close_timeout,
+        )
+
+
+@contextlib.contextmanager
+def handling_signals(
+    signals: Sequence[int], stop: asyncio.Event, force: asyncio.Event, drain_timeout: float
+) -> Iterator[None]:
+    """Handle ``signals`` on the running loop for the block: the first sets ``stop`` (drain), a
+    second sets ``force`` (cut the drain short); each is also handed to the ``signal.signal``
+    handler that was in place before (see :func:`_chain`), which is restored after the block.
+
+    Where the platform refuses a handler (not the main thread, Windows) the signal is left alone.
+    """
+    loop = asyncio.get_running_loop()
     installed: list[int] = []
     #: The handlers (``signal.signal``) in place before the run: restored after it, and called on
     #: a signal, so a hosting server that installed one (uvicorn) still learns of its signal.
@@ -112,7 +133,28 @@ async def run(
             continue
         installed.append(signum)
         previous[signum] = prior
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+            if previous.get(signum) is not None:
+                signal.signal(signum, previous[signum])
 
+
+async def serve_consumers(
+    consumers: Sequence[tuple[Any, Callable[[Any], Awaitable[None]]]],
+    *,
+    backends: Sequence[Backend],
+    drain_timeout: float,
+    stop: asyncio.Event,
+    force: asyncio.Event,
+    close_timeout: float,
+) -> int:
+    """The body of :func:`run` once its arguments are checked: consume until ``stop`` is set (or
+    every receiver returned, or one failed), drain for ``drain_timeout`` seconds unless ``force``
+    is set, close ``backends``; the exit code. Handles no signal itself."""
+    loop = asyncio.get_running_loop()
     tasks = [loop.create_task(_consume(r, h)) for r, h in consumers]
     exit_code = 0
     waiters: list[asyncio.Task[Any]] = []
@@ -154,10 +196,6 @@ async def run(
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(asyncio.gather(*tasks, *waiters, return_exceptions=True))
-        for signum in installed:
-            loop.remove_signal_handler(signum)
-            if previous.get(signum) is not None:
-                signal.signal(signum, previous[signum])
         if not await _close(backends, close_timeout):
             exit_code = 1
     return exit_code

@@ -85,6 +85,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     (``tests/xdist_run.py``): file descriptor 2 is pytest's capture file while a test runs."""
     if not _watchdog:
         _watchdog.append(watchdog_file())
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            # a fatal signal (a native crash) dumps every thread's stack into the same file, which
+            # the controller prints when the worker dies: pytest's own dump goes to the worker's
+            # stderr, lost in the middle of a long CI log
+            faulthandler.enable(file=_watchdog[0], all_threads=True)
     seconds = _timeout_of(item) + _WATCHDOG_GRACE
     mark_test(_watchdog[0], item.nodeid, seconds)
     faulthandler.dump_traceback_later(seconds, exit=True, file=_watchdog[0])

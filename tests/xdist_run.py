@@ -90,7 +90,9 @@ def report_dead_worker(worker: str, write_line: Callable[[str], None]) -> None:
     for path in sorted(Path(folder).glob(f"{worker}-*.txt")):
         text = path.read_text(encoding="utf-8", errors="replace")
         lines = text.splitlines() or ["running: (none recorded)"]
-        if len(lines) > 1:  # the watchdog fired: every thread's stack follows the test id
+        if len(lines) > 1 and "Fatal Python error" in text:  # a native crash: faulthandler's dump
+            report = f"[{worker}] crashed, {text.rstrip()}"
+        elif len(lines) > 1:  # the watchdog fired: every thread's stack follows the test id
             report = f"[{worker}] watchdog, {text.rstrip()}"
         else:
             report = f"[{worker}] died without a watchdog dump; {lines[0]}"

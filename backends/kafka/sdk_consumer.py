@@ -451,7 +451,8 @@ class _CoreBase(abc.ABC):
                     await asyncio.gather(job, return_exceptions=True)
                     self._inflight = None
                 await self._before_close()
-                await self.thread.submit(self.consumer.close)
+                # never inside a rebalance callback still running (see SdkThread.serve_until)
+                await self.thread.submit(self.consumer.close, outside_callbacks=True)
         except TimeoutError:
             stuck = True
             log.warning("%s: the SDK consumer did not close within %ss", self.name, bound)

@@ -5,7 +5,10 @@ until the first returns), and its rebalance callbacks run inside ``consume()``. 
 a consumer goes through one :class:`SdkThread`; while a callback waits for the event loop (to run
 an async rebalance listener), :meth:`SdkThread.serve_until` keeps executing the calls the
 listener submits (commits, seeks) on the same thread, which the SDK allows from inside its
-callbacks.
+callbacks. A call submitted ``outside_callbacks`` (the SDK object's close) is never served there:
+it waits until the call running the callback has returned. Closed inside its own callback, a
+librdkafka consumer is destroyed under the ``consume()`` still running, which then crashes the
+process (SIGSEGV) once the callback returns.
 
 The thread is a daemon and is never joined: a call stuck in the SDK cannot hang interpreter exit,
 and ``close()`` of the resources above gives up waiting after its timeout.
@@ -14,6 +17,7 @@ and ``close()`` of the resources above gives up waiting after its timeout.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import queue
@@ -68,6 +72,9 @@ class SdkThread:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._lock = threading.Lock()
+        #: Calls set aside by :meth:`serve_until` (``outside_callbacks``), run by the worker's own
+        #: loop before anything else once the callback has returned. Touched by the worker only.
+        self._deferred: collections.deque[Any] = collections.deque()
 
     def __repr__(self) -> str:
         return f"<SdkThread {self.name}>"
@@ -90,10 +97,13 @@ class SdkThread:
             self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def submit(self, fn: Callable[..., T], *args: Any, outside_callbacks: bool = False) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on the worker; the returned future (of the running loop) gets its result.
 
         Cancelling the future does not stop the call: the SDK call runs to its end.
+        ``outside_callbacks``: never run it inside a callback the worker is serving (see
+        :meth:`serve_until`), but after the call running that callback has returned; for the SDK
+        object's close.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -102,7 +112,7 @@ class SdkThread:
                 raise RuntimeError(f"{self.name} is stopped")
             if self._thread is None:
                 self._start_locked()
-            self._queue.put((fn, args, future, loop))
+            self._queue.put((fn, args, future, loop, outside_callbacks))
         return future
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -111,18 +121,28 @@ class SdkThread:
             return
         if self._thread is None:
             self._start()
-        self._queue.put((fn, args, None, None))
+        self._queue.put((fn, args, None, None, False))
 
     def serve_until(self, done: concurrent.futures.Future[Any]) -> None:
-        """From the worker thread: execute submitted calls until ``done`` completes."""
+        """From the worker thread, inside an SDK callback: execute submitted calls until ``done``
+        completes.
+
+        Calls submitted ``outside_callbacks`` are set aside, in order, for the worker's own loop.
+        Once the worker is stopped nothing more is served; this still waits for ``done``: the
+        callback must not return into the SDK before its listener has finished.
+        """
         done.add_done_callback(lambda _: self._queue.put(_WAKE))
         while not done.done():
             item = self._queue.get()
             if item is _WAKE:
                 continue
             if item is _STOP:
-                self._queue.put(_STOP)  # let the outer loop see it too
+                self._deferred.append(_STOP)  # the outer loop ends after the calls set aside
+                concurrent.futures.wait([done])
                 return
+            if item[4]:
+                self._deferred.append(item)
+                continue
             self._execute(item)
 
     def stop(self) -> None:
@@ -139,8 +159,9 @@ class SdkThread:
         never run, and whoever awaits them would wait forever.
 
         ``last`` runs on the worker once the stuck call returns, if ever (its failure is logged):
-        the place for the SDK object's own close. Until then the queue holds ``last`` and the
-        running worker holds the queue, so the SDK object is never freed elsewhere: freeing an
+        the place for the SDK object's own close. Stuck in a callback (:meth:`serve_until`), the
+        worker runs it only after the call running that callback has returned. Until then the
+        worker holds ``last``, so the SDK object is never freed elsewhere: freeing an
         unclosed librdkafka consumer closes it, which can block whichever thread drops the last
         reference (the event loop's, where no timeout can interrupt it) while the broker is gone.
         """
@@ -154,12 +175,12 @@ class SdkThread:
                     break
             if self._thread is not None:
                 if last is not None:
-                    self._queue.put((last, (), None, None))
+                    self._queue.put((last, (), None, None, True))
                 self._queue.put(_STOP)
         for item in dropped:
             if item is _STOP or item is _WAKE:
                 continue
-            _, _, future, loop = item
+            _, _, future, loop, _ = item
             if future is not None:
                 try:
                     loop.call_soon_threadsafe(reject, future, error)
@@ -167,8 +188,9 @@ class SdkThread:
                     pass
 
     def _run(self) -> None:
+        deferred = self._deferred
         while True:
-            item = self._queue.get()
+            item = deferred.popleft() if deferred else self._queue.get()
             if item is _STOP:
                 return
             if item is _WAKE:
@@ -176,8 +198,8 @@ class SdkThread:
             self._execute(item)
 
     @staticmethod
-    def _execute(item: tuple[Callable[..., Any], tuple[Any, ...], Any, Any]) -> None:
-        fn, args, future, loop = item
+    def _execute(item: tuple[Callable[..., Any], tuple[Any, ...], Any, Any, bool]) -> None:
+        fn, args, future, loop, _ = item
         try:
             result = fn(*args)
         except BaseException as exc:  # delivered to the awaiting coroutine

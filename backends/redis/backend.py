@@ -20,8 +20,9 @@ publish                        ``XADD <topic> *`` (a batch: one pipeline of ``XA
                                attributes
 =============================  ===================================================================
 
-Nothing is ever trimmed: streams keep every entry until an operator trims them (Redis trims
-pending entries too, so retention is left to whoever knows every group has caught up). Cluster
+Nothing is trimmed by default: streams keep every entry until an operator trims them, or the
+opt-in ``max_length`` / ``max_age`` settings trim as entries are added (Redis trims pending entries
+too: those are lost, and counted in the consumer's ``lost``). Cluster
 and Sentinel are not supported: the backend talks to one server. No ``records()`` or per-key order.
 
 The backend holds one redis-py asyncio client (a connection pool), made on first use; the
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import Redis, SSLConnection
 from redis.asyncio.retry import Retry
@@ -40,14 +41,20 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker import Capabilities, OutboundMessage
-from broker.backends.redis.consumer import RedisBatchedMessageIterator, RedisMessageIterator
+from broker.backends.redis.consumer import (
+    RedisBatchedMessageIterator,
+    RedisMessageIterator,
+    stream_resource,
+)
 from broker.backends.redis.errors import translate
 from broker.backends.redis.mapping import to_fields
 from broker.backends.redis.registration import RedisFactory
 from broker.backends.redis.settings import MAX_MESSAGE_BYTES, ConsumerOptions, RedisSettings, check_name
 from broker.driver.base import BackendBase, Batching
+from broker.driver.clock import clock
+from broker.driver.provision import Provision
 from broker.driver.publishing import DriverPublisher
-from broker.errors import ClosedError, PublishError, Timeout, UnknownTopic
+from broker.errors import ClosedError, ProvisioningError, PublishError, Timeout, UnknownTopic
 
 __all__ = ["CAPABILITIES", "RedisBackend", "RedisConnection", "RedisPublishDriver", "TlsConnection"]
 
@@ -64,6 +71,7 @@ class RedisConnection:
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self._client: Redis | None = None
+        self._publishing: Redis | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -75,43 +83,59 @@ class RedisConnection:
         if self._closed:
             raise ClosedError("the Redis connection is closed")
         if self._client is None:
-            s = self.settings
-            tls: dict[str, Any] = {}
-            if s.uses_tls:
-                # verifies the chain and the host name: never turned off
-                tls = {
-                    "ssl": True,
-                    "ssl_ca_certs": s.tls_ca_file,
-                    "ssl_certfile": s.tls_cert_file,
-                    "ssl_keyfile": s.tls_key_file,
-                    "ssl_cert_reqs": "required",
-                    "ssl_check_hostname": True,
-                }
-            self._client = Redis(
-                host=s.host,
-                port=s.port,
-                db=s.db,
-                username=s.user,
-                password=s.password,
-                socket_connect_timeout=s.connect_timeout,
-                # a blocking read waits poll_interval on the server, then its answer comes
-                socket_timeout=s.command_timeout + s.poll_interval,
-                # one retry on a broken pooled connection (a restarted server), quickly
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
-                max_connections=s.max_connections,
-                client_name=s.client_name,
-                decode_responses=False,
-                **tls,
-            )
-            if s.uses_tls:
-                self._client.connection_pool.connection_class = TlsConnection
+            # a blocking read waits poll_interval on the server, then its answer comes
+            self._client = self._make(self.settings.command_timeout + self.settings.poll_interval)
         return self._client
 
+    def publishing_client(self) -> Redis:
+        """The publishers' client: a pool of its own without a socket timeout, because every
+        publish runs under ``publish_timeout`` (or its ``timeout=``) already, and redis-py would
+        otherwise start a timer for each reply of a pipeline."""
+        if self._closed:
+            raise ClosedError("the Redis connection is closed")
+        if self._publishing is None:
+            self._publishing = self._make(None)
+        return self._publishing
+
+    def _make(self, socket_timeout: float | None) -> Redis:
+        """A redis-py client of these settings whose commands wait ``socket_timeout`` at most."""
+        s = self.settings
+        tls: dict[str, Any] = {}
+        if s.uses_tls:
+            # verifies the chain and the host name: never turned off
+            tls = {
+                "ssl": True,
+                "ssl_ca_certs": s.tls_ca_file,
+                "ssl_certfile": s.tls_cert_file,
+                "ssl_keyfile": s.tls_key_file,
+                "ssl_cert_reqs": "required",
+                "ssl_check_hostname": True,
+            }
+        client = Redis(
+            host=s.host,
+            port=s.port,
+            db=s.db,
+            username=s.user,
+            password=s.password,
+            socket_connect_timeout=s.connect_timeout,
+            socket_timeout=socket_timeout,
+            # one retry on a broken pooled connection (a restarted server), quickly
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
+            max_connections=s.max_connections,
+            client_name=s.client_name,
+            decode_responses=False,
+            **tls,
+        )
+        if s.uses_tls:
+            client.connection_pool.connection_class = TlsConnection
+        return client
+
     async def close(self) -> None:
-        """Close the client's connections (idempotent)."""
+        """Close the clients' connections (idempotent)."""
         self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
+        clients = [c for c in (self._client, self._publishing) if c is not None]
+        self._client = self._publishing = None
+        for client in clients:
             try:
                 async with asyncio.timeout(self.settings.close_timeout):
                     await client.aclose()
@@ -170,6 +194,9 @@ class RedisBackend(BackendBase):
     capabilities = CAPABILITIES
     #: The backend counts delivered entries not acked yet (``pending``) with the unread ones.
     backlog_counts_in_flight = True
+    #: ``create`` (``XADD``, ``XGROUP CREATE ... MKSTREAM``), ``verify`` and ``none`` (``XADD
+    #: ... NOMKSTREAM``, no group created): :mod:`broker.driver.provision`.
+    provision_modes: ClassVar[tuple[Provision, ...]] = ("create", "verify", "none")
 
     def __init__(self, settings: RedisSettings | None = None) -> None:
         super().__init__()
@@ -229,6 +256,17 @@ class RedisBackend(BackendBase):
                 return int(lag) + int(group.get("pending") or 0)
         raise UnknownTopic(f"{doing}: no such group")
 
+    async def missing_resources(self) -> Sequence[str]:
+        """The dead-letter stream the settings name, when it does not exist (``EXISTS``)."""
+        letters = self.settings.dead_letter_topic
+        if letters is None:
+            return ()
+        try:
+            exists = await self.connection.client().exists(letters)
+        except Exception as exc:
+            raise translate(exc, f"verifying stream {letters!r}") from exc
+        return () if exists else (stream_resource(letters),)
+
     async def _ping(self, timeout: float) -> None:
         """``PING``: answered only to a client the server let in."""
         try:
@@ -249,6 +287,8 @@ class RedisPublishDriver:
     def __init__(self, connection: RedisConnection) -> None:
         self._connection = connection
         self._settings = connection.settings
+        #: ``XADD ... NOMKSTREAM`` unless the backend may create streams.
+        self._nomk = connection.settings.provision != "create"
 
     def check_topic(self, name: str) -> None:
         """Refuse names that cannot name a stream."""
@@ -257,20 +297,34 @@ class RedisPublishDriver:
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """``XADD`` every message (one pipeline for a batch); return once the server added them all."""
         doing = f"publishing to {topic!r}"
-        client = self._connection.client()
+        client = self._connection.publishing_client()
         try:
             async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
+                trim = self._trim()
                 if len(messages) == 1:
-                    await client.xadd(topic, to_fields(messages[0]))  # type: ignore[arg-type]
+                    ids = [await client.xadd(topic, to_fields(messages[0]), nomkstream=self._nomk, **trim)]  # type: ignore[arg-type]
                 else:
                     pipeline = client.pipeline(transaction=False)
                     for message in messages:
-                        pipeline.xadd(topic, to_fields(message))  # type: ignore[arg-type]
-                    await pipeline.execute()
+                        pipeline.xadd(topic, to_fields(message), nomkstream=self._nomk, **trim)  # type: ignore[arg-type]
+                    ids = await pipeline.execute()
         except TimeoutError as exc:
             raise Timeout(f"{doing}: no answer from the server in time") from exc
         except Exception as exc:
             raise translate(exc, doing, PublishError) from exc
+        if self._nomk and any(entry_id is None for entry_id in ids):  # NOMKSTREAM: no stream, no entry
+            if self._settings.provision == "verify":
+                raise ProvisioningError("redis", [stream_resource(topic)])
+            raise UnknownTopic(f"{doing}: no stream {topic!r} (provision='none' creates none)")
+
+    def _trim(self) -> dict[str, Any]:
+        """The ``XADD`` trimming arguments of the opt-in retention settings (none by default)."""
+        s = self._settings
+        if s.max_length is not None:
+            return {"maxlen": s.max_length, "approximate": True}
+        if s.max_age is not None:
+            return {"minid": f"{max(0, int((clock.time() - s.max_age) * 1000))}-0", "approximate": True}
+        return {}
 
     async def close(self) -> None:
         """Nothing of its own to release: the client is the backend's."""

@@ -44,15 +44,29 @@ from redis.asyncio import Redis
 
 from broker import Message, OutboundMessage
 from broker.backends.redis.errors import translate
-from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message
+from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message, to_messages
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
 from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration, PulledMessages
-from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, Timeout
+from broker.errors import (
+    AckError,
+    ClosedError,
+    ConfigError,
+    ProvisioningError,
+    ReceiveError,
+    Timeout,
+    UnknownTopic,
+)
 from broker.retry import ATTR_ATTEMPTS, ATTR_MESSAGE_ID, ATTR_REASON, ATTR_SUBSCRIPTION, ATTR_TOPIC
 
-__all__ = ["RedisAcker", "RedisBatchedMessageIterator", "RedisMessageIterator", "consumer_name"]
+__all__ = [
+    "RedisAcker",
+    "RedisBatchedMessageIterator",
+    "RedisMessageIterator",
+    "consumer_name",
+    "stream_resource",
+]
 
 log = logging.getLogger("broker.backends.redis")
 
@@ -72,6 +86,11 @@ return -1
 def consumer_name() -> str:
     """A consumer name no other consumer uses: host, process and a random part."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def stream_resource(name: str) -> str:
+    """How a ``ProvisioningError`` names the stream ``name``."""
+    return f"stream {name!r}"
 
 
 def _nothing() -> None:
@@ -97,6 +116,9 @@ class RedisAcker:
         self.max_attempts = options.max_attempts
         self.dead_letter_topic = options.dead_letter_topic
         self._holds: set[asyncio.Task[None]] = set()
+        self._acks: list[tuple[str, asyncio.Future[None]]] = []
+        self._acking: asyncio.Task[None] | None = None
+        self._sending = False
         #: Called when a nack made an entry claimable at once (the consumer then looks at once).
         self.released: Callable[[], None] = _nothing
 
@@ -104,8 +126,52 @@ class RedisAcker:
         return f"<RedisAcker {self.stream!r} group={self.group!r} consumer={self.name!r}>"
 
     async def ack(self, message: Message) -> None:
-        """``XACK`` the entry."""
-        await self._ack([message.id], "acking")
+        """``XACK`` the entry; acks made while an ``XACK`` is in flight share the next one.
+
+        Each caller waits for the ``XACK`` that carries its entry and gets its own ``AckError``
+        when that command fails.
+        """
+        if self._sending:  # an XACK is in flight: queue behind it
+            done = asyncio.get_running_loop().create_future()
+            self._acks.append((message.id, done))
+            await done
+            return
+        self._sending = True  # nothing in flight: send this one at once, from here
+        try:
+            await self._ack([message.id], "acking")
+        finally:
+            self._sending = False
+            if self._acks:
+                self._acking = asyncio.ensure_future(self._send_acks())
+
+    async def _send_acks(self) -> None:
+        """Send the queued acks, one ``XACK`` at a time, each carrying all that queued meanwhile."""
+        batch: list[tuple[str, asyncio.Future[None]]] = []
+        self._sending = True
+        try:
+            while self._acks:
+                batch, self._acks = self._acks, []
+                try:
+                    await self._ack([entry_id for entry_id, _ in batch], "acking")
+                except AckError as exc:
+                    for _, done in batch:
+                        if not done.done():
+                            error = AckError(str(exc))
+                            error.__cause__ = exc.__cause__
+                            done.set_exception(error)
+                else:
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_result(None)
+        except BaseException as exc:  # cancelled (the loop is closing): nobody waits in vain
+            for _, done in batch + self._acks:
+                if not done.done():
+                    done.set_exception(AckError(f"{self!r}: the ack may not have been sent ({exc!r})"))
+            self._acks = []
+            raise
+        finally:
+            self._acking = None
+            self._sending = False
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
         """Ack the pending messages of this consumer with one ``XACK``; return the others in order."""
@@ -268,6 +334,11 @@ class RedisMessages(PulledMessages):
                 return
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
+            if self._settings.provision != "create":
+                if self._settings.provision == "verify":
+                    await self._verify_group()
+                self._grouped = True
+                return
             start = "$" if self.options.start == "new" else "0"
             try:
                 await self._client.xgroup_create(self.topic, self.subscription, id=start, mkstream=True)
@@ -277,6 +348,45 @@ class RedisMessages(PulledMessages):
                         exc, f"creating group {self.subscription!r} of stream {self.topic!r}", ReceiveError
                     ) from exc
             self._grouped = True
+
+    async def _verify_group(self) -> None:
+        """Under ``provision="verify"``: ``ProvisioningError`` naming every missing one of the
+        stream, the consumer group and the dead-letter stream (nothing is created)."""
+        doing = f"verifying group {self.subscription!r} of stream {self.topic!r}"
+        missing = []
+        try:
+            groups = await self._client.xinfo_groups(self.topic)
+        except Exception as exc:
+            if "no such key" not in str(exc).lower():
+                raise translate(exc, doing, ReceiveError) from exc
+            missing.append(stream_resource(self.topic))
+            groups = []
+        if not any(_text(group.get("name")) == self.subscription for group in groups):
+            missing.append(f"consumer group {self.subscription!r} of stream {self.topic!r}")
+        letters = self.options.dead_letter_topic
+        if letters is not None and letters != self.topic:
+            try:
+                exists = await self._client.exists(letters)
+            except Exception as exc:
+                raise translate(exc, doing, ReceiveError) from exc
+            if not exists:
+                missing.append(stream_resource(letters))
+        if missing:
+            raise ProvisioningError("redis", missing)
+
+    def _no_group(self, exc: Exception) -> list[Message]:
+        """The group (or stream) is gone: under ``create`` it is made again on the next read;
+        otherwise ``ProvisioningError`` (``verify``) or ``UnknownTopic`` (``none``)."""
+        if self._settings.provision == "create":
+            self._grouped = False  # the stream was deleted: start over with a new group
+            return []
+        if self._settings.provision == "verify":
+            missing = [f"consumer group {self.subscription!r} of stream {self.topic!r}"]
+            raise ProvisioningError("redis", missing) from exc
+        raise UnknownTopic(
+            f"no stream {self.topic!r} with consumer group {self.subscription!r} "
+            "(provision='none' creates neither)"
+        ) from exc
 
     def _claim_soon(self) -> None:
         self._next_claim = 0.0
@@ -291,7 +401,7 @@ class RedisMessages(PulledMessages):
         due = None if timeout is None else clock.monotonic() + timeout
         while True:
             if self._read is None:
-                self._read = asyncio.ensure_future(self._fetch(limit))
+                self._read = asyncio.ensure_future(self._fetch(max(limit, self.options.prefetch)))
             read = self._read
             left = None if due is None else max(0.0, due - clock.monotonic())
             await asyncio.wait((read, self._closing), timeout=left, return_when=asyncio.FIRST_COMPLETED)
@@ -329,16 +439,16 @@ class RedisMessages(PulledMessages):
                 block=_ms(self.options.poll_interval) or 1,
             )
         except Exception as exc:
-            if "NOGROUP" in str(exc):  # the stream was deleted: start over with a new group
-                self._grouped = False
-                return []
+            if "NOGROUP" in str(exc):
+                return self._no_group(exc)
             raise translate(exc, doing, ReceiveError) from exc
         received = clock.monotonic()
-        messages = [
-            to_message(self.topic, entry_id, fields, self.acker, clock.time(), 1)
-            for _, entries in reply or ()
-            for entry_id, fields in entries
-        ]
+        if not reply:
+            return []
+        now = clock.time()
+        messages = []
+        for _, entries in reply:
+            messages.extend(to_messages(self.topic, entries, self.acker, now, 1))
         start_ack_deadline(messages, self.options.ack_deadline, since=received)
         return messages
 
@@ -384,8 +494,7 @@ class RedisMessages(PulledMessages):
                     entries = [(i, f) for i, f in entries if _text(i) not in done]
         except Exception as exc:
             if "NOGROUP" in str(exc):
-                self._grouped = False
-                return []
+                return self._no_group(exc)
             raise translate(exc, doing, ReceiveError) from exc
         now = clock.time()
         messages = [

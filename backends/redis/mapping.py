@@ -22,13 +22,23 @@ not UTF-8 (possible only from other clients) are decoded with replacement charac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from broker import Message, OutboundMessage
-from broker.driver.acking import EMPTY_ATTRIBUTES, Acker
+from broker.driver.acking import EMPTY_ATTRIBUTES, Acker, LazyMessage
 
-__all__ = ["ATTRIBUTE_PREFIX", "DATA_FIELD", "KEY_FIELD", "Entry", "publish_time", "to_fields", "to_message"]
+__all__ = [
+    "ATTRIBUTE_PREFIX",
+    "DATA_FIELD",
+    "KEY_FIELD",
+    "Entry",
+    "RedisMessage",
+    "publish_time",
+    "to_fields",
+    "to_message",
+    "to_messages",
+]
 
 #: The field that holds the payload.
 DATA_FIELD = b"data"
@@ -68,6 +78,60 @@ def publish_time(entry_id: str) -> float | None:
     """The time (epoch seconds) in an entry id's milliseconds part; None for an id without one."""
     millis, _, _ = entry_id.partition("-")
     return int(millis) / 1000.0 if millis.isdigit() else None
+
+
+def _key_of(entry: Entry) -> str | None:
+    value = entry.fields.get(KEY_FIELD)
+    return None if value is None else _text(value)
+
+
+def _attributes_of(entry: Entry) -> Mapping[str, str]:
+    attributes: dict[str, str] = {}
+    for name, value in entry.fields.items():
+        if name == DATA_FIELD or name == KEY_FIELD:
+            continue
+        if name.startswith(ATTRIBUTE_PREFIX):
+            attributes[_text(name[len(ATTRIBUTE_PREFIX) :])] = _text(value)
+    for name, value in entry.fields.items():  # another client's fields, unless an attribute has the name
+        if name != DATA_FIELD and name != KEY_FIELD and not name.startswith(ATTRIBUTE_PREFIX):
+            attributes.setdefault(_text(name), _text(value))
+    return attributes or EMPTY_ATTRIBUTES
+
+
+class RedisMessage(LazyMessage):
+    """A ``Message`` whose key, attributes and publish time are decoded from its
+    :class:`Entry` when first read (many consumers read only ``data``; the values are the same as
+    :func:`to_message` gives)."""
+
+    __slots__ = ()
+
+    decoders = {
+        "key": _key_of,
+        "attributes": _attributes_of,
+        "publish_time": lambda entry: publish_time(entry.id),
+    }
+
+
+def to_messages(
+    stream: str,
+    entries: Iterable[tuple[bytes | str, Mapping[bytes, bytes] | None]],
+    acker: Acker,
+    received: float,
+    delivery_attempt: int,
+) -> list[Message]:
+    """The messages of entries read from ``stream`` (``(id, fields)`` as redis-py gives them), each
+    mapped as :func:`to_message` maps one; the hot path of a consumer."""
+    out: list[Message] = []
+    append = out.append
+    new_entry = Entry
+    for entry_id, fields in entries:
+        ident = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        fields = fields or {}
+        message = RedisMessage(fields.get(DATA_FIELD, b""), new_entry(stream, ident, fields), acker, received)
+        message.id = ident
+        message.delivery_attempt = delivery_attempt
+        append(message)
+    return out
 
 
 def to_message(

@@ -59,9 +59,15 @@ class ConsumerOptions:
     #: Where a subscription's consumer group starts when this consumer creates it: ``new`` (``$``,
     #: what is added from now on) or ``earliest`` (``0``, everything the stream holds).
     start: Literal["new", "earliest"] = "new"
+    #: Entries one ``XREADGROUP`` (or ``XAUTOCLAIM``) reads ahead of the application. What is read
+    #: ahead is pending in the group (its ack deadline runs); what a closing consumer read but did
+    #: not hand out is made claimable at once, so another consumer of the group takes it.
+    prefetch: int = 10
 
     def __post_init__(self) -> None:
         normalize_choices(self)
+        if self.prefetch < 1:
+            raise ConfigError(f"prefetch must be >= 1, got {self.prefetch}")
         check_positive("seconds", ack_deadline=self.ack_deadline, poll_interval=self.poll_interval)
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1 (or None for unlimited), got {self.max_attempts}")
@@ -109,12 +115,28 @@ class RedisSettings(ConsumerOptions):
     close_timeout: float = 5.0
     #: Connections the backend's pool may open (every blocked read holds one).
     max_connections: int = 100
-    #: Whether missing streams and consumer groups are created (:mod:`broker.driver.provision`);
-    #: this backend implements ``create`` only: ``verify`` and ``none`` are a ``ConfigError``.
+    #: Whether missing streams and consumer groups are created (:mod:`broker.driver.provision`):
+    #: ``create`` (``XGROUP CREATE ... MKSTREAM``), ``verify`` (a ``ProvisioningError`` names what
+    #: is missing) or ``none`` (nothing made or checked: ``UnknownTopic``).
     provision: Provision = "create"
+    #: Opt-in retention: each ``XADD`` trims its stream to about this many entries (``MAXLEN ~``:
+    #: Redis drops whole nodes only, so at least this many stay). None (the default): no trimming.
+    #: Redis 7 trims entries whether or not a consumer group still has them pending: a pending entry
+    #: trimmed away is lost (the consumer that finds it logs it and counts it in ``lost``).
+    max_length: int | None = None
+    #: Opt-in retention: each ``XADD`` trims entries older than this many seconds (``MINID ~``, by
+    #: the entry ids' milliseconds against this host's clock). None (the default): no trimming.
+    #: The same warning as ``max_length``; the two exclude each other.
+    max_age: float | None = None
 
     def __post_init__(self) -> None:
         normalize_choices(self)
+        if self.max_length is not None and self.max_length < 1:
+            raise ConfigError(f"max_length must be >= 1 (or None: no trimming), got {self.max_length}")
+        if self.max_age is not None and not self.max_age > 0:
+            raise ConfigError(f"max_age must be > 0 seconds (or None: no trimming), got {self.max_age}")
+        if self.max_length is not None and self.max_age is not None:
+            raise ConfigError("max_length and max_age exclude each other (one XADD trims by one of them)")
         if not self.host:
             raise ConfigError("the Redis host must be non-empty")
         if not 1 <= self.port <= 65535:

@@ -27,14 +27,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.app.lease import DEFAULT_MAX_LEASE
 from broker.app.parameters import read_signature
-from broker.app.subscriber import AckPolicy, Subscriber
+from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
+from broker.app.subscriber import AckPolicy, Middleware, Subscriber
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend
 from broker.connect import connect
 from broker.errors import ConfigError
 from broker.interfaces import Publisher
 from broker.message import Message
 from broker.retry import RetryPolicy
-from broker.run import run as run_consumers
+from broker.run import handling_signals, serve_consumers
 
 if TYPE_CHECKING:
     from broker.app.testing import AppTest
@@ -60,6 +61,16 @@ def _check_spec(name: str, spec: Any) -> str | Mapping[str, Any]:
     raise ConfigError(f"backend {name!r} needs a URL or a settings mapping, got {spec!r}")
 
 
+def _check_middleware(layer: Any) -> Middleware:
+    call = type(layer).__call__ if callable(layer) else None
+    if not inspect.iscoroutinefunction(layer) and not inspect.iscoroutinefunction(call):
+        raise ConfigError(
+            f"middleware must be an async function (delivery, call_next) -> result, got {layer!r}"
+        )
+    checked: Middleware = layer
+    return checked
+
+
 class App:
     """An application: subscribers declared by decorator, hooks, and the backends they use.
 
@@ -68,12 +79,16 @@ class App:
     (``ConfigError`` naming it when it is unset). More backends are named by keyword:
     ``App("nats://...", events="kafka://...")`` or ``App(default="nats://...", events=...)``;
     ``@app.subscriber(..., backend="events")`` and ``publish_backend="events"`` choose them.
-    Backends are connected when the app starts (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
+    ``middleware`` runs around every subscriber's deliveries, outermost first (see
+    :data:`broker.app.subscriber.Middleware`). Backends are connected when the app starts
+    (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
     """
 
     def __init__(
         self,
         url_or_settings: str | Mapping[str, Any] | None = None,
+        *,
+        middleware: Sequence[Middleware] = (),
         **named_backends: str | Mapping[str, Any],
     ) -> None:
         specs: dict[str, str | Mapping[str, Any]] = {}
@@ -102,6 +117,8 @@ class App:
         self._on_connect: list[Callable[[Backend], None]] = []
         self._observers: list[Callable[[Subscriber, Message], None]] = []
         self._running = False
+        self._middleware: list[Middleware] = [_check_middleware(m) for m in middleware]
+        self._provider: Any = None
 
     def __repr__(self) -> str:
         return f"<App {', '.join(self.backend_specs)}: {len(self.subscribers)} subscribers>"
@@ -121,6 +138,7 @@ class App:
         batch_size: int = 0,
         batch_timeout: float = 1.0,
         max_lease: float | None = DEFAULT_MAX_LEASE,
+        middleware: Sequence[Middleware] = (),
         **options: Any,
     ) -> Callable[[F], F]:
         """Decorate a handler (``async def`` or plain ``def``) consuming ``topic`` through ``subscription``.
@@ -133,8 +151,8 @@ class App:
         ``backend``). A ``list[T]`` payload takes batches of up to ``batch_size`` (0: the backend's
         default) within ``batch_timeout`` seconds. While a handler runs, its message's deadline is
         extended (``in_progress()``, on backends that have it) for up to ``max_lease`` seconds
-        (None: never). ``options`` are the backend's consumer options.
-        The handler is returned unchanged.
+        (None: never). ``middleware`` runs inside the app's, around this subscriber's deliveries.
+        ``options`` are the backend's consumer options. The handler is returned unchanged.
         """
         if not isinstance(topic, str) or not topic or not isinstance(subscription, str) or not subscription:
             raise ConfigError(
@@ -146,13 +164,9 @@ class App:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if max_lease is not None and not max_lease > 0:
             raise ConfigError(f"max_lease must be > 0 seconds or None, got {max_lease!r}")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
-        for name in (backend, publish_backend):
-            if name is not None and name not in self.backend_specs:
-                raise ConfigError(
-                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
-                )
+        self._check_common(retry, backend, publish_backend)
+
+        own_middleware = tuple(_check_middleware(m) for m in middleware)
 
         def register(handler: F) -> F:
             signature = read_signature(handler)
@@ -174,11 +188,99 @@ class App:
                     batch_timeout=batch_timeout,
                     max_lease=max_lease,
                     options=dict(options),
+                    middleware=own_middleware,
                 )
             )
             return handler
 
         return register
+
+    def records(
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        per_key: bool = False,
+        concurrency: int = 16,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        retry: RetryPolicy | None = None,
+        backend: str = DEFAULT_BACKEND,
+        publish_to: str | None = None,
+        publish_backend: str | None = None,
+        middleware: Sequence[Middleware] = (),
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Decorate a handler of the records of partitioned logs ``topics``, read in consumer group ``group``.
+
+        Records of one partition are handled in order, partitions in parallel (``per_key``: records
+        of one key in order, keys in parallel), at most ``concurrency`` handlers at a time and
+        ``max_in_flight`` records read ahead. Each partition is committed up to its lowest
+        unfinished record, never past it. A handler that raises is retried in place by ``retry``
+        (its backoff; after ``max_attempts`` or on a non-retryable error the record goes to its
+        :class:`~broker.DeadLetterTopic`); without a dead-letter topic a failing record is retried
+        for ever and holds its partition (a log has no nack: nothing is skipped). Parameters are
+        bound as for :meth:`subscriber`, with ``Record`` for the delivery. ``options`` are the
+        backend's ``records()`` options.
+        """
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or not all(isinstance(t, str) and t and "," not in t for t in names):
+            raise ConfigError(f"records need topic names (without commas), got {topics!r}")
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"records need a consumer group name, got {group!r}")
+        self._check_common(retry, backend, publish_backend)
+        PartitionedReceiver(None, concurrency=concurrency, max_in_flight=max_in_flight)  # checks them
+        own_middleware = tuple(_check_middleware(m) for m in middleware)
+
+        def register(handler: F) -> F:
+            self.subscribers.append(
+                Subscriber(
+                    handler,
+                    ",".join(names),
+                    group,
+                    read_signature(handler, records=True),
+                    concurrency=concurrency,
+                    retry=retry,
+                    backend=backend,
+                    publish_to=publish_to,
+                    publish_backend=publish_backend,
+                    max_lease=None,
+                    options=dict(options),
+                    middleware=own_middleware,
+                    records=True,
+                    per_key=bool(per_key),
+                    max_in_flight=max_in_flight,
+                )
+            )
+            return handler
+
+        return register
+
+    def _check_common(self, retry: Any, backend: str, publish_backend: str | None) -> None:
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be a broker.RetryPolicy, got {retry!r}")
+        for name in (backend, publish_backend):
+            if name is not None and name not in self.backend_specs:
+                raise ConfigError(
+                    f"no backend named {name!r} in this app (it has {', '.join(sorted(self.backend_specs))})"
+                )
+
+    def middleware(self, layer: F) -> F:
+        """Add ``layer`` (``async def layer(delivery, call_next)``) around every subscriber, inside
+        the middleware given before; returns it unchanged. Added before the app starts."""
+        if self._running:
+            raise ConfigError("middleware is added before the app starts")
+        self._middleware.append(_check_middleware(layer))
+        return layer
+
+    @property
+    def dependency_provider(self) -> Any:
+        """The FastDepends ``Provider`` of this app's ``Depends()`` parameters: ``.override(dep, fake)``
+        replaces a dependency (in tests); needs the ``depends`` extra."""
+        if self._provider is None:
+            from broker.app.depends import new_provider
+
+            self._provider = new_provider()
+        return self._provider
 
     def on_startup(self, hook: F) -> F:
         """Call ``hook()`` (sync or async) after the backends answered, before any subscriber starts."""
@@ -237,13 +339,16 @@ class App:
                 if code:
                     log.error("a subscriber failed while the app ran (see the errors above)")
 
-    def testing(self, *, virtual_time: bool = True, ack_deadline: float | None = None) -> AppTest:
+    def testing(
+        self, *, virtual_time: bool = True, ack_deadline: float | None = None, url: str | None = None
+    ) -> AppTest:
         """An async context manager running this app on fresh ``inmem://`` brokers (one per backend
-        name), in virtual time unless ``virtual_time=False``, with a publish recorder: see
+        name), in virtual time unless ``virtual_time=False``, with a publish recorder; on the real
+        broker ``url`` (default: ``POLYBROKER_TEST_URL``) when one is named, in real time: see
         :class:`broker.app.testing.AppTest`."""
         from broker.app.testing import AppTest
 
-        return AppTest(self, virtual_time=virtual_time, ack_deadline=ack_deadline)
+        return AppTest(self, virtual_time=virtual_time, ack_deadline=ack_deadline, url=url)
 
     @contextlib.asynccontextmanager
     async def _serving(
@@ -259,6 +364,22 @@ class App:
         if drain_timeout < 0:
             raise ConfigError(f"drain_timeout must be >= 0, got {drain_timeout}")
         self._running = True
+        force = asyncio.Event()
+        # handled from the start, so a signal while the app connects or runs its startup hooks
+        # drains it (the subscribers then stop at once) instead of killing the process
+        with handling_signals(signals, stop, force, drain_timeout):
+            async with self._served(drain_timeout, stop, force, ping_timeout, specs) as task:
+                yield task
+
+    @contextlib.asynccontextmanager
+    async def _served(
+        self,
+        drain_timeout: float,
+        stop: asyncio.Event,
+        force: asyncio.Event,
+        ping_timeout: float | None,
+        specs: Mapping[str, str | Mapping[str, Any]] | None,
+    ) -> AsyncIterator[asyncio.Task[int]]:
         try:
             await self._connect(specs or self.backend_specs, ping_timeout)
             try:
@@ -271,8 +392,13 @@ class App:
                             # (after the drain) releases what the receiver holds
                             await entered.enter_async_context(receiver)
                     task = asyncio.create_task(
-                        run_consumers(
-                            *pairs, drain_timeout=drain_timeout, stop=stop, signals=signals, ping_timeout=None
+                        serve_consumers(
+                            pairs,
+                            backends=(),
+                            drain_timeout=drain_timeout,
+                            stop=stop,
+                            force=force,
+                            close_timeout=0.0,
                         )
                     )
                     try:
@@ -297,7 +423,14 @@ class App:
                 for observer in observers:
                     observer(source, message)
 
-        return subscriber.consumer(self.backend(subscriber.backend), self.publisher, observe)
+        provider = self.dependency_provider if subscriber.signature.depends else None
+        return subscriber.consumer(
+            self.backend(subscriber.backend),
+            self.publisher,
+            observe,
+            middleware=self._middleware,
+            provider=provider,
+        )
 
     async def _connect(
         self, specs: Mapping[str, str | Mapping[str, Any]], ping_timeout: float | None

@@ -5,7 +5,8 @@ others; decoded by :mod:`broker.typed`), the :class:`~broker.Message`, its key
 (``Annotated[str | None, Key]``), its attributes (``Annotated[Mapping[str, str], Attributes]``),
 the app's shared :class:`~broker.Publisher` of the subscriber's backend, or a
 :class:`logging.Logger`. A ``list[T]`` payload makes a batch subscriber (and ``list[Message]``
-its messages). Anything else is a :class:`~broker.errors.ConfigError` naming the parameter.
+its messages). A ``Depends(...)`` parameter is left to FastDepends (see :mod:`broker.app.depends`).
+Anything else is a :class:`~broker.errors.ConfigError` naming the parameter.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import inspect
 import logging
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args, get_origin
 
+from broker.app.depends import declares_dependency
 from broker.app.markers import Attributes, Key
 from broker.codecs import StrCodec
 from broker.errors import ConfigError, DecodeError
 from broker.interfaces import MiddlewarePublisher, Publisher
-from broker.message import Message
+from broker.message import Message, Record
 from broker.settle import handler_name
-from broker.typed import Binding, cloudevents, tag_message
+from broker.typed import Binding, cloudevents, tag_record
 from broker.typed.binding import ensure_binding
 from broker.typed.cloudevents import CloudEvent
 
@@ -52,7 +54,7 @@ class Payload:
     subscriber's backend when the app starts, anything else through its :class:`broker.typed.Binding`.
     """
 
-    __slots__ = ("binding", "event_data", "form")
+    __slots__ = ("binding", "event_data", "form", "prepare")
 
     def __init__(
         self,
@@ -63,6 +65,20 @@ class Payload:
         self.form = form
         self.binding = binding
         self.event_data = event_data
+        resolve = getattr(binding, "resolve", None)
+        #: The binding's step before decoding, awaited with the deliveries (a schema binding looks up
+        #: their writer schemas off the event loop, so decoding never waits on the registry), or None.
+        self.prepare: Callable[[list[Any]], Awaitable[None]] | None = (
+            resolve if inspect.iscoroutinefunction(resolve) else None
+        )
+
+    def _binding_on(self, backend: Any) -> Binding[Any]:
+        """The binding payloads decode with on ``backend`` (a CloudEvent's is named for its protocol)."""
+        if self.form == "cloudevent":
+            assert self.event_data is not None
+            return cloudevents.binding(self.event_data, protocol=backend)
+        assert self.binding is not None
+        return self.binding
 
     def for_backend(self, backend: Any) -> Callable[[Message], Any]:
         """The decoding function of this payload on ``backend``: ``DecodeError`` (carrying the message)
@@ -71,21 +87,46 @@ class Payload:
             return _raw
         if self.form == "str":
             return _text
-        bound = self.binding
-        if self.form == "cloudevent":
-            assert self.event_data is not None
-            bound = cloudevents.binding(self.event_data, protocol=backend)
-        assert bound is not None
-        chosen: Binding[Any] = bound
+        chosen = self._binding_on(backend)
+        received = chosen.decode_received
 
         def decode(message: Message) -> Any:
-            return tag_message(message, chosen).decoded
+            value = received(message, message.data)
+            message._binding = chosen  # as tag_message does: message.decoded is this value
+            message._decoded = value
+            return value
+
+        return decode
+
+    def for_records(self, backend: Any) -> Callable[[Record], Any]:
+        """The decoding function of this payload for records (a tombstone's value is None)."""
+        if self.form == "bytes":
+            return _record_value
+        if self.form == "str":
+            return _record_text
+        chosen = self._binding_on(backend)
+
+        def decode(record: Record) -> Any:
+            return tag_record(record, chosen).decoded
 
         return decode
 
 
 def _raw(message: Message) -> bytes:
     return message.data
+
+
+def _record_value(record: Record) -> bytes | None:
+    return record.value
+
+
+def _record_text(record: Record) -> str | None:
+    if record.value is None:
+        return None
+    try:
+        return _STR.decode(record.value)
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"the value is not UTF-8 text: {exc}", received=record) from exc
 
 
 def _text(message: Message) -> str:
@@ -107,6 +148,8 @@ class Signature:
     returns: Binding[Any] | None
     #: True for ``async def`` handlers; plain functions run in a worker thread.
     is_async: bool
+    #: True when a parameter is ``Depends(...)``: the handler is called through FastDepends.
+    depends: bool = False
 
 
 def _fail(handler: Callable[..., Any], name: str, why: str) -> ConfigError:
@@ -144,6 +187,11 @@ def _is_message(annotation: Any) -> bool:
     return isinstance(origin, type) and issubclass(origin, Message)
 
 
+def _is_record(annotation: Any) -> bool:
+    origin = get_origin(annotation) or annotation
+    return isinstance(origin, type) and issubclass(origin, Record)
+
+
 def _is_list(annotation: Any) -> bool:
     return get_origin(annotation) is list and len(get_args(annotation)) == 1
 
@@ -173,8 +221,12 @@ def _returns(handler: Callable[..., Any], hints: dict[str, Any]) -> Binding[Any]
         return None
 
 
-def read_signature(handler: Callable[..., Any]) -> Signature:
-    """The :class:`Signature` of ``handler``; ``ConfigError`` naming a parameter that cannot be bound."""
+def read_signature(handler: Callable[..., Any], *, records: bool = False) -> Signature:
+    """The :class:`Signature` of ``handler``; ``ConfigError`` naming a parameter that cannot be bound.
+
+    With ``records`` (an ``@app.records`` handler) the delivery is a :class:`~broker.Record`:
+    ``Record`` (or ``TypedRecord[T]``) binds it, and there are no batches.
+    """
     if not callable(handler):
         raise ConfigError(f"a subscriber must be a function, got {handler!r}")
     is_async = inspect.iscoroutinefunction(handler)
@@ -188,11 +240,15 @@ def read_signature(handler: Callable[..., Any]) -> Signature:
     parameters: list[Parameter] = []
     payload: Payload | None = None
     batch = False
+    depends = False
     for param in inspect.signature(handler).parameters.values():
         name = param.name
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise _fail(handler, name, "*args and **kwargs cannot be bound")
         keyword = param.kind is param.KEYWORD_ONLY
+        if declares_dependency(param, hints.get(name)):
+            depends = True
+            continue  # resolved by FastDepends on each call
         if name not in hints:
             raise _fail(handler, name, "it has no annotation (annotate the payload type, Message, ...)")
         annotation = hints[name]
@@ -200,8 +256,16 @@ def read_signature(handler: Callable[..., Any]) -> Signature:
         marked = _marker(annotation)
         if marked is not None:
             kind = marked
+        elif records and _is_message(annotation):
+            raise _fail(handler, name, "a records subscriber is given a Record, not a Message")
+        elif records and _is_record(annotation):
+            kind = "message"
         elif _is_message(annotation):
             kind = "message"
+        elif _is_record(annotation):
+            raise _fail(handler, name, "a subscriber is given a Message; records come to @app.records")
+        elif records and _is_list(annotation):
+            raise _fail(handler, name, "a records subscriber takes one record at a time, not a list")
         elif _is_list(annotation) and _is_message(get_args(annotation)[0]):
             kind, batch = "message", True
         elif annotation is Publisher or annotation is MiddlewarePublisher:
@@ -233,4 +297,13 @@ def read_signature(handler: Callable[..., Any]) -> Signature:
                 raise _fail(handler, p.name, "a batch subscriber takes list[Message], not one Message")
             if p.kind == "payload" and not _is_list(hints[p.name]):
                 raise _fail(handler, p.name, "a batch subscriber's payload is a list (list[T])")
-    return Signature(tuple(parameters), payload, batch, _returns(handler, hints), is_async)
+    if depends:
+        # the resolver takes the bound values by name: a dependency may sit before them
+        positional = [p.name for p in parameters if not p.keyword]
+        for declared in inspect.signature(handler).parameters.values():
+            if declared.name in positional and declared.kind is declared.POSITIONAL_ONLY:
+                raise _fail(
+                    handler, declared.name, "a handler with Depends() takes its parameters by name (no '/')"
+                )
+        parameters = [Parameter(p.name, p.kind, True) for p in parameters]
+    return Signature(tuple(parameters), payload, batch, _returns(handler, hints), is_async, depends)

@@ -1,11 +1,13 @@
 """A subscriber: a handler, where it reads from, and the pipeline each delivery runs through.
 
-The pipeline of one delivery: decode the payload (:mod:`broker.typed`) → call the handler with its
-bound parameters (in a worker thread for a plain ``def``) → publish its return value to the output
-topic → settle by the ack policy. Failures are the receiver's: a :class:`~broker.RetryPolicy`
-(nack with backoff, dead-letter after ``max_attempts`` or a non-retryable error) or, without one,
-the receiver's bounded nack backoff. A payload that does not decode is never given to the handler
-(see :class:`Undecodable`).
+The pipeline of one delivery: the app's and the subscriber's middleware, outermost first, around
+[decode the payload (:mod:`broker.typed`) → call the handler with its bound parameters (in a
+worker thread for a plain ``def``; through FastDepends when it has ``Depends()`` parameters)] →
+publish the return value to the output topic → settle by the ack policy. Failures are the
+receiver's: a :class:`~broker.RetryPolicy` (nack with backoff, dead-letter after
+``max_attempts`` or a non-retryable error) or, without one, the receiver's bounded nack
+backoff. A payload that does not decode is never given to the handler (see
+:class:`Undecodable`).
 """
 
 from __future__ import annotations
@@ -19,25 +21,33 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker import adapt
-from broker.app.lease import DEFAULT_MAX_LEASE, Lease
+from broker.app.lease import DEFAULT_MAX_LEASE, LeaseKeeper
 from broker.app.parameters import Signature
+from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
 from broker.backoff import DEFAULT_BACKOFF
 from broker.errors import ConfigError, DecodeError
 from broker.interfaces import Publisher
-from broker.message import Message, OutboundMessage
+from broker.message import Message, OutboundMessage, Record
 from broker.retry import DeadLetterTopic, Retrier, RetryPolicy
 from broker.settle import ack_all, handler_name
 from broker.typed import Binding, TypedTopic
 from broker.typed import topic as typed_topic
 from broker.typed.binding import ensure_binding
 
-__all__ = ["AckPolicy", "Output", "Subscriber", "Undecodable"]
+__all__ = ["AckPolicy", "Middleware", "Output", "Subscriber", "Undecodable"]
 
 log = logging.getLogger("broker.app")
 
 #: ``"auto"``: ack on return, nack (or dead-letter) by the retry policy on an exception;
 #: ``"manual"``: the handler settles its messages.
 AckPolicy = Literal["auto", "manual"]
+
+#: ``async def middleware(delivery, call_next) -> result``: runs around the decode and the handler
+#: of each delivery (a :class:`~broker.Message`, or a batch subscriber's ``list[Message]``).
+#: ``await call_next(delivery)`` runs the rest and returns the handler's return value, which the
+#: middleware returns (or replaces) to be published; an exception goes to the retry policy; not
+#: calling ``call_next`` skips the handler (the message is then acked under ``ack="auto"``).
+Middleware = Callable[[Any, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]
 
 
 class Undecodable:
@@ -140,6 +150,14 @@ class Subscriber:
     batch_timeout: float = 1.0
     max_lease: float | None = DEFAULT_MAX_LEASE
     options: dict[str, Any] = field(default_factory=dict)
+    #: The subscriber's own middleware (inside the app's), outermost first.
+    middleware: tuple[Middleware, ...] = ()
+    #: An ``@app.records`` subscriber: ``topic`` is its topics (comma-joined), ``subscription`` its group.
+    records: bool = False
+    #: Records: one lane per partition and key instead of per partition.
+    per_key: bool = False
+    #: Records: at most this many read and not finished.
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
     @property
     def name(self) -> str:
@@ -163,12 +181,19 @@ class Subscriber:
         backend: Any,
         publishers: Callable[[str], Publisher],
         observe: Callable[[Subscriber, Message], None] | None,
+        *,
+        middleware: Sequence[Middleware] = (),
+        provider: Any = None,
     ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
         """The ``(receiver, handler)`` pair that runs this subscriber on ``backend``.
 
         ``publishers(name)`` is the shared publisher of backend ``name``; ``observe`` is called with
-        every delivery (the app's test kit records them).
+        every delivery (the app's test kit records them); ``middleware`` is the app's, run outside
+        the subscriber's own; ``provider`` holds the app's dependency overrides.
         """
+        chain = (*middleware, *self.middleware)
+        if self.records:
+            return self._records_consumer(backend, publishers, observe, chain, provider)
         publisher = publishers(self.backend)
         retry = self._retry_for(publisher)
         undecodable = Undecodable(retry, self.topic, self.subscription)
@@ -195,13 +220,63 @@ class Subscriber:
                 topic=self.topic,
                 subscription=self.subscription,
             )
-            handle = self._batch_pipeline(backend, publisher, undecodable, output, observe)
+            handle = self._batch_pipeline(backend, publisher, undecodable, output, observe, chain, provider)
         else:
             receiver = backend.receiver(
                 self.topic, self.subscription, concurrency=self.concurrency, retry=retry, **self.options
             )
-            handle = self._pipeline(backend, publisher, undecodable, output, observe)
+            handle = self._pipeline(backend, publisher, undecodable, output, observe, chain, provider)
         return receiver, functools.update_wrapper(handle, self.handler)  # logs name the user's handler
+
+    def _records_consumer(
+        self,
+        backend: Any,
+        publishers: Callable[[str], Publisher],
+        observe: Callable[[Subscriber, Any], None] | None,
+        middleware: Sequence[Middleware],
+        provider: Any,
+    ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
+        publisher = publishers(self.backend)
+        policy = self._retry_for(publisher) or RetryPolicy(dead_letter=None)
+        retrier = dataclasses.replace(policy, mode="ordered").bind(
+            publisher=publisher, topic=None, subscription=self.subscription
+        )
+        output = None
+        if self.publish_to is not None:
+            output = Output(
+                publishers(self.publish_backend or self.backend), self.publish_to, self.signature.returns
+            )
+        topics = self.topic.split(",")
+        source = backend.records(topics if len(topics) > 1 else topics[0], self.subscription, **self.options)
+        receiver = PartitionedReceiver(
+            source, per_key=self.per_key, concurrency=self.concurrency, max_in_flight=self.max_in_flight
+        )
+        payload = self.signature.payload
+        decode = payload.for_records(backend) if payload is not None else None
+        call_handler = self._caller(publisher, provider)
+
+        prepare = payload.prepare if payload is not None else None
+
+        async def call(record: Record) -> Any:
+            if prepare is not None:
+                await prepare([record])
+            value = decode(record) if decode is not None else None
+            return await call_handler(value, record)
+
+        run = _wrapped(call, middleware)
+
+        async def attempt(record: Record) -> None:
+            result = await run(record)
+            if output is not None and result is not None:
+                await output.publish(result, record.key)
+
+        async def handle(record: Record) -> None:
+            if observe is not None:
+                observe(self, record)
+            # The retrier sees a copy it cannot commit: commits are the receiver's, in order.
+            await retrier.handle(_uncommitted(record), attempt)
+
+        return receiver, functools.update_wrapper(handle, self.handler)
 
     def _max_lease(self, backend: Any) -> float | None:
         """How long leases are kept on ``backend`` (None: not at all, the backend has no ``in_progress``)."""
@@ -209,8 +284,12 @@ class Subscriber:
             return None
         return self.max_lease
 
-    def _invoker(self) -> Callable[[list[Any], dict[str, Any]], Awaitable[Any]]:
+    def _invoker(self, provider: Any) -> Callable[[list[Any], dict[str, Any]], Awaitable[Any]]:
         handler = self.handler
+        if self.signature.depends:
+            from broker.app.depends import new_provider, wrap
+
+            handler = wrap(handler, provider if provider is not None else new_provider())
         if self.signature.is_async:
 
             async def call_async(args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -253,6 +332,30 @@ class Subscriber:
 
         return assemble
 
+    def _caller(self, publisher: Publisher, provider: Any) -> Callable[[Any, Any], Awaitable[Any]]:
+        """``call(value, delivery)``: the handler called with its arguments for a delivery.
+
+        An ``async def`` taking only the payload and/or the delivery, by position, is called
+        directly (the common shapes); any other goes through the general assembly.
+        """
+        shape = tuple((p.kind, p.keyword) for p in self.signature.parameters)
+        handler = self.handler
+        if self.signature.is_async and not self.signature.depends:
+            if shape == (("payload", False),):
+                return lambda value, delivery: handler(value)
+            if shape == (("payload", False), ("message", False)):
+                return lambda value, delivery: handler(value, delivery)
+            if shape == (("message", False),):
+                return lambda value, delivery: handler(delivery)
+        assemble = self._arguments(publisher, logging.getLogger(self.name))
+        invoke = self._invoker(provider)
+
+        def call(value: Any, delivery: Any) -> Awaitable[Any]:
+            args, kwargs = assemble(value, delivery)
+            return invoke(args, kwargs)
+
+        return call
+
     def _pipeline(
         self,
         backend: Any,
@@ -260,35 +363,44 @@ class Subscriber:
         undecodable: Undecodable,
         output: Output | None,
         observe: Callable[[Subscriber, Message], None] | None,
+        middleware: Sequence[Middleware] = (),
+        provider: Any = None,
     ) -> Callable[[Message], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
-        assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker()
+        call_handler = self._caller(publisher, provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
+        keeper = LeaseKeeper(max_lease) if max_lease is not None else None
 
-        async def handle(message: Message) -> None:
-            if observe is not None:
-                observe(self, message)
+        prepare = payload.prepare if payload is not None else None
+
+        async def call(message: Message) -> Any:
             value = None
             if decode is not None:
+                if prepare is not None:
+                    await prepare([message])
                 try:
                     value = decode(message)
                 except DecodeError as exc:
                     if exc.received is not message:
                         raise
                     await undecodable.settle(message, exc)
-                    return
-            args, kwargs = assemble(value, message)
-            if max_lease is None:
-                result = await invoke(args, kwargs)
-            else:
-                lease = Lease(message, max_lease)
-                try:
-                    result = await invoke(args, kwargs)
-                finally:
-                    lease.stop()
+                    return None
+            if keeper is None:
+                return await call_handler(value, message)
+            keeper.hold(message)
+            try:
+                return await call_handler(value, message)
+            finally:
+                keeper.release(message)
+
+        run = _wrapped(call, middleware)
+
+        async def handle(message: Message) -> None:
+            if observe is not None:
+                observe(self, message)
+            result = await run(message)
             if output is not None and result is not None:
                 await output.publish(result, message.key)  # before the ack: at-least-once
             if auto and not message.settled:
@@ -303,20 +415,23 @@ class Subscriber:
         undecodable: Undecodable,
         output: Output | None,
         observe: Callable[[Subscriber, Message], None] | None,
+        middleware: Sequence[Middleware] = (),
+        provider: Any = None,
     ) -> Callable[[list[Message]], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
-        assemble = self._arguments(publisher, logging.getLogger(self.name))
-        invoke = self._invoker()
+        call_handler = self._caller(publisher, provider)
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
+        keeper = LeaseKeeper(max_lease) if max_lease is not None else None
 
-        async def handle_batch(messages: list[Message]) -> None:
-            if observe is not None:
-                for message in messages:
-                    observe(self, message)
+        prepare = payload.prepare if payload is not None else None
+
+        async def call(messages: list[Message]) -> Any:
             good: list[Message] = []
             values: list[Any] = []
+            if prepare is not None:
+                await prepare(messages)
             for message in messages:
                 try:
                     values.append(decode(message) if decode is not None else None)
@@ -327,14 +442,24 @@ class Subscriber:
                     continue
                 good.append(message)
             if not good:
-                return
-            args, kwargs = assemble(values, good)
-            leases = [Lease(m, max_lease) for m in good] if max_lease is not None else []
+                return None
+            if keeper is None:
+                return await call_handler(values, good)
+            for message in good:
+                keeper.hold(message)
             try:
-                result = await invoke(args, kwargs)
+                return await call_handler(values, good)
             finally:
-                for lease in leases:
-                    lease.stop()
+                for message in good:
+                    keeper.release(message)
+
+        run = _wrapped(call, middleware)
+
+        async def handle_batch(messages: list[Message]) -> None:
+            if observe is not None:
+                for message in messages:
+                    observe(self, message)
+            result = await run(messages)
             if output is not None and result is not None:
                 if not isinstance(result, list | tuple):
                     raise ConfigError(
@@ -343,6 +468,48 @@ class Subscriber:
                     )
                 await output.publish_all(result)
             if auto:
-                await ack_all([m for m in good if not m.settled])
+                await ack_all([m for m in messages if not m.settled])
 
         return handle_batch
+
+
+class _CommittedInOrder:
+    """The committer of the records a records subscriber's handler is given: commits are the
+    :class:`~broker.app.partitioned.PartitionedReceiver`'s, below the lowest unfinished record."""
+
+    async def commit(self, record: Record) -> None:
+        log.debug("%s/%d@%d: committed by the app in order", record.topic, record.partition, record.offset)
+
+
+_IN_ORDER = _CommittedInOrder()
+
+
+def _uncommitted(record: Record) -> Record:
+    return Record(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.value,
+        record.key,
+        record.attributes,
+        record.publish_time,
+        record.ingestion_time,
+        record.raw,
+        _IN_ORDER,
+    )
+
+
+def _wrapped(
+    call: Callable[[Any], Awaitable[Any]], middleware: Sequence[Middleware]
+) -> Callable[[Any], Awaitable[Any]]:
+    """``call`` inside ``middleware``, the first outermost (``call`` itself when there is none)."""
+    for layer in reversed(middleware):
+        call = _layer(layer, call)
+    return call
+
+
+def _layer(layer: Middleware, call_next: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+    async def run(delivery: Any) -> Any:
+        return await layer(delivery, call_next)
+
+    return run

@@ -13,12 +13,18 @@ published, also to dead-letter topics); every delivery a subscriber was given is
 asserts how it was settled. In virtual time (the default) ack deadlines, backoff delays and
 batch windows pass at once; a plain ``def`` handler runs in a thread, which virtual time does not
 wait for: test those with ``virtual_time=False``.
+
+With a real broker's URL (``app.testing(url=...)``, or the ``POLYBROKER_TEST_URL`` environment
+variable, which the pytest plugin's ``--polybroker-url`` sets), every backend name connects to that
+broker instead, in real time: the same test module runs on Kafka, NATS, ... (give it topic names
+of its own, as a real broker keeps what earlier runs left).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -34,7 +40,10 @@ from broker.typed.binding import ensure_binding
 if TYPE_CHECKING:
     from broker.app.application import App
 
-__all__ = ["AppTest", "Delivery"]
+__all__ = ["ENV_TEST_URL", "AppTest", "Delivery"]
+
+#: The environment variable naming a real broker for ``app.testing()`` (set by ``--polybroker-url``).
+ENV_TEST_URL = "POLYBROKER_TEST_URL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +62,18 @@ class Delivery:
 class AppTest:
     """The app running on ``inmem://`` for a test (an async context manager; see the module)."""
 
-    def __init__(self, app: App, *, virtual_time: bool = True, ack_deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        virtual_time: bool = True,
+        ack_deadline: float | None = None,
+        url: str | None = None,
+    ) -> None:
         self.app = app
+        configured = url or os.environ.get(ENV_TEST_URL) or None
+        #: The real broker the app runs on (None: fresh in-memory brokers, in virtual time by default).
+        self.url = configured if configured and not configured.startswith("inmem:") else None
         #: Every message the app's publishers sent (outputs, dead letters, the test's own publishes).
         self.recorder = PublishRecorder()
         #: Every delivery a subscriber was given, in order (redeliveries included).
@@ -67,11 +86,14 @@ class AppTest:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
-            if self._virtual:
+            if self._virtual and self.url is None:
                 stack.enter_context(virtual_time())
             self.app._observers.append(self._observe)
             stack.callback(self.app._observers.remove, self._observe)
-            specs = self.app._test_specs(self._ack_deadline)
+            if self.url is None:
+                specs = self.app._test_specs(self._ack_deadline)
+            else:
+                specs = {name: self.url for name in self.app.backend_specs}
             await stack.enter_async_context(self._serving(specs))
         except BaseException:
             await stack.__aexit__(None, None, None)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker import __version__
-from broker.cli import commands
+from broker.cli import commands, running
 
 DESCRIPTION = """\
 polybroker: one Python API for Kafka, NATS JetStream, Google Pub/Sub, Pulsar, Azure Service Bus,
@@ -41,6 +41,8 @@ examples:
   broker consume kafka://127.0.0.1:9092 greetings --count 1
   broker queue tracker kafka://127.0.0.1:9092 orders   redeliver unacked messages of 'orders'
   broker backends                               list installed backends and what they support
+  broker run myservice:app --workers 2          serve a broker.App in two worker processes
+  broker asyncapi myservice:app --yaml          print the app's AsyncAPI 3.0 document
 """
 
 
@@ -206,6 +208,53 @@ def build_parser() -> argparse.ArgumentParser:
         "--matrix", action="store_true", help="print the capability matrix (Markdown) at default settings"
     )
     backends.set_defaults(run=commands.backends)
+
+    serve = sub.add_parser(
+        "run",
+        help="serve a broker.App (pkg.module:app or path/to/file.py:app) until SIGTERM",
+        description=(
+            "Serve the broker.App TARGET names until SIGTERM or Ctrl-C: the first signal drains every "
+            "worker (running handlers finish, the rest is nacked for redelivery), a second cuts the "
+            "drain short. The broker URL is --url, else POLYBROKER_URL; the app's own settings come "
+            "from the environment as well."
+        ),
+    )
+    serve.add_argument("target", help="pkg.module:app or path/to/file.py:app (':app' may be left out)")
+    serve.add_argument("--url", help="the default backend's URL (overrides POLYBROKER_URL and the app's own)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes, one consumer group (default 1; more need a server broker, not inmem://)",
+    )
+    serve.add_argument(
+        "--reload",
+        action="store_true",
+        help="restart the workers (drain, then start) when a Python file changes (the 'reload' extra)",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, seconds running handlers get to finish (default 30)",
+    )
+    serve.set_defaults(run=running.command)
+
+    spec = sub.add_parser(
+        "asyncapi",
+        help="write the AsyncAPI 3.0 document of a broker.App",
+        description=(
+            "Write the AsyncAPI 3.0 document of the broker.App TARGET names: its servers (credentials "
+            "left out), channels, send and receive operations and message payloads as JSON Schema."
+        ),
+    )
+    spec.add_argument("target", help="pkg.module:app or path/to/file.py:app (':app' may be left out)")
+    spec.add_argument("--url", help="the default backend's URL (overrides POLYBROKER_URL and the app's own)")
+    spec.add_argument("--yaml", action="store_true", help="YAML instead of JSON (needs PyYAML)")
+    spec.add_argument("--output", "-o", help="the file to write (default: standard output)")
+    spec.add_argument("--title", help="info.title (default: the target's module name)")
+    spec.add_argument("--app-version", default="0.1.0", help="info.version (default 0.1.0)")
+    spec.set_defaults(run=running.asyncapi_command)
     return parser
 
 

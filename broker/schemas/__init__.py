@@ -28,6 +28,7 @@ with :class:`~broker.errors.NotSupported`. Registry failures are :mod:`broker.er
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
@@ -41,20 +42,21 @@ from broker.interfaces import (
     RecordIterator,
 )
 from broker.schemas.binding import Field, IdPlacement, SchemaBinding
-from broker.schemas.consuming import (
-    SchemaBatchedMessages,
-    SchemaBatchedReceiver,
-    SchemaBatchedRecords,
-    SchemaMessages,
-    SchemaReceiver,
-    SchemaRecords,
-)
+from broker.schemas.consuming import resolver
 from broker.schemas.errors import IncompatibleSchema, InvalidSchema, SchemaNotFound
 from broker.schemas.formats import CONTENT_TYPES, SchemaFormat, Strategy
 from broker.schemas.framing import KEY_SCHEMA_ID, VALUE_SCHEMA_ID
 from broker.schemas.publishing import SchemaTopic
 from broker.schemas.registry import Registry
-from broker.typed.consuming import DecodeErrorHook
+from broker.typed.consuming import (
+    DecodeErrorHook,
+    TypedBatchedMessages,
+    TypedBatchedReceiver,
+    TypedBatchedRecords,
+    TypedMessages,
+    TypedReceiver,
+    TypedRecords,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -68,15 +70,9 @@ __all__ = [
     "IncompatibleSchema",
     "InvalidSchema",
     "Registry",
-    "SchemaBatchedMessages",
-    "SchemaBatchedReceiver",
-    "SchemaBatchedRecords",
     "SchemaBinding",
     "SchemaFormat",
-    "SchemaMessages",
     "SchemaNotFound",
-    "SchemaReceiver",
-    "SchemaRecords",
     "SchemaTopic",
     "Strategy",
     "avro",
@@ -155,46 +151,71 @@ def topic(
 
 def messages(
     source: MessageIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
-) -> SchemaMessages[T]:
+) -> TypedMessages[T]:
     """``source`` handing out typed messages whose schemas were looked up off the loop."""
-    return SchemaMessages(source, binding, key)
+    return TypedMessages(source, binding, resolver(binding, key))
 
 
 def batched_messages(
     source: BatchedMessageIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
-) -> SchemaBatchedMessages[T]:
+) -> TypedBatchedMessages[T]:
     """``source`` handing out batches of typed messages whose schemas were looked up off the loop."""
-    return SchemaBatchedMessages(source, binding, key)
+    return TypedBatchedMessages(source, binding, resolver(binding, key))
 
 
 def records(
     source: RecordIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
-) -> SchemaRecords[T]:
+) -> TypedRecords[T]:
     """``source`` handing out typed records whose schemas were looked up off the loop."""
-    return SchemaRecords(source, binding, key)
+    return TypedRecords(source, binding, resolver(binding, key))
 
 
 def batched_records(
     source: BatchedIterator, binding: SchemaBinding[T], *, key: SchemaBinding[Any] | None = None
-) -> SchemaBatchedRecords[T]:
+) -> TypedBatchedRecords[T]:
     """``source`` handing out batches of typed records whose schemas were looked up off the loop."""
-    return SchemaBatchedRecords(source, binding, key)
+    return TypedBatchedRecords(source, binding, resolver(binding, key))
 
 
 def receiver(
     source: Receiver, binding: SchemaBinding[T], *, on_decode_error: DecodeErrorHook | None = None
-) -> SchemaReceiver[T]:
+) -> TypedReceiver[T]:
     """``source``'s handler gets typed messages whose schemas were looked up off the loop."""
-    return SchemaReceiver(source, binding, on_decode_error=on_decode_error)
+    return TypedReceiver(source, binding, on_decode_error=on_decode_error, prepare=resolver(binding))
 
 
 def batched_receiver(
     source: BatchedReceiver, binding: SchemaBinding[T], *, on_decode_error: DecodeErrorHook | None = None
-) -> SchemaBatchedReceiver[T]:
+) -> TypedBatchedReceiver[T]:
     """``source``'s batch handler gets typed messages whose schemas were looked up off the loop."""
-    return SchemaBatchedReceiver(source, binding, on_decode_error=on_decode_error)
+    return TypedBatchedReceiver(source, binding, on_decode_error=on_decode_error, prepare=resolver(binding))
 
 
 def decoded_key(received: Any, binding: SchemaBinding[T]) -> T | None:
     """The registry-framed key of ``received`` (a Kafka record or message) as ``binding`` decodes it."""
     return binding.decode_key(received)
+
+
+#: Consumer classes of earlier releases: ``schemas.messages(...)`` and the others now return the
+#: :mod:`broker.typed` consumers with the schema lookup as their ``prepare`` step.
+_MOVED = {
+    "SchemaMessages": TypedMessages,
+    "SchemaBatchedMessages": TypedBatchedMessages,
+    "SchemaRecords": TypedRecords,
+    "SchemaBatchedRecords": TypedBatchedRecords,
+    "SchemaReceiver": TypedReceiver,
+    "SchemaBatchedReceiver": TypedBatchedReceiver,
+}
+
+
+def __getattr__(name: str) -> Any:
+    moved = _MOVED.get(name)
+    if moved is not None:
+        warnings.warn(
+            f"broker.schemas.{name} is broker.typed.{moved.__name__} now (the schema consumers return "
+            "it, with the schema lookup as its prepare step); the old name goes in 0.3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return moved
+    raise AttributeError(f"module 'broker.schemas' has no attribute {name!r}")

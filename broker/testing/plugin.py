@@ -84,7 +84,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the marker (``--strict-markers`` passes)."""
+    """Register the marker (``--strict-markers`` passes); ``--polybroker-url`` also names the broker
+    ``app.testing()`` runs an application on (through ``POLYBROKER_TEST_URL``)."""
+    url = config.getoption("polybroker_url", None)
+    if url:
+        before = os.environ.get(ENV_URL)
+        os.environ[ENV_URL] = url
+
+        def restore() -> None:  # an in-process run (pytester) leaves the outer run's environment as it was
+            if before is None:
+                os.environ.pop(ENV_URL, None)
+            else:
+                os.environ[ENV_URL] = before
+
+        config.add_cleanup(restore)
     config.addinivalue_line(
         "markers",
         f"{VIRTUAL_TIME_MARK}: run the test body in virtual time on inmem:// (skipped against a real broker)",

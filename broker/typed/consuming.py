@@ -23,6 +23,7 @@ nacked and redelivered, so one bad payload costs nothing else.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, Self, TypeVar
@@ -77,6 +78,17 @@ DecodeErrorHook = Callable[[TypedMessage[Any], DecodeError], Awaitable[None]]
 _KEPT = frozenset({"stop", "stopped", "close", "drain_timeout", "concurrency"})
 
 
+#: A step run on what a consumer fetched before it is handed out (or given to the handler):
+#: a schema binding looks up the writer schemas there, off the event loop.
+Prepare = Callable[[list[Any]], Awaitable[None]]
+
+
+def default_prepare(binding: Binding[Any]) -> Prepare | None:
+    """The binding's own step before decoding (its coroutine ``resolve``), or None."""
+    resolve = getattr(binding, "resolve", None)
+    return resolve if inspect.iscoroutinefunction(resolve) else None
+
+
 class _Wrapper(SourceWrapper, AsyncResource):
     """An iterator wrapper: ``async with`` entering and leaving the source, and ``close()``."""
 
@@ -86,7 +98,12 @@ class _ReceiverWrapper(SourceWrapper, Generic[T]):
     ``stop()``, ``stopped``, ``close()``, ``drain_timeout`` and ``concurrency`` where it has them."""
 
     def __init__(
-        self, source: Any, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
+        self,
+        source: Any,
+        binding: Binding[T],
+        *,
+        on_decode_error: DecodeErrorHook | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         #: The untyped receiver underneath.
         self.source = source
@@ -94,9 +111,13 @@ class _ReceiverWrapper(SourceWrapper, Generic[T]):
         self.binding = binding
         #: Called for a message whose payload did not decode (None: dead-letter it).
         self.on_decode_error = on_decode_error
+        #: The step before the handler gets messages (default: the binding's, see :func:`default_prepare`).
+        self.prepare = prepare if prepare is not None else default_prepare(binding)
 
     async def _ready(self, messages: list[TypedMessage[T]]) -> None:
-        """Prepare ``messages`` before the handler gets them (nothing here; see :mod:`broker.schemas`)."""
+        """Run the :attr:`prepare` step on ``messages`` before the handler gets them."""
+        if self.prepare is not None:
+            await self.prepare(messages)
 
     def __getattr__(self, name: str) -> Any:
         if name in _KEPT:
@@ -108,16 +129,21 @@ class _Typed(_Wrapper, Generic[T, Out]):
     """An iterator wrapper: what ``source`` fetches, made ready (:meth:`_ready`) and tagged with
     ``binding`` (:meth:`_tag`), handed out as ``Out`` objects; ``close()`` closes the source."""
 
-    __slots__ = ("binding", "source")
+    __slots__ = ("binding", "prepare", "source")
 
-    def __init__(self, source: Any, binding: Binding[T]) -> None:
+    def __init__(self, source: Any, binding: Binding[T], prepare: Prepare | None = None) -> None:
         #: The untyped iterator underneath.
         self.source = source
         #: The binding payloads decode with.
         self.binding = binding
+        #: The step before fetched items are handed out (default: the binding's, see
+        #: :func:`default_prepare`).
+        self.prepare = prepare if prepare is not None else default_prepare(binding)
 
     async def _ready(self, items: list[Any]) -> None:
-        """Prepare fetched ``items`` before they are handed out (nothing here; see :mod:`broker.schemas`)."""
+        """Run the :attr:`prepare` step on fetched ``items`` before they are handed out."""
+        if self.prepare is not None:
+            await self.prepare(items)
 
     def _tag(self, items: list[Any]) -> list[Out]:
         """``items`` tagged with the binding, in place."""
@@ -173,8 +199,8 @@ class TypedMessages(_OneByOne[T, TypedMessage[T]]):
 
     __slots__ = ()
 
-    def __init__(self, source: MessageIterator, binding: Binding[T]) -> None:
-        super().__init__(source, binding)
+    def __init__(self, source: MessageIterator, binding: Binding[T], prepare: Prepare | None = None) -> None:
+        super().__init__(source, binding, prepare)
 
     async def _pull(self, timeout: float | None) -> Message:
         message: Message = await self.source.next_message(timeout)
@@ -193,8 +219,10 @@ class TypedBatchedMessages(_Batches[T, TypedMessage[T]]):
 
     __slots__ = ()
 
-    def __init__(self, source: BatchedMessageIterator, binding: Binding[T]) -> None:
-        super().__init__(source, binding)
+    def __init__(
+        self, source: BatchedMessageIterator, binding: Binding[T], prepare: Prepare | None = None
+    ) -> None:
+        super().__init__(source, binding, prepare)
 
     def _tag(self, items: list[Any]) -> list[TypedMessage[T]]:
         return tag_messages(items, self.binding)
@@ -205,8 +233,8 @@ class TypedRecords(_OneByOne[T, TypedRecord[T]]):
 
     __slots__ = ()
 
-    def __init__(self, source: RecordIterator, binding: Binding[T]) -> None:
-        super().__init__(source, binding)
+    def __init__(self, source: RecordIterator, binding: Binding[T], prepare: Prepare | None = None) -> None:
+        super().__init__(source, binding, prepare)
 
     async def _pull(self, timeout: float | None) -> Record:
         record: Record = await self.source.next_record(timeout)
@@ -225,8 +253,8 @@ class TypedBatchedRecords(_Batches[T, TypedRecord[T]]):
 
     __slots__ = ()
 
-    def __init__(self, source: BatchedIterator, binding: Binding[T]) -> None:
-        super().__init__(source, binding)
+    def __init__(self, source: BatchedIterator, binding: Binding[T], prepare: Prepare | None = None) -> None:
+        super().__init__(source, binding, prepare)
 
     def _tag(self, items: list[Any]) -> list[TypedRecord[T]]:
         return tag_records(items, self.binding)
@@ -303,9 +331,14 @@ class TypedReceiver(_ReceiverWrapper[T]):
     """
 
     def __init__(
-        self, source: Receiver, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
+        self,
+        source: Receiver,
+        binding: Binding[T],
+        *,
+        on_decode_error: DecodeErrorHook | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
-        super().__init__(source, binding, on_decode_error=on_decode_error)
+        super().__init__(source, binding, on_decode_error=on_decode_error, prepare=prepare)
 
     async def receive(self, handler: Callable[[TypedMessage[T]], Awaitable[None]]) -> None:
         """Call ``handler`` for every message until cancelled or stopped (as the source does)."""
@@ -332,9 +365,14 @@ class TypedBatchedReceiver(_ReceiverWrapper[T]):
     """
 
     def __init__(
-        self, source: BatchedReceiver, binding: Binding[T], *, on_decode_error: DecodeErrorHook | None = None
+        self,
+        source: BatchedReceiver,
+        binding: Binding[T],
+        *,
+        on_decode_error: DecodeErrorHook | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
-        super().__init__(source, binding, on_decode_error=on_decode_error)
+        super().__init__(source, binding, on_decode_error=on_decode_error, prepare=prepare)
 
     async def receive_batch(self, handler: Callable[[list[TypedMessage[T]]], Awaitable[None]]) -> None:
         """Call ``handler`` for every non-empty batch until cancelled or stopped."""

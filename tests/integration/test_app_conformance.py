@@ -18,6 +18,7 @@ import tests.conformance.test_kafka as kafka_suite
 import tests.conformance.test_pubsub as pubsub_suite
 import tests.conformance.test_pulsar as pulsar_suite
 import tests.conformance.test_rabbitmq as rabbitmq_suite
+import tests.conformance.test_redis as redis_suite
 import tests.conformance.test_servicebus as servicebus_suite
 from broker.driver.testing import Harness
 from broker.driver.testing.app import AppConformanceSuite
@@ -29,6 +30,7 @@ emulator = pubsub_suite.emulator
 pulsar = pulsar_suite.pulsar
 fake = servicebus_suite.fake
 rabbitmq_server = rabbitmq_suite.rabbitmq_server
+redis_server = redis_suite.redis_server
 
 
 class TestInmemApp(AppConformanceSuite):
@@ -70,3 +72,7 @@ class TestServiceBusApp(AppConformanceSuite):
 
 class TestRabbitmqApp(AppConformanceSuite):
     harness = rabbitmq_suite.TestRabbitmqConformance.harness
+
+
+class TestRedisApp(AppConformanceSuite):
+    harness = redis_suite.TestRedisConformance.harness

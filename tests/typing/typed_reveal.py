@@ -50,3 +50,10 @@ def plot(points: list[Point]) -> None: ...
 
 reveal_type(bill)  # def (order: Payment, key: str | None) -> Coroutine[Any, Any, Order]
 reveal_type(plot)  # def (points: list[Point])
+
+
+@app.records("points", "stats", per_key=True)
+async def count(point: Point, record: broker.Record) -> None: ...
+
+
+reveal_type(count)  # def (point: Point, record: Record) -> Coroutine[Any, Any, None]

@@ -7,6 +7,8 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import os
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -359,6 +361,39 @@ async def test_lifespan_runs_the_hooks_in_order_and_drains_with_nothing_lost() -
             await wait_until(lambda: set(finished) == set(range(20)), timeout=120)
     assert len(first_run[1]) < 20  # the drain stopped the first run early ...
     assert set(finished) == set(range(20))  # ... and nothing was lost
+    broker.connect(url).forget()  # type: ignore[attr-defined]
+
+
+async def test_a_signal_during_startup_drains_the_app_instead_of_killing_the_process() -> None:
+    """SIGTERM while a startup hook runs (``broker run --reload`` stopping a worker that just
+    started): ``run`` returns 0 after the shutdown hooks, and the message waiting is kept."""
+    url = f"inmem://app-early-signal-{uuid.uuid4().hex}"
+    app = App(url)
+    events: list[str] = []
+    handled: list[bytes] = []
+    await broker.connect(url).publisher().topic("jobs").publish(OutboundMessage(b"kept"))
+
+    @app.on_startup
+    async def starting() -> None:
+        events.append("startup")
+        if len(events) == 1:  # the first run only
+            os.kill(os.getpid(), signal.SIGTERM)  # before the subscribers start
+            await asyncio.sleep(0.05)  # the loop runs the signal's handler
+
+    @app.on_shutdown
+    def stopping() -> None:
+        events.append("shutdown")
+
+    @app.subscriber("jobs", "runner")
+    async def job(data: bytes) -> None:
+        handled.append(data)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    assert await asyncio.wait_for(app.run(drain_timeout=5), 30) == 0
+    assert events == ["startup", "shutdown"] and handled == []
+    assert signal.getsignal(signal.SIGTERM) == previous  # the run's handler is gone again
+    async with app.lifespan():
+        await wait_until(lambda: handled == [b"kept"], timeout=30)
     broker.connect(url).forget()  # type: ignore[attr-defined]
 
 

@@ -22,7 +22,8 @@ WITH_SDK_ERRORS = sorted(TRANSLATORS)
 
 
 def test_every_backend_with_sdk_errors_is_checked() -> None:
-    assert {"jetstream", "kafka", "pubsub", "pulsar", "rabbitmq", "servicebus"} <= set(WITH_SDK_ERRORS)
+    expected = {"jetstream", "kafka", "pubsub", "pulsar", "rabbitmq", "redis", "servicebus"}
+    assert expected <= set(WITH_SDK_ERRORS)
 
 
 @pytest.mark.parametrize("backend", WITH_SDK_ERRORS)

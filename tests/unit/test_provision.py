@@ -31,6 +31,7 @@ SETTINGS = {
     "pulsar": "PulsarSettings",
     "servicebus": "ServiceBusSettings",
     "rabbitmq": "RabbitmqSettings",
+    "redis": "RedisSettings",
 }
 
 

@@ -68,7 +68,8 @@ from broker.errors import MissingDependency
 assert importlib.util.find_spec("backends") is None and importlib.util.find_spec("contrib") is None
 missing = {}
 for url in ("kafka://127.0.0.1:1", "nats://127.0.0.1:1", "pubsub://p", "pulsar://127.0.0.1:1",
-            "servicebus://ns?shared_access_key_name=k&shared_access_key=v", "rabbitmq://127.0.0.1:1"):
+            "servicebus://ns?shared_access_key_name=k&shared_access_key=v", "rabbitmq://127.0.0.1:1",
+            "redis://127.0.0.1:1"):
     try:
         broker.connect(url)
     except MissingDependency as exc:
@@ -77,8 +78,8 @@ print(sorted(missing))
 print(all(("polybroker[" in text) for text in missing.values()))
 """
     out = _run(python, "-c", check, cwd=tmp_path).split("\n")
-    assert out[0] == "['kafka', 'nats', 'pubsub', 'pulsar', 'rabbitmq', 'servicebus']"
+    assert out[0] == "['kafka', 'nats', 'pubsub', 'pulsar', 'rabbitmq', 'redis', 'servicebus']"
     assert out[1] == "True", "MissingDependency names the extra to install"
     _run(UV, "pip", "install", "--quiet", "--python", python, f"{wheel}[nats]")  # type: ignore[arg-type]
     out = _run(python, "-c", check, cwd=tmp_path).split("\n")
-    assert out[0] == "['kafka', 'pubsub', 'pulsar', 'rabbitmq', 'servicebus']"
+    assert out[0] == "['kafka', 'pubsub', 'pulsar', 'rabbitmq', 'redis', 'servicebus']"

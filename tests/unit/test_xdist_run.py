@@ -121,11 +121,15 @@ def test_a_hung_test_is_dumped_reported_once_and_the_run_finishes(tmp_path: Path
 
         def test_dies():
             os._exit(3)
+
+        def test_segfaults():
+            import faulthandler
+            faulthandler._sigsegv()  # a native crash, as a C extension's would be
         """,
         grace=2,
     )
     out = result.stdout + result.stderr
-    assert "2 failed, 12 passed" in out, out  # the test a worker died in is not run again
+    assert "3 failed, 12 passed" in out, out  # the test a worker died in is not run again
     assert "watchdog, running: test_run.py::test_hangs_where_the_timeout_cannot_reach" in out, out
     assert 'test_run.py", line 12 in test_hangs_where_the_timeout_cannot_reach' in out, out
     assert "died without a watchdog dump; running: test_run.py::test_dies" in out, out
@@ -133,3 +137,5 @@ def test_a_hung_test_is_dumped_reported_once_and_the_run_finishes(tmp_path: Path
     summary = out[out.index("workers that died") :]
     assert "watchdog, running: test_run.py::test_hangs_where_the_timeout_cannot_reach" in summary, out
     assert "died without a watchdog dump; running: test_run.py::test_dies" in summary, out
+    crash = summary[summary.index("crashed, running: test_run.py::test_segfaults") :]
+    assert "Fatal Python error: Segmentation fault" in crash and "in test_segfaults" in crash, out

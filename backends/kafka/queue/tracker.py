@@ -236,10 +236,25 @@ class RedeliveryTracker(AsyncResource):
 
     # -- rebalance listener ---------------------------------------------------------------
     async def on_assigned(self, partitions: Sequence[TopicPartition]) -> None:
-        """Start tracking ``partitions``; their committed position and end decide catch-up."""
+        """Start tracking ``partitions``; their committed position and end decide catch-up.
+
+        On Kafka this runs in a task of its own, which closing the tracker does not cancel: a
+        tracker closed meanwhile (its consumer leaving the group during the join) asks the
+        cluster nothing more and tracks nothing, so its consumer's close is not held up by
+        requests whose answers nobody needs, on a log that may be closing too.
+        """
+        if self._closed:
+            return
         committed = await self._log.committed(self.config.tracker_group, list(partitions))
         for tp in partitions:
-            _, high = await self._watermarks(tp)
+            if self._closed:
+                return
+            try:
+                _, high = await self._watermarks(tp)
+            except ClosedError:
+                if self._closed:
+                    return
+                raise
             state = AssignedPartition(tp, self.config, high, self._monotonic, self.fleet)
             state.position = committed.get(tp) or 0
             self.partitions[tp] = state
@@ -257,6 +272,8 @@ class RedeliveryTracker(AsyncResource):
         """The watermarks of a markers partition (a topic created a moment ago may need retries)."""
         delay = 0.05
         for _ in range(8):
+            if self._closed:
+                raise ClosedError("the redelivery tracker is closed")
             try:
                 return await self._log.watermarks(tp)
             except UnknownTopic as exc:

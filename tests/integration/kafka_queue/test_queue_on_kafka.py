@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -89,6 +90,16 @@ def assigned(consumer: QueueConsumer) -> bool:
     """True once the consumer's group member owns partitions of the queue topic."""
     member = consumer.client._consumer
     return member is not None and bool(member.assignment())
+
+
+def owns_all(consumers: list[QueueConsumer], partitions: int = 3) -> bool:
+    """True when the group members of ``consumers`` together own every queue topic partition."""
+    owned = set()
+    for consumer in consumers:
+        member = consumer.client._consumer
+        if member is not None:
+            owned.update(tp.partition for tp in member.assignment())
+    return owned == set(range(partitions))
 
 
 class Child:
@@ -361,6 +372,14 @@ async def test_ten_thousand_messages_through_three_crashing_consumers(log: Kafka
     # The three share the partitions before the work starts (else the first to join takes it all).
     await wait_until(lambda: all(assigned(c) for c in consumers), 30)
     done = asyncio.Event()
+    stalled: list[str] = []
+
+    async def settled(after: str, condition: Callable[[], bool]) -> None:
+        try:
+            await wait_until(condition, 30)
+        except TimeoutError:
+            stalled.append(f"the group did not settle within 30 s after {after}")
+            raise
 
     async def work(slot: int) -> None:
         while not done.is_set():
@@ -371,17 +390,20 @@ async def test_ten_thousand_messages_through_three_crashing_consumers(log: Kafka
                 continue
             value = int(message.data)
             if restarts_at and len(processed) >= restarts_at[0] and not restarting:
-                # The worker dies mid-message: its consumer goes, a new one takes its place. It
-                # waits (holding the message it dies with) until the group has settled after the
-                # previous restart: Tansu's coordinator can livelock when members leave and join
-                # while it is still rebalancing.
+                # The worker dies mid-message: its consumer goes, a new one takes its place. One
+                # membership change at a time, each waited for (holding the message it dies
+                # with): Tansu's coordinator can livelock when a member joins while the group is
+                # still rebalancing after another left, and then a partition stays owned by
+                # nobody (its messages wait, unread, for an owner: the test's patience runs out).
                 restarting.append(slot)
                 crashed.add(value)
-                await wait_until(lambda: all(assigned(c) for c in consumers), 30)
+                await settled("the previous restart", lambda: all(assigned(c) for c in consumers))
                 restarts_at.pop(0)
-                restarting.clear()
-                consumers[slot] = service.consumer("work", keepalive_received=False)
                 await consumer.close()
+                others = [c for i, c in enumerate(consumers) if i != slot]
+                await settled("the leave", functools.partial(owns_all, others))
+                consumers[slot] = service.consumer("work", keepalive_received=False)
+                restarting.clear()
                 continue
             if message.delivery_attempt == 1 and rng.random() < 0.002:
                 crashed.add(value)  # the worker dies with this message: never settled
@@ -397,17 +419,22 @@ async def test_ten_thousand_messages_through_three_crashing_consumers(log: Kafka
         for i in range(total):
             producer.send_async(str(i).encode())
         await producer.flush(timeout=60)
+        workers = [asyncio.create_task(work(i)) for i in range(3)]
         try:
             async with asyncio.timeout(60):
-                await asyncio.gather(*(work(i) for i in range(3)))
+                await asyncio.gather(*workers)
         except TimeoutError:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             missing = sorted(set(range(total)) - set(processed))
             state = [
                 (sorted(c.client._consumer.assignment()) if c.client._consumer else None) for c in consumers
             ]
             raise AssertionError(
-                f"{len(missing)} never processed (e.g. {missing[:10]}); crashed {sorted(crashed)[:10]}; "
-                f"tracker in progress {tracker.in_progress}; assignments {state}"
+                f"{len(missing)} never processed (e.g. {missing[:10]}); {stalled or 'work took over 60 s'}; "
+                f"crashed {sorted(crashed)[:10]}; tracker in progress {tracker.in_progress}; "
+                f"assignments {state}"
             ) from None
         for consumer in consumers:
             await consumer.close()
