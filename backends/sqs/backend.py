@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,18 +44,28 @@ from aiobotocore.session import get_session
 from broker import Capabilities, OutboundMessage
 from broker.backends.sqs.consumer import SqsBatchedMessageIterator, SqsMessageIterator
 from broker.backends.sqs.errors import error_code, translate
-from broker.backends.sqs.mapping import encoded_size, group_id, to_attributes, to_body
+from broker.backends.sqs.mapping import deduplication_id, encoded_size, group_id, to_attributes, to_body
 from broker.backends.sqs.registration import SqsFactory
 from broker.backends.sqs.settings import (
     MAX_PAYLOAD_BYTES,
+    MAX_QUEUE_PAYLOAD_BYTES,
     MAX_SNS_BYTES,
+    MAX_SQS_BYTES,
     ConsumerOptions,
     SqsSettings,
     check_name,
 )
 from broker.driver.base import BackendBase, Batching
 from broker.driver.publishing import DriverPublisher
-from broker.errors import ClosedError, MessageTooLarge, ProvisioningError, PublishError, Timeout, UnknownTopic
+from broker.errors import (
+    BrokerError,
+    ClosedError,
+    MessageTooLarge,
+    ProvisioningError,
+    PublishError,
+    Timeout,
+    UnknownTopic,
+)
 
 if TYPE_CHECKING:
     from types_aiobotocore_sns import SNSClient
@@ -127,6 +137,8 @@ class SqsConnection:
         self.queues: dict[str, str] = {}
         #: (topic, subscription) pairs whose subscription exists
         self.subscribed: set[tuple[str, str]] = set()
+        #: topic name -> the largest message it takes (queue mode: the queue's ``MaximumMessageSize``)
+        self.limits: dict[str, int] = {}
 
     def __repr__(self) -> str:
         s = self.settings
@@ -176,7 +188,7 @@ class SqsConnection:
         _, sqs = await self.clients()
         aws_name = self.name(name)
         if create:
-            attributes: dict[Any, str] = {}
+            attributes: dict[Any, str] = {"MaximumMessageSize": str(MAX_SQS_BYTES)}
             if self.settings.fifo:
                 attributes["FifoQueue"] = "true"
             if visibility is not None:
@@ -232,11 +244,43 @@ class SqsConnection:
             raise ProvisioningError("sqs", [f"SNS topic {aws_name!r}"])
         raise UnknownTopic(f"no SNS topic {aws_name!r}")
 
-    async def target(self, topic: str) -> str:
-        """Where a publish to ``topic`` goes: the topic's ARN (SNS mode) or queue URL (queue mode)."""
+    async def target(self, topic: str) -> tuple[str, int]:
+        """Where a publish to ``topic`` goes, the topic's ARN (SNS mode) or queue URL (queue mode),
+        and the largest message it takes: SNS's 256 KiB, or the queue's ``MaximumMessageSize``
+        (read once with ``GetQueueAttributes``)."""
         if self.settings.mode == "sns":
-            return await self.topic_arn(topic)
-        return await self.queue_url(topic, create=self.provision == "create")
+            return await self.topic_arn(topic), MAX_SNS_BYTES
+        url = await self.queue_url(topic, create=self.provision == "create")
+        limit = self.limits.get(topic)
+        if limit is None:
+            _, sqs = await self.clients()
+            try:
+                got = await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])
+            except Exception as exc:
+                raise translate(exc, f"reading the size limit of queue {self.name(topic)!r}") from exc
+            values = got.get("Attributes", {})
+            limit = self.limits[topic] = int(values.get("MaximumMessageSize", MAX_SNS_BYTES))
+        return url, limit
+
+    async def queue_arn(self, url: str) -> str:
+        """The ARN of the queue at ``url``."""
+        _, sqs = await self.clients()
+        try:
+            got = await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+        except Exception as exc:
+            raise translate(exc, f"reading the ARN of queue {url!r}") from exc
+        return str(got["Attributes"]["QueueArn"])
+
+    async def redrive(self, url: str, dead_letter_queue: str, max_receive_count: int) -> None:
+        """Give the queue at ``url`` a native redrive policy: SQS itself moves a message received
+        more than ``max_receive_count`` times to the queue ``dead_letter_queue`` (made if missing)."""
+        dlq_url = await self.queue_url(dead_letter_queue, create=True)
+        policy = {"deadLetterTargetArn": await self.queue_arn(dlq_url), "maxReceiveCount": max_receive_count}
+        _, sqs = await self.clients()
+        try:
+            await sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(policy)})
+        except Exception as exc:
+            raise translate(exc, f"setting the redrive policy of queue {url!r}") from exc
 
     async def subscription_queue(self, topic: str, subscription: str, visibility: int) -> str:
         """The URL of the queue a consumer of ``subscription`` reads (made and subscribed when
@@ -251,9 +295,8 @@ class SqsConnection:
             arn = await self.topic_arn(topic)
             sns, sqs = await self.clients()
             doing = f"subscribing queue {self.name(name)!r} to SNS topic {self.name(topic)!r}"
+            queue_arn = await self.queue_arn(url)
             try:
-                got = await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
-                queue_arn = got["Attributes"]["QueueArn"]
                 await sqs.set_queue_attributes(
                     QueueUrl=url, Attributes={"Policy": json.dumps(queue_policy(queue_arn, arn))}
                 )
@@ -290,6 +333,9 @@ class SqsBackend(BackendBase):
         super().__init__()
         self.settings = settings or SqsSettings()
         self._check_provision()
+        if self.settings.mode == "queue":
+            # a queue takes up to 1 MiB (the ones this backend makes do); SNS takes 256 KiB
+            self.capabilities = dataclasses.replace(CAPABILITIES, max_message_bytes=MAX_QUEUE_PAYLOAD_BYTES)
         self.connection = SqsConnection(self.settings)
 
     def __repr__(self) -> str:
@@ -367,72 +413,111 @@ class SqsBackend(BackendBase):
 
 
 class SqsPublishDriver:
-    """A ``broker.driver.publishing.PublishDriver``: ``Publish``/``SendMessage`` and their batches."""
+    """A ``broker.driver.publishing.PublishDriver``: ``Publish``/``SendMessage`` and their batches.
+
+    Every message is checked against the target's size limit before anything is sent (SNS: 256
+    KiB; a queue: its ``MaximumMessageSize``, up to 1 MiB). A batch goes in chunks of at most ten
+    messages and at most the request's aggregate limit (``PublishBatch`` 256 KiB, ``SendMessageBatch``
+    1 MiB). On FIFO topics and queues each message's deduplication id is a digest of its key,
+    payload and attributes, so sending the same message again (a retried publish) within AWS's
+    five-minute window stores it once.
+    """
 
     def __init__(self, connection: SqsConnection) -> None:
         self._connection = connection
         self._settings = connection.settings
         self._sns_mode = connection.settings.mode == "sns"
         self._fifo = connection.settings.fifo
+        self._batch_bytes = MAX_SNS_BYTES if self._sns_mode else MAX_SQS_BYTES
 
     def check_topic(self, name: str) -> None:
         """Refuse names that cannot name a topic or queue."""
         check_name(name, "topic", self._fifo)
 
-    def _entry(self, message: OutboundMessage, index: int) -> dict[str, Any]:
+    def entry(self, message: OutboundMessage, index: int) -> tuple[dict[str, Any], int]:
+        """The batch entry of ``message`` (``Id`` its index) and its size as AWS counts it."""
         body, encoding = to_body(message.data)
         attributes = to_attributes(message, self._fifo, encoding)
-        size = encoded_size(body, attributes)
-        if size > MAX_SNS_BYTES:
-            raise MessageTooLarge(
-                f"the message is {size} bytes as SQS/SNS count it (body and attributes), "
-                f"more than the {MAX_SNS_BYTES} they take"
-            )
         entry: dict[str, Any] = {"Id": str(index), "MessageAttributes": attributes}
         entry["Message" if self._sns_mode else "MessageBody"] = body
         if self._fifo:
             entry["MessageGroupId"] = group_id(message)
-            entry["MessageDeduplicationId"] = uuid.uuid4().hex
-        return entry
+            entry["MessageDeduplicationId"] = deduplication_id(message)
+        return entry, encoded_size(body, attributes)
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
-        """Send every message (chunks of ten for a batch); return once AWS has them all."""
-        doing = f"publishing to {topic!r}"
-        entries = [self._entry(m, i) for i, m in enumerate(messages)]
+        """Send every message; return once AWS has them all. A message past the target's limit is
+        :class:`MessageTooLarge` before anything is sent."""
+        built = [self.entry(m, i) for i, m in enumerate(messages)]
         try:
             async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
-                target = await self._connection.target(topic)
-                sns, sqs = await self._connection.clients()
-                if len(entries) == 1:
-                    entry = dict(entries[0])
-                    del entry["Id"]
-                    if self._sns_mode:
-                        await sns.publish(TopicArn=target, **entry)
-                    else:
-                        await sqs.send_message(QueueUrl=target, **entry)
-                    return
-                failed: list[tuple[int, str]] = []
-                for start in range(0, len(entries), BATCH):
-                    chunk: Any = entries[start : start + BATCH]
-                    if self._sns_mode:
-                        answer: Any = await sns.publish_batch(
-                            TopicArn=target, PublishBatchRequestEntries=chunk
+                target, limit = await self._connection.target(topic)
+                for index, (_, size) in enumerate(built):
+                    if size > limit:
+                        name = self._connection.name(topic)
+                        where = "an SNS topic" if self._sns_mode else f"queue {name!r}"
+                        raise MessageTooLarge(
+                            f"message {index} is {size} bytes as SQS/SNS count it (body and attributes), "
+                            f"more than the {limit} {where} takes; nothing was sent"
                         )
-                    else:
-                        answer = await sqs.send_message_batch(QueueUrl=target, Entries=chunk)
-                    failed.extend((int(f["Id"]), str(f.get("Code", ""))) for f in answer.get("Failed", ()))
+                await self.send_entries(topic, target, built)
         except TimeoutError as exc:
-            raise Timeout(f"{doing}: no answer from AWS in time") from exc
+            raise Timeout(f"publishing to {topic!r}: no answer from AWS in time") from exc
+        except BrokerError:
+            raise
+        except Exception as exc:
+            raise translate(exc, f"publishing to {topic!r}", PublishError) from exc
+
+    async def send_entries(
+        self, topic: str, target: str, built: Sequence[tuple[dict[str, Any], int]]
+    ) -> None:
+        """Send built entries to ``target`` (one ``Publish``/``SendMessage`` for one entry, else
+        batches); AWS's ``Failed`` entries are a :class:`BatchPublishError` with their indices."""
+        doing = f"publishing to {topic!r}"
+        failed: list[tuple[int, str]] = []
+        try:
+            sns, sqs = await self._connection.clients()
+            if len(built) == 1:
+                entry = dict(built[0][0])
+                del entry["Id"]
+                if self._sns_mode:
+                    await sns.publish(TopicArn=target, **entry)
+                else:
+                    await sqs.send_message(QueueUrl=target, **entry)
+                return
+            for chunk in self._chunks(built):
+                if self._sns_mode:
+                    answer: Any = await sns.publish_batch(TopicArn=target, PublishBatchRequestEntries=chunk)
+                else:
+                    answer = await sqs.send_message_batch(QueueUrl=target, Entries=chunk)
+                failed.extend((int(f["Id"]), str(f.get("Code", ""))) for f in answer.get("Failed", ()))
+        except BrokerError:
+            raise
         except Exception as exc:
             raise translate(exc, doing, PublishError) from exc
         if failed:
             failed.sort()
             raise BatchPublishError(
-                f"{doing}: {len(failed)} of {len(entries)} messages were refused "
+                f"{doing}: {len(failed)} of {len(built)} messages were refused "
                 f"(indices {[i for i, _ in failed]}, codes {sorted({c for _, c in failed})})",
                 [i for i, _ in failed],
                 [c for _, c in failed],
             )
+
+    def _chunks(self, built: Sequence[tuple[dict[str, Any], int]]) -> list[Any]:
+        """Consecutive entries, at most ten and at most the aggregate limit a request each."""
+        chunks: list[list[dict[str, Any]]] = []
+        chunk: list[dict[str, Any]] = []
+        total = 0
+        for entry, size in built:
+            if chunk and (len(chunk) == BATCH or total + size > self._batch_bytes):
+                chunks.append(chunk)
+                chunk, total = [], 0
+            chunk.append(entry)
+            total += size
+        if chunk:
+            chunks.append(chunk)
+        return chunks
 
     async def close(self) -> None:
         """Nothing of its own to release: the clients are the backend's."""

@@ -6,11 +6,17 @@ seconds, rounded up). A receive outlives a ``next_message()`` that timed out: wh
 in the consumer for the next call. ``close()`` waits for the receive in flight (at most
 ``close_timeout``) and makes what nobody took visible again at once.
 
+Dead-lettering after ``max_attempts`` is SQS's own where it can be: in queue mode under
+``provision=create`` with a ``dead_letter_topic`` (a queue there), the consumer gives its queue a
+redrive policy (``RedrivePolicy``: that queue's ARN, ``maxReceiveCount=max_attempts``) and SQS moves
+a message received more often to it, unchanged. Elsewhere (SNS mode, where the dead-letter topic is
+an SNS topic; no dead-letter topic; ``verify``/``none``) the consumer does it, as below.
+
 Settling: ``ack()`` is ``DeleteMessage`` (a batch of acks: ``DeleteMessageBatch``, ten at a
 time); ``nack(delay)`` is ``ChangeMessageVisibility`` to ``delay`` (0 without one; rounded up, at
-most 12 h); ``in_progress()`` sets it to the ack deadline again. With ``max_attempts``, a message
-nacked on its last allowed delivery, or received more often than that (its deadline passed each
-time), is published to ``dead_letter_topic`` (with the ``x-dead-letter-*`` attributes) and deleted.
+most 12 h); ``in_progress()`` sets it to the ack deadline again. With client-side dead-lettering, a
+message nacked on its last allowed delivery, or received more often than that (its deadline passed
+each time), is published to ``dead_letter_topic`` (with the ``x-dead-letter-*`` attributes) and deleted.
 """
 
 from __future__ import annotations
@@ -75,6 +81,15 @@ class SqsAcker:
         self.visibility = whole_seconds(options.ack_deadline, MAX_VISIBILITY_SECONDS, "ack_deadline")
         self.max_attempts = options.max_attempts
         self.dead_letter_topic = options.dead_letter_topic
+        settings = connection.settings
+        #: Whether SQS dead-letters by itself (a redrive policy on the queue, see the module): queue
+        #: mode, ``provision=create``, ``max_attempts`` and a ``dead_letter_topic`` (a queue there).
+        self.native_redrive = (
+            settings.mode == "queue"
+            and connection.provision == "create"
+            and self.max_attempts is not None
+            and self.dead_letter_topic is not None
+        )
 
     def __repr__(self) -> str:
         return f"<SqsAcker {self.topic!r} subscription={self.subscription!r}>"
@@ -132,7 +147,7 @@ class SqsAcker:
         """Make the message visible again at once, or after ``delay`` seconds (rounded up, at most
         12 h); dead-letter it instead when this was its last allowed delivery (``max_attempts``)."""
         attempt = message.delivery_attempt or 1
-        if self.max_attempts is not None and attempt >= self.max_attempts:
+        if self.max_attempts is not None and attempt >= self.max_attempts and not self.native_redrive:
             await self.move_out(message, f"nacked on delivery {attempt} (max_attempts={self.max_attempts})")
             return
         seconds = whole_seconds(delay or 0.0, MAX_VISIBILITY_SECONDS, "a nack delay")
@@ -216,6 +231,13 @@ class SqsMessages(PulledMessages):
                 raise translate(
                     exc, f"opening subscription {self.subscription!r} of {self.topic!r}", ReceiveError
                 ) from exc
+            if self.acker.native_redrive:
+                assert self.acker.dead_letter_topic is not None and self.acker.max_attempts is not None
+                try:
+                    await self._connection.redrive(url, self.acker.dead_letter_topic, self.acker.max_attempts)
+                except Exception as exc:
+                    doing = f"dead-lettering subscription {self.subscription!r} of {self.topic!r}"
+                    raise translate(exc, doing, ReceiveError) from exc
             self._queue_url = self.acker.queue_url = url
         return self._queue_url
 
@@ -270,7 +292,7 @@ class SqsMessages(PulledMessages):
         fifo = self._connection.settings.fifo
         messages = [to_message(url, m, self.acker, now, fifo) for m in answer.get("Messages", ())]
         most = self.options.max_attempts
-        if most is not None:
+        if most is not None and not self.acker.native_redrive:
             kept = []
             for message in messages:
                 if (message.delivery_attempt or 1) > most:

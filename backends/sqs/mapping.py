@@ -9,7 +9,8 @@ portable                          SQS / SNS
                                   ``pb-body=empty`` (SQS and SNS refuse an empty body)
 ``key``                           the attribute ``pb-key`` on standard topics and queues; the
                                   ``MessageGroupId`` on FIFO ones (a message without a key gets
-                                  the group :data:`DEFAULT_GROUP`, read back as no key)
+                                  the group :data:`DEFAULT_GROUP`, read back as no key); the
+                                  ``MessageDeduplicationId`` is :func:`deduplication_id`
 ``attributes``                    message attributes of type ``String``, one each, when they fit
                                   (see below); an empty value travels as the custom type
                                   ``String.empty`` (AWS refuses empty values)
@@ -32,6 +33,7 @@ gives each queue's copy an id of its own), ``publish_time`` the ``SentTimestamp`
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -47,6 +49,7 @@ __all__ = [
     "DEFAULT_GROUP",
     "KEY_ATTRIBUTE",
     "PACKED_ATTRIBUTE",
+    "deduplication_id",
     "encoded_size",
     "to_attributes",
     "to_body",
@@ -133,6 +136,19 @@ def encoded_size(body: str, attributes: Mapping[str, Mapping[str, str]]) -> int:
     for name, value in attributes.items():
         size += len(name.encode()) + len(value["DataType"].encode()) + len(value["StringValue"].encode())
     return size
+
+
+def deduplication_id(message: OutboundMessage) -> str:
+    """The ``MessageDeduplicationId`` of ``message`` on a FIFO topic or queue: the SHA-256 of its
+    key, payload and attributes. The same message sent again (a retried publish, a batch sent
+    again whole) has the same id, and AWS stores it once within its five-minute window; messages
+    that differ in any of these are distinct (add an attribute, e.g. an id, to send equal ones)."""
+    digest = hashlib.sha256()
+    header = json.dumps([message.key, sorted(message.attributes.items())], ensure_ascii=True)
+    digest.update(header.encode())
+    digest.update(b"\0")
+    digest.update(message.data)
+    return digest.hexdigest()
 
 
 def group_id(message: OutboundMessage) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_ATTRIBUTES",
     "MAX_DELAY_SECONDS",
     "MAX_PAYLOAD_BYTES",
+    "MAX_QUEUE_PAYLOAD_BYTES",
     "MAX_SNS_BYTES",
     "MAX_SQS_BYTES",
     "MAX_VISIBILITY_SECONDS",
@@ -49,6 +50,9 @@ MAX_SQS_BYTES = 1024 * 1024
 #: its size) and 1 KiB is left for attributes. Text payloads travel as they are, up to 256 KiB
 #: with their attributes.
 MAX_PAYLOAD_BYTES = 3 * (MAX_SNS_BYTES - 1024) // 4
+#: The largest payload every message of a queue at 1 MiB carries (queue mode: the queues this
+#: backend creates take 1 MiB), binary ones base64-encoded, 1 KiB left for attributes.
+MAX_QUEUE_PAYLOAD_BYTES = 3 * (MAX_SQS_BYTES - 1024) // 4
 #: Message attributes SQS and SNS carry per message.
 MAX_ATTRIBUTES = 10
 #: The longest visibility timeout, 12 hours.

@@ -24,3 +24,12 @@ async def backend(moto_server_fake: ProcessServer) -> AsyncIterator[SqsBackend]:
     assert isinstance(connected, SqsBackend)
     async with connected:
         yield connected
+
+
+@pytest.fixture
+async def sns_backend(moto_server_fake: ProcessServer) -> AsyncIterator[SqsBackend]:
+    """A backend in SNS mode (the default) whose receives long-poll one second."""
+    connected = broker.connect(f"{moto_server_fake.url}&wait_time=1")
+    assert isinstance(connected, SqsBackend)
+    async with connected:
+        yield connected
