@@ -9,8 +9,9 @@ subscription                   SNS mode: the SQS queue ``<topic>--<subscription>
                                unchanged) and a queue policy that lets the topic send to it;
                                queue mode: every subscription name consumes the topic's one queue
                                (competing consumers)
-publish                        ``Publish`` / ``SendMessage``; a batch in chunks of ten
-                               (``PublishBatch`` / ``SendMessageBatch``), a partial failure a
+publish                        ``Publish`` / ``SendMessage``; a batch in chunks of at most ten
+                               and at most the request's limit (``PublishBatch`` 256 KiB,
+                               ``SendMessageBatch`` 1 MiB), a partial failure a
                                :class:`BatchPublishError` naming the indices that failed
 ``messages()``                 ``ReceiveMessage`` with long polling (``wait_time``)
 ``ack``                        ``DeleteMessage`` (a batch of acks: ``DeleteMessageBatch``)
@@ -18,15 +19,21 @@ publish                        ``Publish`` / ``SendMessage``; a batch in chunks 
 ``in_progress``                ``ChangeMessageVisibility`` to the ack deadline
 ``nack(delay)``                ``ChangeMessageVisibility`` to ``delay`` (whole seconds, up; 12 h)
 ``delivery_attempt``           ``ApproximateReceiveCount``
-``max_attempts``               a message received more often, or nacked on its last allowed
-                               delivery, is published to ``dead_letter_topic`` and deleted
-FIFO (``fifo=true``)           ``.fifo`` topics and queues; the key is the ``MessageGroupId``
+``max_attempts``               queue mode under ``provision=create`` with a ``dead_letter_topic``:
+                               the queue's ``RedrivePolicy`` (SQS moves the message after
+                               ``maxReceiveCount`` receives); elsewhere the consumer publishes a
+                               message received more often, or nacked on its last allowed
+                               delivery, to ``dead_letter_topic`` and deletes it
+FIFO (``fifo=true``)           ``.fifo`` topics and queues; the key is the ``MessageGroupId``, the
+                               ``MessageDeduplicationId`` a digest of the message
 =============================  ===================================================================
 
-The size limit is checked before sending: 256 KiB per message (payload and attributes, as AWS
-counts them), else :class:`~broker.errors.MessageTooLarge`; attributes past the limit of 10 travel
-packed in one (:mod:`broker.backends.sqs.mapping`). The backend holds one SNS and one SQS client
-(aiobotocore), made on first use and shared by the publisher and the consumers.
+The size limit is checked before sending, else :class:`~broker.errors.MessageTooLarge` and nothing
+of the batch is sent: 256 KiB per message on SNS (payload and attributes, as AWS counts them), the
+queue's ``MaximumMessageSize`` (read at the first publish, up to 1 MiB) in queue mode; attributes
+past the limit of 10 travel packed in one (:mod:`broker.backends.sqs.mapping`). The backend holds
+one SNS and one SQS client (aiobotocore), made on first use and shared by the publisher and the
+consumers.
 """
 
 from __future__ import annotations
