@@ -315,9 +315,16 @@ class SqsMessages(PulledMessages):
         read, self._read = self._read, None
         timeout = self._connection.settings.close_timeout
         if read is not None:
-            read.cancel()  # a long poll in flight: what it would bring stays in the queue
-            with contextlib.suppress(BaseException):
-                await read
+            # A long poll in flight is waited for, not cancelled: cancelling only drops the client's
+            # side, and SQS would still hand what arrives meanwhile to the abandoned call, hidden
+            # for a whole ack deadline. What it brings is released below with the rest.
+            await asyncio.wait((read,), timeout=timeout)
+            if read.done() and not read.cancelled() and read.exception() is None:
+                self._buffer.extend(read.result())
+            else:
+                read.cancel()
+                with contextlib.suppress(BaseException):
+                    await read
         left = list(self._buffer)
         self._buffer.clear()
         if left and self._queue_url is not None:
