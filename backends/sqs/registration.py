@@ -33,7 +33,7 @@ class SqsFactory(BackendRegistration):
         "ack_deadline": "visibility timeout (whole seconds)",
         "in_progress": "ChangeMessageVisibility",
         "delivery_attempt": "ApproximateReceiveCount",
-        "dead_letter": "publish to the dead-letter topic + DeleteMessage",
+        "dead_letter": "RedrivePolicy (queue mode), else publish to the dead-letter topic + DeleteMessage",
         "competing_consumers": "consumers of one queue",
     }
 
