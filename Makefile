@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test faults lint typecheck java browser rabbitmq redis asyncapi bench docs clean test-minimums
+.PHONY: demo test test-sqs faults lint typecheck java browser rabbitmq redis asyncapi bench docs clean test-minimums
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,12 @@ test: lint typecheck java browser rabbitmq redis asyncapi
 # restarted under a workload; prints the backend x fault table. `make test` runs only its short subset.
 faults: $(STAMP) rabbitmq redis
 	POLYBROKER_FAULTS_SHAPE=3000@300 $(PY) -m pytest tests/faults -m faults --durations=15
+
+# The whole SQS suite against the moto fake (a fake of SQS and SNS): `make test` leaves out its slowest
+# tests (marked sqs_full, tests/conformance/test_sqs.py); this runs them with the rest of SQS's tests.
+test-sqs: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup -m "sqs_full or not sqs_full" -k sqs --durations=15 \
+	  tests/conformance/test_sqs.py tests/integration/sqs tests/integration/test_app_conformance.py tests/integration/sync
 
 bench: $(STAMP) java
 	$(PY) bench/run_all.py   # every bench/*.py as its docstring says; writes bench/RESULTS.md

@@ -47,7 +47,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     adds by setting ``item._nodeid``; pytest 9 builds the node id from ``item._id`` instead, so that
     suffix never reaches the scheduler and every group is split over both workers. On a worker the
     suffix is added here the way pytest 9 reads it.
+
+    Tests marked ``sqs_full`` (the slow part of the SQS suite) are deselected unless the ``-m``
+    expression names ``sqs_full`` (``make test-sqs``).
     """
+    if "sqs_full" not in (config.option.markexpr or ""):  # make test-sqs runs them (-m names it)
+        dropped = [item for item in items if item.get_closest_marker("sqs_full")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not item.get_closest_marker("sqs_full")]
     # On a worker, xdist sets ``loadgroup`` from the controller's ``--dist`` (and ``dist`` to "no").
     loadgroup = bool(getattr(config.option, "loadgroup", False))
     on_worker = loadgroup and os.environ.get("PYTEST_XDIST_WORKER") is not None

@@ -27,6 +27,8 @@ RabbitMQ, Redis Streams and an in-memory broker. A broker is chosen by URL:
                             RabbitMQ (pip install 'polybroker[rabbitmq]')
   redis://[USER:PASSWORD@]HOST:PORT[/DB]
                             Redis Streams; rediss:// over TLS (pip install 'polybroker[redis]')
+  sqs://REGION[?mode=queue]
+                            SNS topics and SQS queues, or plain SQS queues (pip install 'polybroker[sqs]')
 
 Settings go in the query string: kafka://localhost:9092?group_id=orders
 """
@@ -161,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a local broker server for development and print its URL",
         description="Start a local server for a backend (bound to 127.0.0.1) and keep it up until Ctrl-C.",
     )
-    dev.add_argument("backend", help="kafka, nats, pubsub, pulsar, rabbitmq or redis")
+    dev.add_argument("backend", help="kafka, nats, pubsub, pulsar, rabbitmq, redis or sqs (a fake: moto)")
     dev.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
     dev.set_defaults(run=commands.dev)
 

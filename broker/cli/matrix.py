@@ -27,9 +27,10 @@ EXAMPLE_URLS: Mapping[str, str] = {
     "servicebus": "servicebus://capability-matrix?shared_access_key_name=name&shared_access_key=key",
     "rabbitmq": "rabbitmq://guest:guest@127.0.0.1:5672/",
     "redis": "redis://127.0.0.1:6379",
+    "sqs": "sqs://us-east-1",
 }
 
-_ORDER = ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus", "rabbitmq", "redis")
+_ORDER = ("inmem", "kafka", "nats", "pubsub", "pulsar", "servicebus", "rabbitmq", "redis", "sqs")
 
 
 async def _capabilities(scheme: str) -> Capabilities:

@@ -93,6 +93,7 @@ PROTOCOLS: Final[Mapping[str, Protocol]] = {
     "pulsar": "http",
     "inmem": "http",
     "redis": "http",
+    "sqs": "http",  # SQS/SNS message attributes (at most 10: large events go structured)
     "http": "http",
 }
 

@@ -21,6 +21,7 @@ from broker.backends.rabbitmq import mapping as rabbitmq
 from broker.backends.redis import mapping as redis
 from broker.backends.servicebus import mapping as servicebus
 from broker.backends.servicebus.settings import ServiceBusSettings
+from broker.backends.sqs import mapping as sqs
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
 COLUMNS = ("payload", "key", "attributes", "content type", "adds")
@@ -57,6 +58,10 @@ REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {
         "key": (redis.KEY_FIELD.decode(),),
         "attributes": (_ATTRIBUTE_FIELD,),
     },
+    "sqs": {
+        "key": (sqs.KEY_ATTRIBUTE,),
+        "adds": (sqs.KEY_ATTRIBUTE, sqs.BODY_ATTRIBUTE, sqs.PACKED_ATTRIBUTE),
+    },
 }
 
 #: backend -> the polybroker-defined names its row and its "how to send" note may show.
@@ -68,6 +73,7 @@ CONSTANTS: dict[str, frozenset[str]] = {
     "servicebus": frozenset({servicebus.ATTEMPT_PROPERTY}),
     "rabbitmq": frozenset({rabbitmq.KEY_HEADER, rabbitmq.ENCODED_HEADER}),
     "redis": frozenset({_ATTRIBUTE_FIELD, redis.ATTRIBUTE_PREFIX.decode() + "content-type"}),
+    "sqs": frozenset(),
 }
 
 #: The title each backend's "how to send" note starts with.
@@ -79,6 +85,7 @@ NOTES = {
     "servicebus": "Azure Service Bus",
     "rabbitmq": "RabbitMQ",
     "redis": "Redis Streams",
+    "sqs": "Amazon SQS/SNS",
 }
 
 _OURS = re.compile(r"^(?:polybroker-|attr:)", re.I)
@@ -134,3 +141,4 @@ def test_how_to_send_names_where_the_key_goes() -> None:
     assert pubsub.KEY_ATTRIBUTE in _code(notes["pubsub"])
     assert rabbitmq.KEY_HEADER in _code(notes["rabbitmq"])
     assert {redis.DATA_FIELD.decode(), redis.KEY_FIELD.decode(), _ATTRIBUTE_FIELD} <= _code(notes["redis"])
+    assert sqs.KEY_ATTRIBUTE in _code(notes["sqs"])

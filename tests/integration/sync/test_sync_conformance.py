@@ -23,6 +23,7 @@ import tests.conformance.test_pulsar as pulsar_suite
 import tests.conformance.test_rabbitmq as rabbitmq_suite
 import tests.conformance.test_redis as redis_suite
 import tests.conformance.test_servicebus as servicebus_suite
+import tests.conformance.test_sqs as sqs_suite
 from broker.driver.testing import Harness
 from broker.driver.testing.sync import SyncConformanceSuite
 from tests.integration.pulsar.server import PulsarTestServer
@@ -42,6 +43,7 @@ pulsar = pulsar_suite.pulsar
 fake = servicebus_suite.fake
 rabbitmq_server = rabbitmq_suite.rabbitmq_server
 redis_server = redis_suite.redis_server
+moto_server_fake = sqs_suite.moto_server_fake
 
 
 class TestInmemSync(SyncConformanceSuite):
@@ -79,3 +81,7 @@ class TestRabbitmqSync(SyncConformanceSuite):
 
 class TestRedisSync(SyncConformanceSuite):
     harness = redis_suite.TestRedisConformance.harness
+
+
+class TestSqsSync(SyncConformanceSuite):
+    harness = sqs_suite.TestSqsSnsModeConformance.harness
