@@ -350,7 +350,8 @@ def render(cells: list[Cell] | None = None) -> str:
         "· ⚙️ tested at the SDK configuration level · ⏸ supported, not testable here (the reason is "
         "below) · — not supported",
         "",
-        "<!-- backends: all but inmem (no network, nothing to secure) -->",
+        "<!-- backends: all but inmem, sqs (inmem: no network; SQS: tests/security has no SQS cells, "
+        "its test server is a fake) -->",
         "",
         "| feature | " + " | ".join(BACKENDS.values()) + " |",
         "|---|" + "---|" * len(BACKENDS),

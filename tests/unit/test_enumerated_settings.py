@@ -34,6 +34,7 @@ BASE: dict[str, dict[str, Any]] = {
         "shared_access_key_name": "k",
         "shared_access_key": "v",
     },
+    "sqs": {},
 }
 
 #: What a value needs besides the base (a mechanism's credentials).
@@ -81,6 +82,7 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("servicebus", "receive_mode"): ("peek_lock", "receive_and_delete"),
     ("servicebus", "sub_queue"): ("dead_letter", "transfer_dead_letter"),
     ("servicebus", "key_to"): ("partition_key", "session_id"),
+    ("sqs", "mode"): ("sns", "queue"),
     **{
         (scheme, "provision"): ("create", "verify", "none")
         for scheme in BASE
