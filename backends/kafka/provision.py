@@ -13,9 +13,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Protocol
 
+from broker.driver.provision import StartCheck
 from broker.errors import ProvisioningError
 
 __all__ = ["StartCheck", "TopicCheck", "TopicLister", "topic_resource"]
@@ -56,32 +57,3 @@ class TopicCheck:
         self._found.update(name for name in unknown if name not in missing)
         if missing:
             raise ProvisioningError("kafka", [topic_resource(name) for name in missing])
-
-
-class StartCheck:
-    """Mixin of the consumers: a check (``verify``'s topic check) awaited once before they start.
-
-    The backend sets :attr:`start_check`; the consumer awaits :meth:`_checked_start` when it is
-    entered and before its first fetch. A ``ProvisioningError`` closes the consumer (it can never
-    deliver) and is raised; another error (the cluster did not answer) leaves the check to be
-    asked again by the next call.
-    """
-
-    #: Awaited before the consumer starts (None: nothing to check).
-    start_check: Callable[[], Awaitable[None]] | None = None
-
-    async def close(self) -> None:
-        """Release the consumer (the class mixed with this one implements it)."""
-
-    async def _checked_start(self) -> None:
-        check, self.start_check = self.start_check, None
-        if check is None:
-            return
-        try:
-            await check()
-        except ProvisioningError:
-            await self.close()
-            raise
-        except BaseException:
-            self.start_check = check
-            raise

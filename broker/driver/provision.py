@@ -18,13 +18,13 @@ it names any.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import get_args
 
 from broker.backend import Provision
-from broker.errors import ConfigError
+from broker.errors import ConfigError, ProvisioningError
 
-__all__ = ["PROVISION_MODES", "Provision", "check_provision", "reconcile_create_flag"]
+__all__ = ["PROVISION_MODES", "Provision", "StartCheck", "check_provision", "reconcile_create_flag"]
 
 
 #: Every mode, in the order the docs give them.
@@ -71,3 +71,32 @@ def reconcile_create_flag(
     if not flag and provision == "create":
         return "none", False
     return provision, flag
+
+
+class StartCheck:
+    """Mixin of the consumers: a check (``verify``'s topic check) awaited once before they start.
+
+    The backend sets :attr:`start_check`; the consumer awaits :meth:`_checked_start` when it is
+    entered and before its first fetch. A ``ProvisioningError`` closes the consumer (it can never
+    deliver) and is raised; another error (the cluster did not answer) leaves the check to be
+    asked again by the next call.
+    """
+
+    #: Awaited before the consumer starts (None: nothing to check).
+    start_check: Callable[[], Awaitable[None]] | None = None
+
+    async def close(self) -> None:
+        """Release the consumer (the class mixed with this one implements it)."""
+
+    async def _checked_start(self) -> None:
+        check, self.start_check = self.start_check, None
+        if check is None:
+            return
+        try:
+            await check()
+        except ProvisioningError:
+            await self.close()
+            raise
+        except BaseException:
+            self.start_check = check
+            raise

@@ -6,13 +6,13 @@ import logging
 from typing import Literal, Self
 
 from broker import Message
-from broker.backends.kafka.provision import StartCheck
 from broker.backends.kafka.queue.client import MqClient
 from broker.backends.kafka.queue.consumer import QueueConsumer
 from broker.backends.kafka.queue.metrics import QueueMetrics
 from broker.backends.kafka.queue.producer import QueueProducer
 from broker.backends.kafka.queue.settings import QueueSettings
 from broker.backends.kafka.queue.tracker import RedeliveryTracker
+from broker.driver.provision import StartCheck
 from broker.driver.resources import BatchedMessageIteration, MessageIteration
 from broker.errors import ClosedError, ConfigError, ReceiveError, Timeout
 from broker.log import Log
