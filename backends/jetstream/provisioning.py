@@ -22,7 +22,6 @@ Results are cached per backend, so each topic and consumer costs one round trip 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import re
@@ -35,6 +34,7 @@ from nats.js import api
 from broker.backends.jetstream.connection import Connection
 from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.settings import ConsumerOptions, JetStreamSettings, check_name, check_subject
+from broker.driver.resources import stop_task
 from broker.errors import BrokerError, ConfigError, PermissionDenied, ProvisioningError, UnknownTopic
 
 __all__ = ["Provisioner", "not_found", "stream_name_for", "subject_covers"]
@@ -149,9 +149,7 @@ class Provisioner:
             await asyncio.wait((task, denied), return_when=asyncio.FIRST_COMPLETED)
             if task.done() or not denied.done():
                 return task.result()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await stop_task(task)
             raise PermissionDenied(
                 f"{doing}: the server denies this user the JetStream request {denied.result()!r} "
                 "(with provision='create' the user needs the JetStream API to create streams and "

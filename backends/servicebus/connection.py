@@ -11,7 +11,6 @@ So that ``close()`` of a consumer or publisher returns at once, that wait runs i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable
 from typing import Any
@@ -92,6 +91,5 @@ class Shutdowns:
             for task in pending:
                 task.cancel()
             if pending:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.gather(*pending, return_exceptions=True)
+                await asyncio.wait(pending)  # their errors are logged by _done; our cancellation is not eaten
                 return

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.app.application import DEFAULT_BACKEND, ENV_URL, App
+from broker.driver.resources import stop_task
 from broker.driver.settings import parse_url, redact_url
 from broker.errors import ConfigError, MissingDependency
 
@@ -321,10 +322,7 @@ async def supervise(
                 current.signal()
     finally:
         stopping.set()
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+        await stop_task(watcher)
         for process in current.processes:  # only when the supervisor itself failed
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

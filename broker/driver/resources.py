@@ -1,12 +1,14 @@
 """Mixins with the behaviour every backend's resources share.
 
 A backend class supplies ``close()`` and its pull method; these give it ``async with`` and an
-``async for`` that ends quietly once the resource is closed.
+``async for`` that ends quietly once the resource is closed. :func:`stop_task` ends a resource's
+background task from its ``close()``.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
@@ -20,6 +22,7 @@ __all__ = [
     "BatchedRecordIteration",
     "MessageIteration",
     "RecordIteration",
+    "stop_task",
 ]
 
 
@@ -109,3 +112,24 @@ async def _batches_until_closed(pull: Any) -> AsyncIterator[Any]:
             return
         if batch:
             yield batch
+
+
+async def stop_task(task: asyncio.Future[Any] | None) -> None:
+    """Cancel ``task`` and wait until it has ended, for a ``close()`` stopping its background task.
+
+    What the task ended with (its cancellation, an error) is consumed here: a background task being
+    stopped has nobody else to tell. The caller's own cancellation is never consumed: cancelled
+    while waiting (its ``asyncio.timeout`` expired, say), the caller stops waiting at once and the
+    ``CancelledError`` propagates, while the task goes on ending by itself. (``task.cancel()``
+    followed by ``await task`` under ``suppress(CancelledError)`` would swallow the caller's
+    cancellation with the task's, and a close bounded by its caller would run unbounded.)
+    """
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+        if task is asyncio.current_task():
+            return
+        await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" report

@@ -186,7 +186,9 @@ SEAMS = {
     "broker.driver.base": "BackendFactory, which connect() looks up; topics_tuple for the telemetry wrapper",
     "broker.driver.clock": "the one clock the core, the backends and virtual time read",
     "broker.driver.forwarding": "Forwarded: the read-only field a wrapper forwards from what it wraps",
-    "broker.driver.resources": "AsyncResource: the async-with and close semantics every resource shares",
+    "broker.driver.resources": (
+        "AsyncResource and stop_task: the async-with and close semantics every resource shares"
+    ),
     "broker.driver.publishing": "DriverPublisher: where telemetry and the test recorder wrap publishing",
     "broker.driver.options": "the portable option checks adapt receivers and broker.sync share with backends",
     "broker.driver.outbound": "the message checks broker.sync shares with every backend's publisher",

@@ -28,7 +28,6 @@ made, not before; a failed refresh is logged and the last snapshot stays.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from types import TracebackType
@@ -37,6 +36,7 @@ from typing import Any, Final, Self
 from broker.backends.kafka.processor.stats import ProcessorStats
 from broker.backends.kafka.processor.table import TableStatus
 from broker.driver.otel import otel as _otel
+from broker.driver.resources import stop_task
 from broker.errors import ConfigError
 
 __all__ = ["PROCESSOR_METRICS", "ProcessorMetrics"]
@@ -137,7 +137,4 @@ class ProcessorMetrics:
     async def close(self) -> None:
         """Stop refreshing (the last snapshot stays observable)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)

@@ -45,6 +45,7 @@ from broker.backends.kafka.processor.table import (
 )
 from broker.codecs import Codec
 from broker.driver.partitioning import Partitioner
+from broker.driver.resources import stop_task
 from broker.errors import ClosedError, ConfigError
 from broker.log import Log, with_client_id
 
@@ -428,9 +429,7 @@ class View:
         self._stopping = True
         task = self._task
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         elif task is None and self._tables and not self.restartable:
             await self._shutdown()
 

@@ -31,7 +31,6 @@ and merged: every ack of one event-loop pass goes into one batched END marker. `
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -46,7 +45,7 @@ from broker.backends.kafka.queue.metrics import QueueMetrics
 from broker.backends.kafka.queue.producer import MessageSender
 from broker.backends.kafka.queue.source import QueueSource
 from broker.driver.acking import claim_ack, own_acker, start_ack_deadline
-from broker.driver.resources import AsyncResource
+from broker.driver.resources import AsyncResource, stop_task
 from broker.errors import AckError, AuthenticationFailed, BrokerError, ClosedError, PermissionDenied, Timeout
 from broker.log import TopicPartition
 
@@ -62,10 +61,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 async def _stop(task: asyncio.Task[Any] | None) -> None:
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+    await stop_task(task)  # bounded by close()'s caller: a cancelled close stops waiting
 
 
 #: The fewest messages hand-out marks are written ahead of receiving.

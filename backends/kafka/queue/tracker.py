@@ -58,7 +58,7 @@ from broker.backends.kafka.queue.settings import (
     QueueSettings,
     RedeliveryBackoff,
 )
-from broker.driver.resources import AsyncResource
+from broker.driver.resources import AsyncResource, stop_task
 from broker.errors import (
     AuthenticationFailed,
     ClosedError,
@@ -764,10 +764,7 @@ class RedeliveryTracker(AsyncResource):
         """Stop tracking (commits what is safe). Idempotent."""
         self._closed = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)  # a caller's timeout ends the wait; the task ends by itself
 
     @property
     def in_progress(self) -> int:
