@@ -430,37 +430,41 @@ class _CoreBase(abc.ABC):
             return
         self.closing = True
         self._loop = asyncio.get_running_loop()
-        await asyncio.sleep(0)  # let acks already scheduled reach the commit queue
+        # True until the SDK consumer's close returned. Otherwise (stuck, failed, or this close
+        # cancelled half way by its caller's timeout) the SDK consumer is closed on its own thread
+        # once that is free: never left open in the group, never freed on the event loop's thread.
+        stuck = True
         try:
-            # Bounded here too: a call stuck in the SDK thread must not hang close() (the thread
-            # is a daemon and is abandoned below).
-            async with asyncio.timeout(self._leave_bound()):
-                await self._before_leave()
-        except TimeoutError:
-            log.warning(
-                "%s: the group join did not settle within %ss; leaving", self.name, self._leave_bound()
-            )
-        except Exception as exc:
-            log.warning("%s: waiting for the group join before leaving failed: %r", self.name, exc)
-        stuck = False
-        bound = self._close_bound()
-        try:
-            async with asyncio.timeout(bound):
-                job = self._inflight
-                if job is not None:
-                    await asyncio.gather(job, return_exceptions=True)
-                    self._inflight = None
-                await self._before_close()
-                # never inside a rebalance callback still running (see SdkThread.serve_until)
-                await self.thread.submit(self.consumer.close, outside_callbacks=True)
-        except TimeoutError:
-            stuck = True
-            log.warning("%s: the SDK consumer did not close within %ss", self.name, bound)
-        except Exception as exc:  # closing must not fail the caller's cleanup
-            log.warning("%s: closing failed: %r", self.name, exc)
+            await asyncio.sleep(0)  # let acks already scheduled reach the commit queue
+            try:
+                # Bounded here too: a call stuck in the SDK thread must not hang close() (the
+                # thread is a daemon and is abandoned below).
+                async with asyncio.timeout(self._leave_bound()):
+                    await self._before_leave()
+            except TimeoutError:
+                log.warning(
+                    "%s: the group join did not settle within %ss; leaving", self.name, self._leave_bound()
+                )
+            except Exception as exc:
+                log.warning("%s: waiting for the group join before leaving failed: %r", self.name, exc)
+            bound = self._close_bound()
+            try:
+                async with asyncio.timeout(bound):
+                    job = self._inflight
+                    if job is not None:
+                        await asyncio.gather(job, return_exceptions=True)
+                        self._inflight = None
+                    await self._before_close()
+                    # never inside a rebalance callback still running (see SdkThread.serve_until)
+                    await self.thread.submit(self.consumer.close, outside_callbacks=True)
+                stuck = False
+            except TimeoutError:
+                log.warning("%s: the SDK consumer did not close within %ss", self.name, bound)
+            except Exception as exc:  # closing must not fail the caller's cleanup
+                log.warning("%s: closing failed: %r", self.name, exc)
         finally:
             self.closed = True
-            if stuck:  # calls queued behind the stuck one would never run: fail them now
+            if stuck:  # calls queued behind a stuck one would never run: fail them now
                 self.thread.abandon(
                     ClosedError(f"the Kafka consumer {self.name} is closed"), last=self._close_quietly
                 )

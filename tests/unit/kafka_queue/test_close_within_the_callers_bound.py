@@ -111,3 +111,43 @@ async def test_stop_task_consumes_the_tasks_end_but_never_the_callers_cancellati
     release.set()
     await asyncio.wait([late], timeout=1)
     assert late.done()
+
+
+async def test_a_consumer_close_cut_short_by_its_caller_still_closes_the_sdk_consumer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cancelled while it waits for a group join, close() leaves the SDK consumer to be closed on
+    its own thread: never left open in the group for its session (a lingering member holds every
+    later join of its group on some brokers)."""
+    from broker.backends.kafka.sdk_consumer import GroupCore
+
+    core = GroupCore(
+        {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "enable.auto.commit": False},
+        ["t"],
+        name="cut-short",
+        prefetch=10,
+        close_timeout=5.0,
+    )
+    sdk_consumer = core.consumer
+
+    async def long_join() -> None:  # a join still in flight on a loaded broker
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(core, "_before_leave", long_join)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await core.close()
+    assert core.closed
+
+    def sdk_closed() -> bool:
+        try:
+            sdk_consumer.assignment()
+        except RuntimeError:  # confluent-kafka: "Consumer closed"
+            return True
+        return False
+
+    for _ in range(100):
+        if sdk_closed():
+            break
+        await asyncio.sleep(0.05)
+    assert sdk_closed(), "the SDK consumer was left open"
