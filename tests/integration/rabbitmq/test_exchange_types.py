@@ -92,12 +92,17 @@ async def test_publishing_to_existing_direct_and_headers_exchanges_under_create(
 
 
 async def test_exchange_type_direct_for_every_topic_and_a_subscription_without_a_key(
-    rabbitmq_server: RabbitmqDevServer,
+    rabbitmq_server: RabbitmqDevServer, admin: AbstractChannel
 ) -> None:
     """``exchange_type=direct`` declares direct exchanges; a subscription that names no
-    ``binding_key`` is refused under ``create`` rather than bound with ``#``, which matches nothing."""
-    topic = _name("all-direct")
+    ``binding_key`` is refused under ``create`` rather than bound with ``#``, which matches nothing.
+    An existing exchange of another type than the one configured is a ``ConfigError`` naming it."""
+    topic, theirs = _name("all-direct"), _name("theirs-headers")
+    await admin.declare_exchange(theirs, ExchangeType.HEADERS, durable=True)
     async with asyncio.timeout(4 * PATIENCE):
+        async with broker.connect(f"{rabbitmq_server.url}?exchange_type=direct") as backend:
+            with pytest.raises(ConfigError, match=f"PRECONDITION_FAILED.*{theirs}"):
+                await backend.publisher().topic(theirs).publish(OutboundMessage(b"wrong type"))
         async with broker.connect(f"{rabbitmq_server.url}?exchange_type=direct") as backend:
             with pytest.raises(ConfigError, match="binding_key"):
                 async with backend.messages(topic, "nokey"):
