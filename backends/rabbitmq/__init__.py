@@ -64,8 +64,8 @@ class RabbitmqFactory(BackendRegistration):
         "delayed_nack": "held by the client (emulated)",
         "ack_deadline": "client-side timer (emulated)",
         "in_progress": "timer restart (emulated)",
-        "delivery_attempt": "x-delivery-count",
-        "dead_letter": "dead-letter exchange, x-delivery-limit",
+        "delivery_attempt": "x-delivery-count; classic queues: redelivered flag (1, then 2)",
+        "dead_letter": "dead-letter exchange, x-delivery-limit (quorum queues)",
         "competing_consumers": "consumers of one queue",
     }
 

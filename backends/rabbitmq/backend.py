@@ -3,8 +3,9 @@
 =============================  ===================================================================
 portable                       RabbitMQ
 =============================  ===================================================================
-topic                          a durable exchange (``fanout``, or ``topic`` with the key as
-                               routing key), declared by the first publish or consumer
+topic                          a durable exchange (``fanout``; ``topic`` or ``direct`` with the
+                               key as routing key; ``headers`` matching attributes), declared
+                               by the first publish or consumer
 subscription                   the durable quorum queue ``<topic>.<subscription>`` bound to it
                                (or an existing queue named with ``queue=``); consumers of one
                                subscription compete for its messages
@@ -297,7 +298,7 @@ class RabbitmqPublishDriver:
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Publish ``messages`` to the topic's exchange; return once the broker confirmed them all."""
         settings = self._settings
-        kind, persistent = settings.exchange_type, settings.persistent
+        kind, persistent = settings.exchange_kind(topic), settings.persistent
         doing = f"publishing to {topic!r}"
         try:
             async with asyncio.timeout(settings.publish_timeout if timeout is None else timeout):

@@ -46,7 +46,7 @@ from broker.backends.rabbitmq.provisioning import Entity, missing_entities
 from broker.backends.rabbitmq.settings import ConsumerOptions, check_name, queue_name
 from broker.driver.acking import start_ack_deadline
 from broker.driver.pushed import PushedBatchedMessageIterator, PushedMessageIterator
-from broker.errors import AckError, ProvisioningError, UnknownTopic
+from broker.errors import AckError, ConfigError, ProvisioningError, UnknownTopic
 
 if TYPE_CHECKING:
     from broker.backends.rabbitmq.backend import RabbitmqConnection
@@ -240,6 +240,16 @@ class RabbitmqSubscription:
         """
         connection, options = self._connection, self.options
         settings, provision = connection.settings, connection.provision
+        if (
+            options.binds(provision)
+            and options.binding_key is None
+            and not options.binding_arguments
+            and settings.exchange_kind(self.topic) == "direct"
+        ):  # "#" is no pattern on a direct exchange: the queue would get no message
+            raise ConfigError(
+                f"the exchange of topic {self.topic!r} is a direct exchange: subscription queue "
+                f"{self.queue!r} needs a binding_key (the routing key of the messages it is to get)"
+            )
         if provision == "verify":
             missing = await missing_entities(connection.channel, self.entities(), settings.close_timeout)
             connection.verified.update(self.entities())

@@ -87,9 +87,10 @@ def _plain(name: str) -> bool:
 
 
 def routing_key(message: OutboundMessage, exchange_type: str) -> str:
-    """The routing key ``message`` is published with: its key on ``topic`` exchanges, else empty."""
+    """The routing key ``message`` is published with: its key on ``topic`` and ``direct``
+    exchanges, else empty (``fanout`` and ``headers`` exchanges ignore it)."""
     key = message.key
-    if exchange_type == "topic" and key is not None and len(key.encode()) <= 255:
+    if exchange_type in ("topic", "direct") and key is not None and len(key.encode()) <= 255:
         return key
     return ""
 
@@ -308,8 +309,9 @@ def translate(
 async def declare_exchange(
     channel: AbstractChannel, name: str, settings: RabbitmqSettings
 ) -> AbstractExchange:
-    """Declare the durable exchange of topic ``name`` (a no-op when it exists alike)."""
-    kind = ExchangeType.TOPIC if settings.exchange_type == "topic" else ExchangeType.FANOUT
+    """Declare the durable exchange of topic ``name`` with its type (``settings.exchange_kind``;
+    a no-op when it exists alike, ``PRECONDITION_FAILED``, a ``ConfigError``, when of another type)."""
+    kind = ExchangeType(settings.exchange_kind(name))
     try:
         return await channel.declare_exchange(name, kind, durable=True)
     except Exception as exc:

@@ -13,14 +13,25 @@ that turns that off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from broker.driver.options import build_consumer_options
 from broker.driver.provision import Provision
 from broker.driver.settings import check_at_least, check_positive, normalize_choices, secret
 from broker.errors import ConfigError
 
-__all__ = ["ConsumerOptions", "RabbitmqSettings", "check_name", "queue_name"]
+__all__ = [
+    "EXCHANGE_KINDS",
+    "ConsumerOptions",
+    "ExchangeKind",
+    "RabbitmqSettings",
+    "check_name",
+    "queue_name",
+]
+
+#: The exchange types a topic can be (AMQP 0-9-1's four built-in ones).
+ExchangeKind = Literal["fanout", "topic", "direct", "headers"]
+EXCHANGE_KINDS: tuple[str, ...] = get_args(ExchangeKind)
 
 #: The largest payload RabbitMQ 3.x accepts by default (``max_message_size``, 128 MiB).
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
@@ -152,11 +163,17 @@ class RabbitmqSettings(ConsumerOptions):
     heartbeat: int = 60
 
     # -- topology ---------------------------------------------------------------------------
-    #: Exchange type of topics: ``fanout`` (every queue gets every message) or ``topic`` (the
-    #: message key is the routing key, queues bind with ``binding_key``). Under ``provision=verify``
-    #: or ``none`` nothing is declared, so this only says whether the key is the routing key
-    #: (``topic``: also right for an existing ``direct`` exchange).
-    exchange_type: Literal["fanout", "topic"] = "fanout"
+    #: Exchange type of topics: ``fanout`` (every queue gets every message), ``topic`` or
+    #: ``direct`` (the message key is the routing key; queues bind with ``binding_key``, a pattern
+    #: on ``topic``, the exact key on ``direct``) or ``headers`` (queues bind with
+    #: ``binding_arguments`` matched against the message's attributes). ``create`` declares the
+    #: exchange with this type, so an existing exchange of the same type is used as it is; under
+    #: ``verify`` or ``none`` nothing is declared and this only says whether the key is the routing key.
+    exchange_type: ExchangeKind = "fanout"
+    #: The exchange type of single topics, as ``topic=type`` strings (``("audit=headers",
+    #: "orders=direct")``; a URL takes them comma-separated), for an estate whose exchanges are of
+    #: several types; every other topic is of ``exchange_type``.
+    exchange_types: tuple[str, ...] = ()
 
     # -- publishing --------------------------------------------------------------------------
     #: Seconds a publish waits for the broker's confirm when no ``timeout=`` is given.
@@ -190,6 +207,24 @@ class RabbitmqSettings(ConsumerOptions):
         if self.tls_key_file and not self.tls_cert_file:
             raise ConfigError("tls_key_file needs tls_cert_file (the client certificate)")
         self.consumer_options({})  # validates the consumer defaults
+        self._exchange_kinds()  # validates exchange_types
+
+    def _exchange_kinds(self) -> dict[str, ExchangeKind]:
+        """``exchange_types`` as topic -> exchange type (``ConfigError`` for a malformed one)."""
+        kinds: dict[str, ExchangeKind] = {}
+        for item in self.exchange_types:
+            topic, equals, kind = item.rpartition("=")
+            if not equals or not topic or kind not in EXCHANGE_KINDS:
+                raise ConfigError(
+                    f"exchange_types are topic=type strings with a type of {', '.join(EXCHANGE_KINDS)}, "
+                    f"got {item!r}"
+                )
+            kinds[check_name(topic, "topic (exchange)")] = cast(ExchangeKind, kind)
+        return kinds
+
+    def exchange_kind(self, topic: str) -> ExchangeKind:
+        """The exchange type of ``topic``: its ``exchange_types`` entry, else ``exchange_type``."""
+        return self._exchange_kinds().get(topic, self.exchange_type)
 
     @property
     def uses_tls(self) -> bool:

@@ -76,7 +76,7 @@ ENUMERATED: dict[tuple[str, str], tuple[str, ...]] = {
     ("pulsar", "sdk_log_level"): ("debug", "info", "warn", "error"),
     ("pulsar", "sdk_logger"): ("logging", "console"),
     ("rabbitmq", "auth_mechanism"): ("plain", "external"),
-    ("rabbitmq", "exchange_type"): ("fanout", "topic"),
+    ("rabbitmq", "exchange_type"): ("fanout", "topic", "direct", "headers"),
     ("redis", "start"): ("new", "earliest"),
     ("rediss", "start"): ("new", "earliest"),
     ("servicebus", "receive_mode"): ("peek_lock", "receive_and_delete"),

@@ -1,7 +1,7 @@
 """``provision`` on Pub/Sub (the emulator): an estate whose topics and subscriptions others made.
 
-``verify`` consumes a subscription the raw google-cloud-pubsub client created, named by its full
-``projects/P/subscriptions/S`` path, and publishes to its topic; a missing topic or subscription
+``verify`` and ``none`` consume a subscription the raw google-cloud-pubsub client created, named by its
+full ``projects/P/subscriptions/S`` path, and publish to its topic; a missing topic or subscription
 is a ``ProvisioningError`` naming it (publishing, consuming, and ``ping()`` for the settings'
 dead-letter topic), and nothing is created by trying. The emulator has no IAM: permission-denied
 answers cannot be tested here.
@@ -20,13 +20,14 @@ from broker.errors import ConfigError, ProvisioningError, UnknownTopic
 from tests.integration.pubsub.test_interop import PATIENCE, raw_clients
 
 
-async def test_provision_verify_consumes_a_raw_subscription_by_its_full_path(
-    pubsub_emulator: ProcessServer,
+@pytest.mark.parametrize("mode", ["verify", "none"])
+async def test_provision_verify_and_none_consume_a_raw_subscription_by_its_full_path(
+    pubsub_emulator: ProcessServer, mode: str
 ) -> None:
     with raw_clients(pubsub_emulator) as (_, subscriber, topic):
         subscription = topic.replace("/topics/", "/subscriptions/")
         subscriber.create_subscription(name=subscription, topic=topic)
-        async with broker.connect(f"{pubsub_emulator.url}&provision=verify") as backend:
+        async with broker.connect(f"{pubsub_emulator.url}&provision={mode}") as backend:
             await backend.ping()
             async with backend.messages(topic, subscription) as consumer:
                 await backend.publisher().topic(topic).publish(OutboundMessage(b"estate"))

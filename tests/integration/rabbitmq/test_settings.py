@@ -70,7 +70,10 @@ def test_credentials_stay_out_of_repr_and_logs() -> None:
         "rabbitmq://h/?ack_deadline=0",
         "rabbitmq://h/?ack_deadline=soon",
         "rabbitmq://h/?max_attempts=0",
-        "rabbitmq://h/?exchange_type=direct",
+        "rabbitmq://h/?exchange_type=x-consistent-hash",
+        "rabbitmq://h/?exchange_types=orders",
+        "rabbitmq://h/?exchange_types=orders=x-consistent-hash",
+        "rabbitmq://h/?exchange_types=amq.direct=direct",
         "rabbitmq://h/?dead_letter_topic=amq.direct",
         "rabbitmq://h/?publish_timeout=-1",
         "rabbitmq://:5672/",
@@ -95,3 +98,13 @@ def test_unknown_settings_and_options() -> None:
         backend.publisher().topic("amq.fanout")
     with pytest.raises(ConfigError):
         backend.messages("orders", "x" * 300)
+
+
+def test_the_delivery_attempt_mechanism_says_what_a_classic_queue_gives() -> None:
+    """The capability matrix (built from ``factory.mechanisms``) names where ``delivery_attempt``
+    comes from on both kinds of queue: a quorum queue's ``x-delivery-count``, a classic queue's
+    ``redelivered`` flag (1, then 2)."""
+    from broker.backends.rabbitmq import factory
+
+    text = factory.mechanisms["delivery_attempt"]
+    assert "x-delivery-count" in text and "classic" in text and "redelivered" in text, text
