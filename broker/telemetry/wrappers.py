@@ -1,8 +1,12 @@
-"""Delegating wrappers: an instrumented Backend and its iterators and receivers.
+"""Delegating wrappers: an instrumented Backend and its consumers, thin uses of the tracing stage.
 
-Each wrapper does what the object it wraps does and adds the instrumentation of
-:class:`~broker.telemetry.core.ConsumerTelemetry` around it; any attribute it does not define
-(``backend.log()``, ``receiver.stop()``, an SDK escape hatch) is the wrapped object's. Publishers
+The consumers an :class:`InstrumentedBackend` hands out are two classes for every style:
+:class:`TracedIterator` (messages, records and their batches) and :class:`TracedReceiver`
+(receivers and batched receivers). Each does what the object it wraps does and runs what it hands
+out through the one tracing and metrics stage, :class:`~broker.telemetry.core.ConsumerTelemetry`
+(the stage :class:`broker.App` runs in its subscriber pipeline); it has the pulls or receives of
+what it wraps and no others, and any attribute it does not define (``backend.log()``,
+``receiver.stop()``, an SDK escape hatch) is the wrapped object's. Publishers
 are not wrapped: the backend's own :class:`~broker.driver.publishing.DriverPublisher` gets the publish
 middleware (:meth:`~broker.driver.publishing.DriverPublisher.wrap_send`) and is returned as it is.
 
