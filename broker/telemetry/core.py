@@ -537,10 +537,15 @@ class ConsumerTelemetry:
         """The stage: ``await call(delivery)`` inside the delivery's process span (current while it
         runs, so what ``call`` publishes continues the trace), timed and counted in the handler
         duration with its outcome (ok or error), the span ended with the settle outcome."""
-        span = self.open(delivery)
-        otel = self.otel
+        if isinstance(delivery, Message):  # the common case, without the dispatch of open()
+            self.health.message()
+            span = self.begin(delivery)
+        else:
+            span = self.open(delivery)
         token = None
-        if span is not None and otel is not None and span.get_span_context().is_valid:
+        if span is not None and span.get_span_context().is_valid:
+            otel = self.otel
+            assert otel is not None
             token = otel.context.attach(otel.trace.set_span_in_context(span))
         start = time.perf_counter()
         try:
@@ -548,13 +553,18 @@ class ConsumerTelemetry:
         except BaseException as exc:
             self.series.handled(time.perf_counter() - start, False)
             if token is not None:
-                otel.context.detach(token)  # type: ignore[union-attr]
+                self.otel.context.detach(token)  # type: ignore[union-attr]
             self.close(span, delivery, exc)
             raise
         self.series.handled(time.perf_counter() - start, True)
-        if token is not None:
-            otel.context.detach(token)  # type: ignore[union-attr]
-        self.close(span, delivery)
+        if span is not None:
+            if token is not None:  # a span with an invalid context (the no-op API's) never records
+                self.otel.context.detach(token)  # type: ignore[union-attr]
+                if span.is_recording():
+                    outcome = _outcome(delivery)
+                    if outcome is not None:
+                        span.set_attribute("polybroker.settle.outcome", outcome)
+            span.end()
         return result
 
     def stage(self, call: Callable[[D], Awaitable[R]]) -> Callable[[D], Awaitable[R]]:
