@@ -104,8 +104,9 @@ class App:
     ``@app.subscriber(..., backend="events")`` and ``publish_backend="events"`` choose them.
     ``middleware`` runs around every subscriber's deliveries, outermost first (see
     :data:`broker.app.subscriber.Middleware`). ``telemetry=True`` instruments every backend with
-    :func:`broker.telemetry.instrument` (tracing, metrics, health: the ``otel`` extra), a mapping
-    passes it options (``{"tracer_provider": ..., "prometheus": ...}``). Backends are connected when
+    :func:`broker.telemetry.instrument` (tracing, metrics, health: the ``otel`` extra) and runs every
+    subscriber's deliveries through its tracing and metrics stage, the outermost of the pipeline; a
+    mapping passes it options (``{"tracer_provider": ..., "prometheus": ...}``). Backends are connected when
     the app starts (:meth:`run`, :meth:`lifespan`, :meth:`testing`).
     """
 
@@ -145,6 +146,7 @@ class App:
         self._running = False
         self._middleware: list[Middleware] = [_check_middleware(m) for m in middleware]
         self._provider: Any = None
+        self._stages: list[Any] = []  # the tracing and metrics stages of the running subscribers
         #: The keyword arguments of :func:`broker.telemetry.instrument` for every backend (None: off).
         self.telemetry: dict[str, Any] | None = _check_telemetry(telemetry)
 
@@ -412,6 +414,7 @@ class App:
             await self._connect(specs or self.backend_specs, ping_timeout)
             try:
                 await self._call_hooks(self._startup, "on_startup")
+                self._stages = []
                 pairs = [self._consumer(s) for s in self.subscribers]
                 async with contextlib.AsyncExitStack() as entered:
                     for receiver, _ in pairs:
@@ -419,6 +422,9 @@ class App:
                             # entering makes the subscription exist where it does that; leaving
                             # (after the drain) releases what the receiver holds
                             await entered.enter_async_context(receiver)
+                    for stage in self._stages:  # health and backlog polling while subscribers run
+                        stage.consuming()
+                        entered.push_async_callback(stage.stopped, closed=True)
                     task = asyncio.create_task(
                         serve_consumers(
                             pairs,
@@ -452,12 +458,26 @@ class App:
                     observer(source, message)
 
         provider = self.dependency_provider if subscriber.signature.depends else None
+        backend: Any = self.backend(subscriber.backend)
+        stage = None
+        if self.telemetry is not None:
+            from broker.telemetry import InstrumentedBackend
+
+            if isinstance(backend, InstrumentedBackend):
+                # tracing and metrics are a stage of the pipeline, over the backend's own consumers
+                kind = "records" if subscriber.records else "receiver"
+                if subscriber.signature.batch:
+                    kind = "batched_receiver"
+                stage = backend.stage(subscriber.topic, subscriber.subscription, kind)
+                self._stages.append(stage)
+                backend = backend.wrapped
         return subscriber.consumer(
-            self.backend(subscriber.backend),
+            backend,
             self.publisher,
             observe,
             middleware=self._middleware,
             provider=provider,
+            telemetry=stage,
         )
 
     async def _connect(

@@ -1,9 +1,12 @@
 """A subscriber: a handler, where it reads from, and the pipeline each delivery runs through.
 
-The pipeline of one delivery: the app's and the subscriber's middleware, outermost first, around
-[decode the payload (:mod:`broker.typed`) → call the handler with its bound parameters (in a
-worker thread for a plain ``def``; through FastDepends when it has ``Depends()`` parameters)] →
-publish the return value to the output topic → settle by the ack policy. Failures are the
+The pipeline of one delivery: with telemetry on, the tracing and metrics stage
+(:meth:`broker.telemetry.core.ConsumerTelemetry.run`: the process span continuing the publisher's
+trace, current for all that follows, the handler duration, the settle outcome on the span) around
+[the app's and the subscriber's middleware, outermost first, around [decode the payload
+(:mod:`broker.typed`) → call the handler with its bound parameters (in a worker thread for a plain
+``def``; through FastDepends when it has ``Depends()`` parameters), its lease kept] → publish the
+return value to the output topic → settle by the ack policy]. Failures are the
 receiver's: a :class:`~broker.RetryPolicy` (nack with backoff, dead-letter after
 ``max_attempts`` or a non-retryable error) or, without one, the receiver's bounded nack
 backoff. A payload that does not decode is never given to the handler (see
@@ -184,13 +187,29 @@ class Subscriber:
         *,
         middleware: Sequence[Middleware] = (),
         provider: Any = None,
+        telemetry: Any = None,
     ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
         """The ``(receiver, handler)`` pair that runs this subscriber on ``backend``.
 
         ``publishers(name)`` is the shared publisher of backend ``name``; ``observe`` is called with
         every delivery (the app's test kit records them); ``middleware`` is the app's, run outside
-        the subscriber's own; ``provider`` holds the app's dependency overrides.
+        the subscriber's own; ``provider`` holds the app's dependency overrides; ``telemetry`` is the
+        tracing and metrics stage (:class:`~broker.telemetry.core.ConsumerTelemetry`; None: off),
+        the outermost stage of every delivery.
         """
+        receiver, handle = self._consumer(backend, publishers, observe, middleware, provider)
+        if telemetry is not None:
+            handle = telemetry.stage(handle)
+        return receiver, handle
+
+    def _consumer(
+        self,
+        backend: Any,
+        publishers: Callable[[str], Publisher],
+        observe: Callable[[Subscriber, Message], None] | None,
+        middleware: Sequence[Middleware],
+        provider: Any,
+    ) -> tuple[Any, Callable[[Any], Awaitable[None]]]:
         chain = (*middleware, *self.middleware)
         if self.records:
             return self._records_consumer(backend, publishers, observe, chain, provider)

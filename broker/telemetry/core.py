@@ -1,11 +1,16 @@
 """The instrumentation itself: spans, context propagation and metrics around publish, receive and settle.
 
 :class:`Telemetry` holds what one instrumented backend needs (tracer, propagator, meters, health);
-:class:`ConsumerTelemetry` does the per-message work of one consumer: extract the trace context
-from the message's attributes, start the process span, count, and put a :class:`TracedAcker`
-(or :class:`TracedCommitter` for records) in front of the backend's acker so that settling ends
-in a settle span and a count. Spans follow the OpenTelemetry semantic conventions for messaging,
-version :data:`SEMCONV_VERSION` (status "Development"; see ``docs/observability.md``).
+:class:`ConsumerTelemetry` is the tracing and metrics stage of one consumer, the one place that does
+the per-delivery work: extract the trace context from the attributes of a message, a record or each
+message of a batch, start the process span, count, put a :class:`TracedAcker` (or
+:class:`TracedCommitter` for records) in front of the backend's acker so that settling ends in a
+settle span and a count, time the processing and end the span with its settle outcome
+(:meth:`ConsumerTelemetry.run`, :meth:`ConsumerTelemetry.stage`). The subscribers of a
+:class:`broker.App` run through it as a stage of their pipeline; the consumers of an instrumented
+backend (:mod:`broker.telemetry.wrappers`) are thin uses of it. Spans follow the OpenTelemetry
+semantic conventions for messaging, version :data:`SEMCONV_VERSION` (status "Development"; see
+``docs/observability.md``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from broker.driver.publishing import Send, SendMiddleware
 from broker.errors import NotSupported
@@ -53,6 +58,11 @@ SYSTEMS: Final[Mapping[str, str]] = {
 _SETTLE_COUNTER: Final = {"ack": "acked", "nack": "nacked", "dead_letter": "dead_lettered"}
 #: Process spans kept for the settle spans that follow them (oldest dropped beyond this).
 _PENDING_LIMIT: Final = 10_000
+#: ``Message.state`` -> the ``polybroker.settle.outcome`` of its process span (the settle operation).
+_OUTCOMES: Final = {"acked": "ack", "nacked": "nack", "dead-lettered": "dead_letter"}
+
+D = TypeVar("D")
+R = TypeVar("R")
 
 
 def _fail(otel: Otel, span: Any, exc: BaseException) -> None:
@@ -252,6 +262,26 @@ class ConsumerTelemetry:
         self._committers: dict[int, TracedCommitter] = {}
         self._pending: dict[int, Any] = {}  # id(message or record) -> its recording process span
         self._base: dict[str, dict[str, Any]] = {}
+        #: The backlog watch of the consumer's subscription
+        #: (:class:`~broker.telemetry.wrappers.BacklogWatch`; None: no backlog polling).
+        self.watch: Any = None
+
+    # -- the consumer's lifetime ---------------------------------------------------------
+    def consuming(self) -> None:
+        """The consumer runs (a receiver receives, an iterator was pulled): mark its health consuming
+        and poll its subscription's backlog (idempotent)."""
+        self.health.consuming = True
+        if self.watch is not None:
+            self.watch.join(self.health)
+
+    async def stopped(self, *, closed: bool = False) -> None:
+        """The consumer stopped (``closed``: for good): its health says so; the backlog polling of its
+        subscription stops when it was the last consumer of it."""
+        self.health.consuming = False
+        if closed:
+            self.health.closed = True
+        if self.watch is not None:
+            await self.watch.leave(self.health)
 
     def series_of(self, destination: str) -> ConsumerSeries:
         """The metric series of ``destination`` (records of several topics)."""
@@ -475,43 +505,90 @@ class ConsumerTelemetry:
                 span.end()
         self.series_of(record.topic).add("acked", 1)
 
-    # -- handlers ------------------------------------------------------------------------
-    def wrap_handler(self, handler: Handler) -> Handler:
-        """``handler`` inside a process span, timed, its outcome counted."""
+    # -- the stage ---------------------------------------------------------------------
+    def open(self, delivery: Any) -> Any:
+        """A delivery was handed out (a message, a record, or a batch of either): count it, put the
+        traced acker or committer in front, start its process span (None: no tracing)."""
+        if isinstance(delivery, Message):
+            self.health.message()
+            return self.begin(delivery)
+        if isinstance(delivery, Record):
+            self.health.message()
+            return self.begin_record(delivery)
+        if not delivery:
+            self.health.success()
+            return None
+        self.health.message(len(delivery))
+        return self.begin_batch(delivery)
 
-        async def traced_handler(message: Message) -> None:
-            await self._handled(self.begin(message), 1, handler(message))
+    def close(self, span: Any, delivery: Any, exc: BaseException | None = None) -> None:
+        """End the process span of ``delivery``: with its settle outcome when it is settled already
+        (``polybroker.settle.outcome``: ``ack``, ``nack`` or ``dead_letter``; a batch's when all of it
+        was settled alike), and ``exc`` recorded when the processing failed."""
+        if span is None:
+            return
+        if span.is_recording():
+            outcome = _outcome(delivery)
+            if outcome is not None:
+                span.set_attribute("polybroker.settle.outcome", outcome)
+        self.end(span, exc)
 
-        return functools.update_wrapper(traced_handler, handler)  # logs name the user's handler
-
-    def wrap_batch_handler(self, handler: BatchHandler) -> BatchHandler:
-        """A batch ``handler`` inside one process span linked to the messages' contexts."""
-
-        async def traced_batch_handler(messages: list[Message]) -> None:
-            await self._handled(self.begin_batch(messages), len(messages), handler(messages))
-
-        return functools.update_wrapper(traced_batch_handler, handler)
-
-    async def _handled(self, span: Any, count: int, call: Awaitable[None]) -> None:
-        """Await a handler's ``call`` with ``span`` current; time it and count how it ended."""
-        otel = self.otel
-        series = self.series
-        self.health.message(count)
+    async def run(self, delivery: D, call: Callable[[D], Awaitable[R]]) -> R:
+        """The stage: ``await call(delivery)`` inside the delivery's process span (current while it
+        runs, so what ``call`` publishes continues the trace), timed and counted in the handler
+        duration with its outcome (ok or error), the span ended with the settle outcome."""
+        if isinstance(delivery, Message):  # the common case, without the dispatch of open()
+            self.health.message()
+            span = self.begin(delivery)
+        else:
+            span = self.open(delivery)
         token = None
-        if span is not None and otel is not None and span.get_span_context().is_valid:
+        if span is not None and span.get_span_context().is_valid:
+            otel = self.otel
+            assert otel is not None
             token = otel.context.attach(otel.trace.set_span_in_context(span))
         start = time.perf_counter()
         try:
-            await call
+            result = await call(delivery)
         except BaseException as exc:
-            series.handled(time.perf_counter() - start, False)
-            if span is not None:
-                self.end(span, exc)
-                span = None
-            raise
-        finally:
+            self.series.handled(time.perf_counter() - start, False)
             if token is not None:
-                otel.context.detach(token)  # type: ignore[union-attr]
-            if span is not None:
-                span.end()
-        series.handled(time.perf_counter() - start, True)
+                self.otel.context.detach(token)  # type: ignore[union-attr]
+            self.close(span, delivery, exc)
+            raise
+        self.series.handled(time.perf_counter() - start, True)
+        if span is not None:
+            if token is not None:  # a span with an invalid context (the no-op API's) never records
+                self.otel.context.detach(token)  # type: ignore[union-attr]
+                if span.is_recording():
+                    outcome = _outcome(delivery)
+                    if outcome is not None:
+                        span.set_attribute("polybroker.settle.outcome", outcome)
+            span.end()
+        return result
+
+    def stage(self, call: Callable[[D], Awaitable[R]]) -> Callable[[D], Awaitable[R]]:
+        """``call`` (a handler, or the rest of a pipeline) run through :meth:`run` per delivery."""
+
+        async def traced(delivery: D) -> R:
+            return await self.run(delivery, call)
+
+        return functools.update_wrapper(traced, call)  # logs name the user's handler
+
+    def wrap_handler(self, handler: Handler) -> Handler:
+        """``handler`` through the stage: inside a process span, timed, its outcome counted."""
+        return self.stage(handler)
+
+    def wrap_batch_handler(self, handler: BatchHandler) -> BatchHandler:
+        """A batch ``handler`` through the stage: one process span linked to the messages' contexts."""
+        return self.stage(handler)
+
+
+def _outcome(delivery: Any) -> str | None:
+    """The settle outcome of a message or a batch of messages (None: not settled, or not alike)."""
+    if isinstance(delivery, Message):
+        return _OUTCOMES.get(delivery.state)
+    if isinstance(delivery, list) and delivery and isinstance(delivery[0], Message):
+        states = {m.state for m in delivery}
+        return _OUTCOMES.get(states.pop()) if len(states) == 1 else None
+    return None

@@ -1,8 +1,12 @@
-"""Delegating wrappers: an instrumented Backend and its iterators and receivers.
+"""Delegating wrappers: an instrumented Backend and its consumers, thin uses of the tracing stage.
 
-Each wrapper does what the object it wraps does and adds the instrumentation of
-:class:`~broker.telemetry.core.ConsumerTelemetry` around it; any attribute it does not define
-(``backend.log()``, ``receiver.stop()``, an SDK escape hatch) is the wrapped object's. Publishers
+The consumers an :class:`InstrumentedBackend` hands out are two classes for every style:
+:class:`TracedIterator` (messages, records and their batches) and :class:`TracedReceiver`
+(receivers and batched receivers). Each does what the object it wraps does and runs what it hands
+out through the one tracing and metrics stage, :class:`~broker.telemetry.core.ConsumerTelemetry`
+(the stage :class:`broker.App` runs in its subscriber pipeline); it has the pulls or receives of
+what it wraps and no others, and any attribute it does not define (``backend.log()``,
+``receiver.stop()``, an SDK escape hatch) is the wrapped object's. Publishers
 are not wrapped: the backend's own :class:`~broker.driver.publishing.DriverPublisher` gets the publish
 middleware (:meth:`~broker.driver.publishing.DriverPublisher.wrap_send`) and is returned as it is.
 
@@ -18,13 +22,12 @@ raised. Polling stops for good when the backend answers None (its broker does no
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from broker.backend import DEFAULT_PING_TIMEOUT, Backend, Provision
 from broker.capabilities import Capabilities
@@ -42,8 +45,6 @@ __all__ = [
     "DEFAULT_BACKLOG_INTERVAL",
     "BacklogWatch",
     "InstrumentedBackend",
-    "TracedBatchIterator",
-    "TracedBatchedReceiver",
     "TracedIterator",
     "TracedReceiver",
 ]
@@ -224,12 +225,37 @@ class _Current:
             span.end()
 
 
-class _TracedPull(_Delegate, abc.ABC):
+#: The pulls of the consumption styles (:class:`TracedIterator` has those of what it wraps).
+_PULLS: Final = frozenset({"next_message", "next_record", "next_batch"})
+
+
+class TracedIterator(_Delegate):
+    """An iterator of any style, each message, record or batch it hands out going through the stage.
+
+    It wraps a ``MessageIterator``, ``RecordIterator``, ``BatchedMessageIterator`` or
+    ``BatchedIterator`` and has the pulls of what it wraps, no others (``next_message``,
+    ``next_record``, ``next_batch``; ``hasattr`` tells them apart as it does for the wrapped one):
+    each unit pulled is opened by :meth:`ConsumerTelemetry.open
+    <broker.telemetry.core.ConsumerTelemetry.open>` (counted, its acker traced, its process span
+    started) and its span is current in the pulling task until the next pull or :meth:`close`.
+    """
+
+    if TYPE_CHECKING:  # the pulls exist where the wrapped iterator has them (see __getattr__)
+
+        async def next_message(self, timeout: float | None = None) -> Message:
+            """The next message (see ``MessageIterator``)."""
+
+        async def next_record(self, timeout: float | None = None) -> Record:
+            """The next record (see ``RecordIterator``)."""
+
+        async def next_batch(self, timeout: float | None = None) -> list[Any]:
+            """The next batch (see ``BatchedMessageIterator``, ``BatchedIterator``)."""
+
     def __init__(self, wrapped: Any, consumer: ConsumerTelemetry, watch: BacklogWatch | None = None) -> None:
         self.wrapped = wrapped
         self.consumer = consumer
-        #: The backlog watch of this consumer's subscription (None: no backlog polling).
-        self.watch = watch
+        if watch is not None:
+            consumer.watch = watch
         self._watching = False
         self._current = _Current(consumer)
         self._iterator: AsyncIterator[Any] | None = None
@@ -237,13 +263,33 @@ class _TracedPull(_Delegate, abc.ABC):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.wrapped!r}>"
 
+    @property
+    def watch(self) -> BacklogWatch | None:
+        """The backlog watch of this consumer's subscription (None: no backlog polling)."""
+        watch: BacklogWatch | None = self.consumer.watch
+        return watch
+
+    def __getattr__(self, name: str) -> Any:
+        found = super().__getattr__(name)
+        if name not in _PULLS:
+            return found
+
+        async def pull(timeout: float | None = None) -> Any:
+            return self._handed(await self._pull(found, timeout))
+
+        pull.__name__ = pull.__qualname__ = name
+        self.__dict__[name] = pull  # looked up once per iterator
+        return pull
+
     async def _pull(self, pull: Any, *args: Any) -> Any:
         self._current.leave()
-        health = self.consumer.health
-        health.consuming = True
-        if not self._watching and self.watch is not None:
+        consumer = self.consumer
+        health = consumer.health
+        if not self._watching:
             self._watching = True
-            self.watch.join(health)
+            consumer.consuming()
+        else:
+            health.consuming = True
         try:
             return await pull(*args)
         except (Timeout, StopAsyncIteration, ClosedError):
@@ -253,9 +299,11 @@ class _TracedPull(_Delegate, abc.ABC):
             health.failure(exc)
             raise
 
-    @abc.abstractmethod
     def _handed(self, unit: Any) -> Any:
-        """Count what a pull handed out and start its process span; return it."""
+        span = self.consumer.open(unit)
+        if span is not None:
+            self._current.enter(span)
+        return unit
 
     def __aiter__(self) -> Self:
         return self
@@ -268,122 +316,87 @@ class _TracedPull(_Delegate, abc.ABC):
     async def close(self) -> None:
         """End the last process span, then close the wrapped iterator."""
         self._current.leave()
-        self.consumer.health.consuming = False
-        self.consumer.health.closed = True
-        if self._watching and self.watch is not None:
+        if self._watching:
             self._watching = False
-            await self.watch.leave(self.consumer.health)
+            await self.consumer.stopped(closed=True)
+        else:
+            self.consumer.health.consuming = False
+            self.consumer.health.closed = True
         await self.wrapped.close()
 
 
-class TracedIterator(_TracedPull):
-    """A ``MessageIterator`` or ``RecordIterator`` with a process span per message or record."""
+class TracedReceiver(_Delegate):
+    """A receiver whose handlers run through the stage (:meth:`ConsumerTelemetry.stage
+    <broker.telemetry.core.ConsumerTelemetry.stage>`): each call in a process span, timed, counted.
 
-    def _handed(self, unit: Any) -> Any:
-        self.consumer.health.message()
-        if isinstance(unit, Record):
-            span = self.consumer.begin_record(unit)
-        else:
-            span = self.consumer.begin(unit)
-        if span is not None:
-            self._current.enter(span)
-        return unit
+    It has the ``receive`` and ``receive_batch`` of what it wraps, no others; with ``batched`` it
+    has ``receive_batch`` only, also where the wrapped receiver takes per-message handlers too:
+    ``broker.run`` and other callers that look for ``receive`` first then hand it batches.
+    ``stop()``, ``stopped`` and the rest are the wrapped receiver's.
+    """
 
-    async def next_message(self, timeout: float | None = None) -> Message:
-        """The next message (see ``MessageIterator``)."""
-        message: Message = self._handed(await self._pull(self.wrapped.next_message, timeout))
-        return message
+    if TYPE_CHECKING:  # they exist where the wrapped receiver has them (see __getattr__)
 
-    async def next_record(self, timeout: float | None = None) -> Record:
-        """The next record (see ``RecordIterator``)."""
-        record: Record = self._handed(await self._pull(self.wrapped.next_record, timeout))
-        return record
+        async def receive(self, handler: Handler) -> None:
+            """Run the wrapped receiver with ``handler`` through the stage (see ``Receiver``)."""
 
+        async def receive_batch(self, handler: BatchHandler) -> None:
+            """Run the wrapped batched receiver with ``handler`` through the stage."""
 
-class TracedBatchIterator(_TracedPull):
-    """A ``BatchedMessageIterator`` or ``BatchedIterator`` with a process span per batch."""
-
-    def _handed(self, unit: Any) -> Any:
-        if unit:
-            self.consumer.health.message(len(unit))
-            span = self.consumer.begin_batch(unit)
-            if span is not None:
-                self._current.enter(span)
-        else:
-            self.consumer.health.success()
-        return unit
-
-    async def next_batch(self, timeout: float | None = None) -> list[Any]:
-        """The next batch (see ``BatchedMessageIterator``)."""
-        batch: list[Any] = self._handed(await self._pull(self.wrapped.next_batch, timeout))
-        return batch
-
-
-class _TracedReceiving(_Delegate):
-    """What the traced receivers share: health and backlog watch while receiving, closing."""
-
-    def __init__(self, wrapped: Any, consumer: ConsumerTelemetry, watch: BacklogWatch | None = None) -> None:
+    def __init__(
+        self,
+        wrapped: Any,
+        consumer: ConsumerTelemetry,
+        watch: BacklogWatch | None = None,
+        *,
+        batched: bool = False,
+    ) -> None:
         self.wrapped = wrapped
         self.consumer = consumer
-        #: The backlog watch of this receiver's subscription (None: no backlog polling).
-        self.watch = watch
+        if watch is not None:
+            consumer.watch = watch
+        #: Only ``receive_batch``: the wrapped receiver's ``receive`` is hidden.
+        self.batched = batched
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.wrapped!r}>"
 
+    @property
+    def watch(self) -> BacklogWatch | None:
+        """The backlog watch of this receiver's subscription (None: no backlog polling)."""
+        watch: BacklogWatch | None = self.consumer.watch
+        return watch
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "receive" and self.batched:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute 'receive' (batched)")
+        found = super().__getattr__(name)
+        if name not in ("receive", "receive_batch"):
+            return found
+
+        async def receive(handler: Any) -> None:
+            await self._run(found(self.consumer.stage(handler)))
+
+        receive.__name__ = receive.__qualname__ = name
+        return receive
+
     async def _run(self, coro: Any) -> None:
-        health = self.consumer.health
-        health.consuming = True
-        watch = self.watch
-        if watch is not None:
-            watch.join(health)
+        consumer = self.consumer
+        consumer.consuming()
         try:
             await coro
         except BrokerError as exc:
-            health.failure(exc)
+            consumer.health.failure(exc)
             raise
         finally:
-            health.consuming = False
-            if watch is not None:
-                await watch.leave(health)
+            await consumer.stopped()
 
     async def close(self) -> None:
         """Close the wrapped receiver, where it can be closed."""
-        self.consumer.health.closed = True
-        if self.watch is not None:
-            await self.watch.leave(self.consumer.health)
+        await self.consumer.stopped(closed=True)
         close = getattr(self.wrapped, "close", None)
         if close is not None:
             await close()
-
-
-class TracedReceiver(_TracedReceiving):
-    """A ``Receiver`` (and ``BatchedReceiver`` when the wrapped one is) whose handlers are traced."""
-
-    async def receive(self, handler: Handler) -> None:
-        """Run the wrapped receiver with ``handler`` traced (see ``Receiver.receive``)."""
-        await self._run(self.wrapped.receive(self.consumer.wrap_handler(handler)))
-
-    async def receive_batch(self, handler: BatchHandler) -> None:
-        """Run the wrapped batched receiver with ``handler`` traced."""
-        await self._run(self.wrapped.receive_batch(self.consumer.wrap_batch_handler(handler)))
-
-
-class TracedBatchedReceiver(_TracedReceiving):
-    """A ``BatchedReceiver`` whose batch handlers are traced.
-
-    It has ``receive_batch`` only, also where the wrapped receiver takes per-message handlers
-    too: ``broker.run`` and other callers that look for ``receive`` first then hand it batches.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "receive":
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute 'receive'")
-        return super().__getattr__(name)
-
-    async def receive_batch(self, handler: BatchHandler) -> None:
-        """Run the wrapped batched receiver with ``handler`` traced."""
-        await self._run(self.wrapped.receive_batch(self.consumer.wrap_batch_handler(handler)))
 
 
 class InstrumentedBackend(AsyncResource):
@@ -495,6 +508,18 @@ class InstrumentedBackend(AsyncResource):
         )
         return publisher
 
+    def stage(self, destination: str, subscription: str, kind: str) -> ConsumerTelemetry:
+        """The tracing and metrics stage of a consumer of ``destination`` (topics comma-joined) through
+        ``subscription`` that the caller runs itself, as :class:`broker.App` does in its subscriber
+        pipeline: consume from :attr:`wrapped` and pass each delivery through
+        :meth:`~broker.telemetry.core.ConsumerTelemetry.run`; call
+        :meth:`~broker.telemetry.core.ConsumerTelemetry.consuming` when it starts and
+        :meth:`~broker.telemetry.core.ConsumerTelemetry.stopped` when it stops (health and backlog
+        polling). ``kind`` names the consumer in the health report."""
+        consumer = self.telemetry.consumer(destination, subscription, kind)
+        consumer.watch = self._watch(destination, subscription) if subscription else None
+        return consumer
+
     def messages(self, topic: str, subscription: str, **options: Any) -> TracedIterator:
         """The wrapped backend's ``messages(...)`` with a process span per message."""
         consumer = self.telemetry.consumer(topic, subscription, "messages")
@@ -509,7 +534,7 @@ class InstrumentedBackend(AsyncResource):
         batch_size: int | None = None,
         batch_timeout: float | None = None,
         **options: Any,
-    ) -> TracedBatchIterator:
+    ) -> TracedIterator:
         """The wrapped backend's ``batched_messages(...)`` with a process span per batch.
 
         ``batch_size`` and ``batch_timeout`` default to the wrapped backend's defaults.
@@ -519,7 +544,7 @@ class InstrumentedBackend(AsyncResource):
             topic, subscription, **_given(options, batch_size=batch_size, batch_timeout=batch_timeout)
         )
         watch = self._watch(consumer.destination, consumer.subscription)
-        return TracedBatchIterator(iterator, consumer, watch)
+        return TracedIterator(iterator, consumer, watch)
 
     def receiver(
         self, topic: str, subscription: str, *, concurrency: int = 1, **options: Any
@@ -532,14 +557,14 @@ class InstrumentedBackend(AsyncResource):
             self._watch(topic, subscription),
         )
 
-    def batched_receiver(self, topic: str, subscription: str, **options: Any) -> TracedBatchedReceiver:
+    def batched_receiver(self, topic: str, subscription: str, **options: Any) -> TracedReceiver:
         """The wrapped backend's ``batched_receiver(...)`` (where it has one), traced per batch."""
         make = getattr(self.wrapped, "batched_receiver", None)
         if make is None:
             raise AttributeError(f"the {self.name} backend has no batched_receiver")
         consumer = self.telemetry.consumer(topic, subscription, "batched_receiver")
         watch = self._watch(topic, subscription)
-        return TracedBatchedReceiver(make(topic, subscription, **options), consumer, watch)
+        return TracedReceiver(make(topic, subscription, **options), consumer, watch, batched=True)
 
     def records(
         self, topics: str | Sequence[str], group: str | None = None, **options: Any
@@ -558,14 +583,14 @@ class InstrumentedBackend(AsyncResource):
         batch_size: int | None = None,
         batch_timeout: float | None = None,
         **options: Any,
-    ) -> TracedBatchIterator:
+    ) -> TracedIterator:
         """The wrapped backend's ``batched_records(...)`` with a process span per batch."""
         consumer = self.telemetry.consumer(",".join(topics_tuple(topics)), group or "", "batched_records")
         iterator = self.wrapped.batched_records(
             topics, group, **_given(options, batch_size=batch_size, batch_timeout=batch_timeout)
         )
         watch = self._watch(consumer.destination, consumer.subscription)
-        return TracedBatchIterator(iterator, consumer, watch)
+        return TracedIterator(iterator, consumer, watch)
 
     async def close(self) -> None:
         """Stop the backlog polling, then close the wrapped backend (and everything it handed out)."""
