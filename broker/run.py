@@ -150,10 +150,12 @@ async def serve_consumers(
     stop: asyncio.Event,
     force: asyncio.Event,
     close_timeout: float,
+    on_failure: Callable[[int, BaseException], object] | None = None,
 ) -> int:
     """The body of :func:`run` once its arguments are checked: consume until ``stop`` is set (or
     every receiver returned, or one failed), drain for ``drain_timeout`` seconds unless ``force``
-    is set, close ``backends``; the exit code. Handles no signal itself."""
+    is set, close ``backends``; the exit code. Handles no signal itself. ``on_failure(index,
+    error)`` hears of each receiver that failed (its index in ``consumers``)."""
     loop = asyncio.get_running_loop()
     tasks = [loop.create_task(_consume(r, h)) for r, h in consumers]
     exit_code = 0
@@ -187,10 +189,12 @@ async def serve_consumers(
             if not task.done():
                 task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
+        for index, result in enumerate(results):
             if isinstance(result, Exception):
                 log.error("a receiver failed: %r", result, exc_info=result)
                 exit_code = 1
+                if on_failure is not None:
+                    on_failure(index, result)
     finally:
         for task in [*tasks, *waiters]:
             task.cancel()

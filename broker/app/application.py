@@ -415,7 +415,19 @@ class App:
             try:
                 await self._call_hooks(self._startup, "on_startup")
                 self._stages = []
-                pairs = [self._consumer(s) for s in self.subscribers]
+                pairs = []
+                stage_of: dict[int, Any] = {}  # a pair's index -> its tracing and metrics stage
+                for subscriber in self.subscribers:
+                    staged = len(self._stages)
+                    pairs.append(self._consumer(subscriber))
+                    if len(self._stages) > staged:
+                        stage_of[len(pairs) - 1] = self._stages[-1]
+
+                def failed(index: int, error: BaseException) -> None:
+                    stage = stage_of.get(index)
+                    if stage is not None:  # health() names the broker error that ended it
+                        stage.health.failure(error)
+
                 async with contextlib.AsyncExitStack() as entered:
                     for receiver, _ in pairs:
                         if hasattr(receiver, "__aenter__"):
@@ -433,6 +445,7 @@ class App:
                             stop=stop,
                             force=force,
                             close_timeout=0.0,
+                            on_failure=failed,
                         )
                     )
                     try:

@@ -142,3 +142,26 @@ async def test_each_process_span_ends_with_its_settle_outcome(otel: Otel) -> Non
     assert outcomes == ["ack", "dead_letter"]
     assert otel.value("polybroker.messages.acked", destination="orders") == 1
     assert otel.value("polybroker.messages.dead_lettered", destination="orders") == 1
+
+
+async def test_health_names_the_broker_error_that_ended_a_subscriber(otel: Otel) -> None:
+    """The App's receivers are the backend's own (telemetry is a stage of the pipeline): a receiver
+    that dies with a broker error still leaves it in ``health()`` as the subscriber's last error."""
+    from broker.errors import ConnectionFailed
+
+    url = f"inmem://app-health-{uuid.uuid4().hex}"
+    app = App(url, telemetry={"tracer_provider": otel.tracer_provider, "meter_provider": otel.meter_provider})
+
+    @app.subscriber("orders", "billing")
+    async def bill(order: Order) -> None:
+        pass
+
+    async with app.lifespan(ping_timeout=None) as running:
+        backend: Any = running.backend()
+        await asyncio.sleep(0.05)
+        backend.wrapped.faults.drop_connection(ConnectionFailed("connection refused"))
+        async with asyncio.timeout(10):
+            while backend.health().ready:  # noqa: ASYNC110 - polls the report
+                await asyncio.sleep(0.01)
+        (entry,) = backend.health().consumers
+        assert entry.last_error == "ConnectionFailed: connection refused"
