@@ -437,11 +437,21 @@ class PubsubReceiver(SubscriptionConsumer):
                 raise translate(error, f"receiving from {info.path}", ReceiveError) from error
         finally:
             scheduler.detach()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._shutdown(run, scheduler, streaming, ended))
-            self._running -= 1
-            if not self._running:
-                self._idle.set()
+            # The shutdown (drain, stream close, nacks of what was held) runs to its end even when
+            # this receive() is cancelled meanwhile; the receiver counts as running until then, so
+            # close() waits for those nacks before the backend closes the clients they go through.
+            shutdown = asyncio.ensure_future(self._shutdown(run, scheduler, streaming, ended))
+            shutdown.add_done_callback(self._shutdown_done)
+            await asyncio.shield(shutdown)
+
+    def _shutdown_done(self, shutdown: asyncio.Future[None]) -> None:
+        if not shutdown.cancelled() and shutdown.exception() is not None:
+            log.warning(
+                "shutting the streaming pull of %s down failed: %r", self.subscription, shutdown.exception()
+            )
+        self._running -= 1
+        if not self._running:
+            self._idle.set()
 
     async def _shutdown(
         self,

@@ -504,3 +504,37 @@ async def test_stop_drains_running_handlers_then_returns(backend: PubsubBackend)
     assert started == at_stop, "a handler started after stop()"
     assert sorted(acked) == sorted(at_stop[1:]), "running handlers did not finish within the drain"
     assert at_stop[0] not in acked
+
+
+async def test_close_waits_for_the_drain_of_a_receive_cancelled_while_it_drains(
+    backend: PubsubBackend,
+) -> None:
+    """A receive() cancelled during its drain still lets its running handlers finish and nacks what
+    it held; close() returns only then (before, it returned at once and the backend closed the
+    clients the nacks go through under them)."""
+    topic, sub = name("topic"), name("sub")
+    await backend.ensure_subscription(topic, sub)
+    await backend.publisher().topic(topic).batch_publish(*(OutboundMessage(b"%d" % i) for i in range(10)))
+    started: list[int] = []
+    finished: list[int] = []
+    two = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        started.append(int(message.data))
+        if len(started) == 2:
+            two.set()
+        await asyncio.sleep(1.0)
+        await message.ack()
+        finished.append(int(message.data))
+
+    receiver = backend.receiver(topic, sub, concurrency=2)
+    task = await run_receiver(receiver, handler)
+    await until(two, "two handlers running")
+    receiver.stop(drain_timeout=10)
+    await asyncio.sleep(0.05)
+    await stop(task)  # cancelled while it drains
+    async with asyncio.timeout(PATIENCE):
+        await receiver.close()
+    assert sorted(finished) == sorted(started[:2]), "the running handlers finished before close() returned"
+    pending = [t for t in asyncio.all_tasks() if "_shutdown" in getattr(t.get_coro(), "__qualname__", "")]
+    assert not pending, "the receiver's shutdown still ran after close() returned"
