@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
+from broker.driver.resources import stop_task
 from broker.errors import BrokerError, ConfigError
 from broker.message import Record
 
@@ -139,9 +140,8 @@ class PartitionedReceiver:
                 reading = asyncio.ensure_future(self.source.next_record())
                 await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if not reading.done():
-                    reading.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await reading  # a record read as it was cancelled is read again after a restart
+                    # a record read as it was cancelled is read again after a restart
+                    await stop_task(reading)
                     self._slots.release()
                     break
                 try:
@@ -167,9 +167,7 @@ class PartitionedReceiver:
         await asyncio.wait({taking, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if taking.done() and not self._stop.is_set():
             return True
-        taking.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await taking
+        await stop_task(taking)
         if taking.done() and not taking.cancelled():
             self._slots.release()  # acquired as the receiver stopped
         return False

@@ -34,7 +34,7 @@ from broker.capabilities import Capabilities
 from broker.driver.base import topics_tuple
 from broker.driver.forwarding import Forwarded
 from broker.driver.publishing import DriverPublisher
-from broker.driver.resources import AsyncResource
+from broker.driver.resources import AsyncResource, stop_task
 from broker.errors import BrokerError, ClosedError, Timeout
 from broker.interfaces import BatchHandler, Handler, MiddlewarePublisher, TransactionalPublisher
 from broker.message import Message, Record
@@ -114,11 +114,7 @@ class BacklogWatch:
     async def stop(self) -> None:
         """Stop polling (idempotent) and withdraw the gauge's series."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            if task is not asyncio.current_task():
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await stop_task(task)
         self.series.backlog(None)
 
     async def poll(self) -> int | None:
