@@ -241,10 +241,11 @@ class SyncPublisher(Closing):
             taken = [item for _, items in batch for item in items]
             self._in_flight -= sum(_count(item) for item in taken)
             queued: list[_Item] = []
-            for handle in set(self._tokens):
-                queued.extend(handle._queue)
-                handle._queue.clear()
+            tokens = list(self._tokens)
             self._tokens.clear()
+            for handle, count in Counter(tokens).items():  # as many as have their token: see _drain
+                pop = handle._queue.popleft
+                queued.extend(pop() for _ in range(count))
             self._extra = self._slow = 0
             self._idle = True
             self._draining = False
