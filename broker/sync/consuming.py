@@ -51,6 +51,8 @@ class _Consumer(Closing, Generic[W]):
     """The shared machinery of :class:`SyncMessages` and :class:`SyncRecords`."""
 
     _what = "consumer"
+    #: Whether the source is read with its ``next_batch`` where it has one (record iterators).
+    _pulls_batches = False
 
     def __init__(
         self,
@@ -82,6 +84,7 @@ class _Consumer(Closing, Generic[W]):
         self._cond = threading.Condition(self._lock)
         self._buffer: deque[Any] = deque()
         self._paused = False  # the fetcher waits for room
+        self._waiting = 0  # callers waiting for an item (the fetcher notifies only then)
         self._settle_queue: deque[tuple[int, Any, Any, Any]] = deque()
         self._settling = False
         self._unsettled = 0
@@ -118,10 +121,18 @@ class _Consumer(Closing, Generic[W]):
         self._fetch_task = asyncio.current_task()
         self._room = asyncio.Event()
         read_ahead, cond, buffer = self._read_ahead, self._cond, self._buffer
+        # A source that pulls in batches (a record iterator's ``next_batch``, up to its
+        # ``batch_size``) is read a batch at a time whenever a whole batch fits: one await and one
+        # hand-over per batch instead of per item, and the read-ahead bound still holds.
+        pull_batch = getattr(self._source, "next_batch", None) if self._pulls_batches else None
+        batch_size = getattr(self._source, "batch_size", None)
+        if type(batch_size) is not int or batch_size < 2 or batch_size > read_ahead:
+            pull_batch = None
         try:
             while True:
                 with cond:
-                    if len(buffer) >= read_ahead:
+                    room = read_ahead - len(buffer)
+                    if room <= 0:
                         self._paused = True
                         self._room.clear()
                         wait = True
@@ -131,15 +142,21 @@ class _Consumer(Closing, Generic[W]):
                     await self._room.wait()
                     continue
                 try:
-                    item = await self._pull()
+                    if pull_batch is not None and room >= batch_size:  # type: ignore[operator]
+                        items = await pull_batch()
+                        if not items:
+                            continue
+                    else:
+                        items = [await self._pull()]
                 except Timeout:
                     continue  # a backend whose pull has a default timeout: keep reading ahead
                 with cond:
-                    if self._closed:  # close() took its snapshot: it nacks this one too
-                        self._late.append(item)
+                    if self._closed:  # close() took its snapshot: it nacks these too
+                        self._late.extend(items)
                         return
-                    buffer.append(item)
-                    cond.notify()
+                    buffer.extend(items)
+                    if self._waiting:
+                        cond.notify()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -167,7 +184,12 @@ class _Consumer(Closing, Generic[W]):
             if not buffer:
                 if self._closed:
                     raise ClosedError(f"the blocking {self._what} is closed")
-                if not cond.wait_for(lambda: buffer or self._closed or self._stopping, timeout):
+                self._waiting += 1
+                try:
+                    arrived = cond.wait_for(lambda: buffer or self._closed or self._stopping, timeout)
+                finally:
+                    self._waiting -= 1
+                if not arrived:
                     raise Timeout(f"nothing arrived within {timeout} s")
                 if self._closed or self._stopping:
                     raise ClosedError(f"the blocking {self._what} is closed")
@@ -504,6 +526,7 @@ class SyncRecords(_Consumer[SyncRecord]):
     """A blocking record consumer: iterate with ``for``, or call :meth:`next_record`."""
 
     _what = "records() consumer"
+    _pulls_batches = True
 
     async def _pull(self) -> Any:
         return await self._source.next_record()

@@ -1,12 +1,30 @@
-"""Blocking publishers: a thread-safe hand-over queue drained in batches by one task on the loop thread.
+"""Blocking publishers: thread-safe hand-over queues drained in batches by one task on the loop thread.
 
-A publish from any thread appends to the publisher's queue under a lock and, only when the
-drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The drainer takes up to
-``max_batch`` messages at a time and sends each topic's share with the async topic's
-``batch_publish``: a burst of publishes costs one loop round trip per batch, not per message.
+Each topic handle has a queue; a publish from any thread appends its message there, then appends
+the topic handle to the publisher's queue of *tokens* (one per message: which topic has the next
+one) and, only when the drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The
+drainer takes up to ``max_batch`` tokens at a time, as many messages from each topic's queue, and
+sends each topic's share with the async topic's ``batch_publish``: a burst of publishes costs one
+loop round trip per batch, not per message.
+
+The common call, ``publish_nowait`` of a well-formed message without ``on_delivery``, is a few
+type checks and two ``deque.append`` calls (each atomic under the GIL): no lock, no closure, no
+counter written by the caller and no object made per message (a tuple per queued message would
+make the cyclic garbage collector walk the queue again and again). The message goes in before its
+token, so the drainer never takes a token whose message is missing. What is pending is the number
+of tokens plus what the drainer holds (``_in_flight``, written by the loop thread under the lock),
+so a flush or a close waits for exactly what was handed over before it. Every other publish (a
+callback, a future, a batch, a full queue) takes the lock and counts its extra messages there.
+
+The drainer goes idle in two steps, ``_idle = True`` and then one more look at the tokens, while a
+caller appends first and looks at ``_idle`` after: whichever order the two threads take, either
+the drainer sees the message or the caller sees the drainer idle and wakes it (a wake that finds
+a drainer running is ignored on the loop thread).
 
 The queue is bounded by ``max_pending`` messages (queued and in flight); a publish that finds it
-full waits for room up to its timeout, then raises :class:`~broker.errors.Timeout`.
+full waits for room up to its timeout, then raises :class:`~broker.errors.Timeout`. Threads that
+pass the check at the same moment may each add their message: the bound is exceeded by at most
+one message per publishing thread.
 """
 
 from __future__ import annotations
@@ -15,7 +33,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -27,7 +45,7 @@ from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
 from broker.sync import portal as _portal
-from broker.sync.portal import Closing, check_not_in_loop, generation
+from broker.sync.portal import Closing, _get_running_loop, check_not_in_loop, generation
 
 if TYPE_CHECKING:
     from broker.sync.backend import SyncBackend
@@ -42,8 +60,9 @@ DeliveryCallback = Callable[[BaseException | None, OutboundMessage], object]
 
 log = logging.getLogger("broker.sync")
 
-# One queued item: (topic name, a message or a tuple of messages, callback(error) or None).
-_Item = tuple[str, Any, Callable[[BaseException | None], object] | None]
+# One item of a topic's queue: a message (the common case), or (a message or a tuple of messages,
+# callback(error) or None) for a publish with a callback or a batch.
+_Item = Any
 
 
 class SyncPublisher(Closing):
@@ -78,9 +97,14 @@ class SyncPublisher(Closing):
         """(Re-)open the async publisher on this generation's loop, with a fresh hand-over state."""
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: deque[_Item] = deque()
-        self._pending = 0  # messages queued or in flight
-        self._idle = True
+        self._tokens: deque[SyncTopic] = deque()  # one per queued item: its topic, in hand-over order
+        for handle in self._topics.values():
+            handle._queue = deque()  # a forked child: the parent's queued messages are the parent's
+        self._extra = 0  # queued messages beyond one per item (batches), under the lock
+        self._slow = 0  # queued items with a callback or a batch, under the lock
+        self._in_flight = 0  # messages the drainer took and has not finished; loop thread, under the lock
+        self._idle = True  # no drainer running or scheduled (see the module's docstring)
+        self._draining = False  # a drainer task runs; the loop thread's own
         self._failed = 0  # messages without a callback whose publish failed since the last flush
         self._first_error: BaseException | None = None
         self._async_topics: dict[str, Topic] = {}
@@ -97,6 +121,11 @@ class SyncPublisher(Closing):
     def pending(self) -> int:
         """Messages handed over and not yet confirmed by the broker (or failed)."""
         return self._pending
+
+    @property
+    def _pending(self) -> int:
+        # Exact under the lock; without it a snapshot that may count a message being taken twice.
+        return len(self._tokens) + self._extra + self._in_flight
 
     def topic(self, name: str) -> SyncTopic:
         """The handle publishing to topic ``name``."""
@@ -118,7 +147,7 @@ class SyncPublisher(Closing):
 
     def _put(
         self,
-        topic: str,
+        handle: SyncTopic,
         item: Any,
         count: int,
         callback: Callable[[BaseException | None], object] | None,
@@ -130,7 +159,6 @@ class SyncPublisher(Closing):
                 if self._gen != generation():
                     _portal.abandon(dict(self.__dict__))  # never freed here: see portal.abandon
                     self._open()  # a forked child: fresh loop and connection; the parent's queue is not ours
-        wake = False
         with self._lock:
             if self._closed or self._backend.closed:
                 raise ClosedError("the blocking publisher is closed")
@@ -144,102 +172,140 @@ class SyncPublisher(Closing):
                     )
                 if self._closed:
                     raise ClosedError("the blocking publisher is closed")
-            self._queue.append((topic, item, callback))
-            self._pending += count
-            if self._idle:
-                self._idle = False
-                wake = True
-        if wake:
+            if callback is None and type(item) is not tuple:
+                handle._queue.append(item)
+            else:
+                handle._queue.append((item, callback))
+                self._slow += 1
+                self._extra += count - 1
+            self._tokens.append(handle)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Start the drainer unless it runs (called after an append: see the module's docstring)."""
+        if self._idle:
+            self._idle = False
             self._portal.call_soon(self._start_drain)
 
     # -- the loop side -------------------------------------------------------------------
     def _start_drain(self) -> None:
-        asyncio.get_running_loop().create_task(self._drain())
+        if not self._draining:
+            self._draining = True
+            asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        taken: list[_Item] = []
+        batch: list[tuple[SyncTopic, list[_Item]]] = []
         try:
             while True:
                 with self._lock:
-                    if not self._queue:
+                    tokens = self._tokens
+                    if not tokens:
                         self._idle = True
-                        self._cond.notify_all()
-                        return
-                    taken = []
-                    size = 0
-                    while self._queue and size < self._max_batch:
-                        item = self._queue.popleft()
-                        taken.append(item)
-                        size += len(item[1]) if type(item[1]) is tuple else 1
-                await self._send(taken)
+                        if not tokens:  # a caller appending from now on sees _idle and wakes a new drainer
+                            self._draining = False
+                            self._cond.notify_all()
+                            return
+                        self._idle = False
+                    size = take = min(len(tokens), self._max_batch)
+                    popleft = tokens.popleft
+                    owners = [popleft() for _ in range(take)]
+                    counts = Counter(owners)  # first-seen order; each topic's messages keep theirs
+                    batch = []
+                    for handle, count in counts.items():
+                        pop = handle._queue.popleft
+                        batch.append((handle, [pop() for _ in range(count)]))
+                    plain = not self._slow
+                    if not plain:
+                        slow = [item for _, items in batch for item in items if type(item) is tuple]
+                        self._slow -= len(slow)
+                        extra = sum(len(item[0]) - 1 for item in slow if type(item[0]) is tuple)
+                        self._extra -= extra
+                        size += extra
+                        plain = not slow
+                    self._in_flight += size
+                for handle, items in batch:
+                    await self._send(handle.name, items, plain)
                 with self._lock:
-                    self._pending -= size
+                    self._in_flight -= size
                     self._cond.notify_all()
-                taken = []
+                batch = []
         except BaseException as exc:  # the loop is going away: fail what is left, never hang a flush
-            self._fail_all(taken, exc)
+            self._fail_all(batch, exc)
             raise
 
-    def _fail_all(self, taken: list[_Item], cause: BaseException) -> None:
+    def _fail_all(self, batch: list[tuple[SyncTopic, list[_Item]]], cause: BaseException) -> None:
         """Fail the batch in hand and everything queued: the drainer cannot send them any more."""
         error = ClosedError("the blocking publisher's loop stopped before the broker had the message")
         error.__cause__ = cause
         with self._lock:
-            lost = [*taken, *self._queue]
-            self._queue.clear()
+            taken = [item for _, items in batch for item in items]
+            self._in_flight -= sum(_count(item) for item in taken)
+            queued: list[_Item] = []
+            tokens = list(self._tokens)
+            self._tokens.clear()
+            for handle, count in Counter(tokens).items():  # as many as have their token: see _drain
+                pop = handle._queue.popleft
+                queued.extend(pop() for _ in range(count))
+            self._extra = self._slow = 0
             self._idle = True
-            count = sum(len(item[1]) if type(item[1]) is tuple else 1 for item in lost)
-            silent = sum(
-                len(item[1]) if type(item[1]) is tuple else 1 for item in lost if item[2] is None
-            )
-            self._pending -= count
+            self._draining = False
+            lost = [*taken, *queued]
+            silent = sum(_count(item) for item in lost if type(item) is not tuple or item[1] is None)
             self._failed += silent
             if silent and self._first_error is None:
                 self._first_error = error
             self._cond.notify_all()
-        for _, _, callback in lost:
-            if callback is not None:
+        for item in lost:
+            if type(item) is tuple and item[1] is not None:
                 try:
-                    callback(error)
+                    item[1](error)
                 except Exception:  # a callback already told (the send failed half-way)
                     log.debug("a delivery callback raised", exc_info=True)
 
-    async def _send(self, taken: list[_Item]) -> None:
-        by_topic: dict[str, list[_Item]] = {}
-        for item in taken:
-            by_topic.setdefault(item[0], []).append(item)
-        for name, items in by_topic.items():
-            messages: list[OutboundMessage] = []
-            for _, payload, _cb in items:
-                if type(payload) is tuple:
-                    messages.extend(payload)
+    async def _send(self, name: str, items: list[_Item], plain: bool) -> None:
+        """``batch_publish`` of ``items``' messages to topic ``name``; then their callbacks, or the
+        failure counted for :meth:`flush`. ``plain``: every item is one message without a callback."""
+        if plain:
+            messages: list[OutboundMessage] = items
+        else:
+            messages = []
+            for item in items:
+                if type(item) is not tuple:
+                    messages.append(item)
+                elif type(item[0]) is tuple:
+                    messages.extend(item[0])
                 else:
-                    messages.append(payload)
-            error: BaseException | None = None
-            try:
-                topic = self._async_topics.get(name)
-                if topic is None:
-                    topic = self._async_topics[name] = self._async.topic(name)
-                await topic.batch_publish(*messages, timeout=self.timeout)
-            except asyncio.CancelledError:
-                error = ClosedError("the blocking publisher's loop stopped before the broker had the message")
-            except Exception as exc:
-                error = exc
+                    messages.append(item[0])
+        error: BaseException | None = None
+        try:
+            topic = self._async_topics.get(name)
+            if topic is None:
+                topic = self._async_topics[name] = self._async.topic(name)
+            await topic.batch_publish(*messages, timeout=self.timeout)
+        except asyncio.CancelledError:
+            error = ClosedError("the blocking publisher's loop stopped before the broker had the message")
+        except Exception as exc:
+            error = exc
+        if plain:
+            if error is None:
+                return
+            silent = len(messages)
+        else:
             silent = 0
-            for _, payload, callback in items:
-                if callback is None:
-                    silent += len(payload) if type(payload) is tuple else 1
+            for item in items:
+                if type(item) is not tuple or item[1] is None:
+                    silent += _count(item)
                     continue
                 try:
-                    callback(error)
+                    item[1](error)
                 except Exception:
                     log.exception("an on_delivery callback raised")
-            if error is not None and silent:
-                with self._lock:
-                    self._failed += silent
-                    if self._first_error is None:
-                        self._first_error = error
-                log.warning("publishing %d messages to %r failed: %s", silent, name, error)
+        if error is not None and silent:
+            with self._lock:
+                self._failed += silent
+                if self._first_error is None:
+                    self._first_error = error
+            log.warning("publishing %d messages to %r failed: %s", silent, name, error)
 
     # -- the caller side -----------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
@@ -303,12 +369,17 @@ async def _make_publisher(backend: Backend) -> Publisher:
 class SyncTopic:
     """A blocking handle on one topic of a :class:`SyncPublisher`; thread-safe."""
 
-    __slots__ = ("_publisher", "name")
+    __slots__ = ("_publisher", "_queue", "_valid", "name")
 
     def __init__(self, publisher: SyncPublisher, name: str) -> None:
         self._publisher = publisher
+        # Messages handed over and not yet taken by the drainer (see the module's docstring).
+        self._queue: deque[_Item] = deque()
         #: The topic's name.
         self.name = name
+        # The attributes dict validated last and a copy of it: the same dict, still equal to the
+        # copy, needs no new validation (one tuple, so threads replacing it never mix two).
+        self._valid: tuple[object, dict[str, str]] = (None, {})
 
     def __repr__(self) -> str:
         return f"<SyncTopic {self.name!r}>"
@@ -330,12 +401,38 @@ class SyncTopic:
         to ``timeout`` seconds (the publisher's default when None), then raises
         :class:`~broker.errors.Timeout` with the message not handed over.
         """
-        if _portal._get_running_loop() is not None:
+        # The common call (no callback, a well-formed message, room, this process's loop) is
+        # checked inline and appended without a lock: it runs once per message.
+        publisher = self._publisher
+        if (
+            on_delivery is None
+            and type(message) is OutboundMessage
+            and type(message.data) is bytes
+            and publisher._gen == _portal._generation
+            and not publisher._closed
+            and len(publisher._tokens) + publisher._extra + publisher._in_flight < publisher._max_pending
+            and _get_running_loop() is None
+        ):
+            key = message.key
+            attributes = message.attributes
+            if key is None or type(key) is str:
+                if attributes:
+                    valid = self._valid
+                    if attributes is not valid[0] or attributes != valid[1]:
+                        check_outbound(message)
+                        if type(attributes) is dict:
+                            self._valid = (attributes, attributes.copy())
+                self._queue.append(message)  # before its token: see the module's docstring
+                publisher._tokens.append(self)
+                if publisher._idle:
+                    publisher._wake()
+                return
+        if _get_running_loop() is not None:
             check_not_in_loop("publish_nowait()")
         if not is_plain(message):
             check_outbound(message)
         callback = None if on_delivery is None else _deliver(on_delivery, message)
-        self._publisher._put(self.name, message, 1, callback, timeout)
+        publisher._put(self, message, 1, callback, timeout)
 
     def publish_future(self, message: OutboundMessage) -> concurrent.futures.Future[None]:
         """Hand ``message`` over and return a future that completes when the broker has it."""
@@ -343,7 +440,7 @@ class SyncTopic:
         if not is_plain(message):
             check_outbound(message)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._publisher._put(self.name, message, 1, _settle(future), None)
+        self._publisher._put(self, message, 1, _settle(future), None)
         return future
 
     def publish(self, message: OutboundMessage, *, timeout: float | None = None) -> None:
@@ -362,11 +459,18 @@ class SyncTopic:
                 check_outbound(message)
         limit = self._publisher.timeout if timeout is None else timeout
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._publisher._put(self.name, payload, count, _settle(future), limit)
+        self._publisher._put(self, payload, count, _settle(future), limit)
         try:
             future.result(limit)
         except concurrent.futures.TimeoutError:
             raise Timeout(f"publishing to {self.name!r} did not finish within {limit} s") from None
+
+
+def _count(item: _Item) -> int:
+    """How many messages a queued item holds."""
+    if type(item) is not tuple:
+        return 1
+    return len(item[0]) if type(item[0]) is tuple else 1
 
 
 def _deliver(
