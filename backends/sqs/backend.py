@@ -348,6 +348,12 @@ class SqsBackend(BackendBase):
     def __repr__(self) -> str:
         return f"<SqsBackend {self.connection!r}>"
 
+    @property
+    def messaging_publish_system(self) -> str:
+        """The OpenTelemetry ``messaging.system`` of what publishing talks to: ``aws.sns`` in SNS mode
+        (topics are SNS topics), ``aws_sqs`` in queue mode; consumers always read SQS (``aws_sqs``)."""
+        return "aws.sns" if self.settings.mode == "sns" else "aws_sqs"
+
     def _driver(self) -> SqsPublishDriver:
         driver: SqsPublishDriver = self._shared_driver(lambda: SqsPublishDriver(self.connection))
         return driver
