@@ -348,6 +348,12 @@ class SqsBackend(BackendBase):
     def __repr__(self) -> str:
         return f"<SqsBackend {self.connection!r}>"
 
+    @property
+    def messaging_publish_system(self) -> str:
+        """The OpenTelemetry ``messaging.system`` of what publishing talks to: ``aws.sns`` in SNS mode
+        (topics are SNS topics), ``aws_sqs`` in queue mode; consumers always read SQS (``aws_sqs``)."""
+        return "aws.sns" if self.settings.mode == "sns" else "aws_sqs"
+
     def _driver(self) -> SqsPublishDriver:
         driver: SqsPublishDriver = self._shared_driver(lambda: SqsPublishDriver(self.connection))
         return driver
@@ -436,6 +442,7 @@ class SqsPublishDriver:
         self._sns_mode = connection.settings.mode == "sns"
         self._fifo = connection.settings.fifo
         self._batch_bytes = MAX_SNS_BYTES if self._sns_mode else MAX_SQS_BYTES
+        self._body_field = "Message" if self._sns_mode else "MessageBody"
 
     def check_topic(self, name: str) -> None:
         """Refuse names that cannot name a topic or queue."""
@@ -444,13 +451,18 @@ class SqsPublishDriver:
     def entry(self, message: OutboundMessage, index: int) -> tuple[dict[str, Any], int]:
         """The batch entry of ``message`` (``Id`` its index) and its size as AWS counts it."""
         body, encoding = to_body(message.data)
-        attributes = to_attributes(message, self._fifo, encoding)
-        entry: dict[str, Any] = {"Id": str(index), "MessageAttributes": attributes}
-        entry["Message" if self._sns_mode else "MessageBody"] = body
+        if encoding is None and not message.attributes and (message.key is None or self._fifo):
+            # the common case, a text payload and nothing else: no attribute to build or count
+            attributes: dict[str, dict[str, str]] = {}
+            size = len(body) if body.isascii() else len(body.encode())
+        else:
+            attributes = to_attributes(message, self._fifo, encoding)
+            size = encoded_size(body, attributes)
+        entry: dict[str, Any] = {"Id": str(index), self._body_field: body, "MessageAttributes": attributes}
         if self._fifo:
             entry["MessageGroupId"] = group_id(message)
             entry["MessageDeduplicationId"] = deduplication_id(message)
-        return entry, encoded_size(body, attributes)
+        return entry, size
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Send every message; return once AWS has them all. A message past the target's limit is
@@ -513,6 +525,8 @@ class SqsPublishDriver:
 
     def _chunks(self, built: Sequence[tuple[dict[str, Any], int]]) -> list[Any]:
         """Consecutive entries, at most ten and at most the aggregate limit a request each."""
+        if len(built) <= BATCH and sum(size for _, size in built) <= self._batch_bytes:
+            return [[entry for entry, _ in built]]  # one request (a batch of ten or fewer)
         chunks: list[list[dict[str, Any]]] = []
         chunk: list[dict[str, Any]] = []
         total = 0

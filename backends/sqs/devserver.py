@@ -3,11 +3,14 @@
 No real SQS runs locally: this is moto (``moto[server]``, the test extra), a fake that answers the
 SQS and SNS APIs from memory on 127.0.0.1 and a free port. It is a fake: it keeps nothing across a
 restart, checks no queue policy, and counts time in whole seconds as AWS does. Its URL carries
-``endpoint_url`` and the fake's fixed credentials.
+``endpoint_url`` and the fake's fixed credentials. Where moto is importable here it runs through
+:mod:`~broker.backends.sqs.motofake`, which locks moto's queues against its own races between
+concurrent requests (duplicate receives, a send lost to a delete).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sys
 import urllib.request
@@ -33,6 +36,9 @@ class MotoServerNotFound(MissingDependency):
 
 
 def _moto_command() -> list[str]:
+    if importlib.util.find_spec("moto") is not None:
+        # moto's server with its queues locked against concurrent requests (see motofake)
+        return [sys.executable, "-m", "broker.backends.sqs.motofake"]
     local = Path(sys.executable).with_name("moto_server")
     if local.exists():
         return [str(local)]
@@ -42,16 +48,17 @@ def _moto_command() -> list[str]:
     return [found]
 
 
-def moto_dev_server(port: int | None = None, *, iam_checks: bool = False) -> ProcessServer:
-    """An unstarted moto server on 127.0.0.1 (a free port unless ``port`` is given).
+def moto_dev_server(
+    port: int | None = None, *, iam_checks: bool = False, host: str = "127.0.0.1"
+) -> ProcessServer:
+    """An unstarted moto server on ``host`` (127.0.0.1; a free port unless ``port`` is given).
 
     ``iam_checks`` turns on moto's authentication and authorization checks
     (``INITIAL_NO_AUTH_ACTION_COUNT=0``): requests signed with keys the fake does not know are
     refused as AWS would refuse them.
     """
     command = _moto_command()
-    host = "127.0.0.1"
-    port = port or free_port(host)
+    port = port or free_port("127.0.0.1")
     env = {"MOTO_PORT": str(port), "AWS_DEFAULT_REGION": "us-east-1"}
     if iam_checks:
         env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"

@@ -100,8 +100,13 @@ def instrument(
             sinks.append(OtelSink(meter))
     if prometheus is not None:
         sinks.append(prometheus)
-    meters = Meters(SYSTEMS.get(backend.name, backend.name), sinks)
-    telemetry = Telemetry(backend.name, otel, tracer, propagator, meters, HealthState(), settle_spans)
+    publish_system = getattr(backend, "messaging_publish_system", None)
+    if not isinstance(publish_system, str):
+        publish_system = None
+    meters = Meters(SYSTEMS.get(backend.name, backend.name), sinks, publish_system)
+    telemetry = Telemetry(
+        backend.name, otel, tracer, propagator, meters, HealthState(), settle_spans, publish_system
+    )
     return InstrumentedBackend(
         backend, telemetry, lag_threshold=lag_threshold, backlog_interval=backlog_interval
     )

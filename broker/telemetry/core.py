@@ -43,7 +43,9 @@ SEMCONV_VERSION: Final = "1.37.0"
 SCHEMA_URL: Final = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 
 #: Backend name (URL scheme) -> ``messaging.system`` (the semantic conventions' value where it
-#: names one, else the scheme).
+#: names one, else the scheme). A backend whose publishes go to another service than its consumers
+#: read from names that service's value in its ``messaging_publish_system`` attribute (SQS in SNS
+#: mode: ``aws.sns``); publish spans and series carry it.
 SYSTEMS: Final[Mapping[str, str]] = {
     "kafka": "kafka",
     "nats": "nats",
@@ -51,6 +53,7 @@ SYSTEMS: Final[Mapping[str, str]] = {
     "pulsar": "pulsar",
     "servicebus": "servicebus",
     "rabbitmq": "rabbitmq",
+    "sqs": "aws_sqs",
     "inmem": "inmem",
 }
 
@@ -83,10 +86,13 @@ class Telemetry:
         meters: Meters,
         health: HealthState,
         settle_spans: bool = True,
+        publish_system: str | None = None,
     ) -> None:
         #: Whether ack, nack and dead_letter get spans of their own (they are counted either way).
         self.settle_spans = settle_spans
         self.system = SYSTEMS.get(backend_name, backend_name)
+        #: The ``messaging.system`` of publish spans (the service publishes go to).
+        self.publish_system = publish_system or self.system
         self.otel = otel
         #: None when tracing is off.
         self.tracer = tracer
@@ -99,7 +105,7 @@ class Telemetry:
     # -- publishing ----------------------------------------------------------------------
     def publish_middleware(self) -> SendMiddleware:
         """The send middleware that opens the publish span, injects its context and counts."""
-        tracer, otel, meters, system = self.tracer, self.otel, self.meters, self.system
+        tracer, otel, meters, system = self.tracer, self.otel, self.meters, self.publish_system
 
         async def traced_send(topic: str, messages: Sequence[OutboundMessage], send: Send) -> None:
             series = meters.publish(topic)

@@ -307,8 +307,10 @@ class _FanConsumer(_Fan[ConsumerSeries]):
 class Meters:
     """Every sink of one instrumented backend, with the series cached per label set."""
 
-    def __init__(self, system: str, sinks: list[MetricSink]) -> None:
+    def __init__(self, system: str, sinks: list[MetricSink], publish_system: str | None = None) -> None:
         self.system = system
+        #: The ``system`` label of publish series (the service publishes go to).
+        self.publish_system = publish_system or system
         self.sinks = sinks
         self._publish: dict[str, PublishSeries] = {}
         self._consumers: dict[tuple[str, str], ConsumerSeries] = {}
@@ -317,7 +319,7 @@ class Meters:
         """The publish series of ``destination`` (cached)."""
         series = self._publish.get(destination)
         if series is None:
-            parts = [sink.publish_series(self.system, destination) for sink in self.sinks]
+            parts = [sink.publish_series(self.publish_system, destination) for sink in self.sinks]
             series = self._publish[destination] = parts[0] if len(parts) == 1 else _FanPublish(parts)
         return series
 

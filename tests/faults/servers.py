@@ -31,7 +31,7 @@ from tests.faults.netns import Namespace, network_namespace
 __all__ = ["BACKENDS", "ControlledServer", "controlled_server"]
 
 #: Every backend the fault suite knows, in table order.
-BACKENDS = ("kafka", "jetstream", "pulsar", "rabbitmq", "redis", "pubsub", "servicebus")
+BACKENDS = ("kafka", "jetstream", "pulsar", "rabbitmq", "redis", "pubsub", "servicebus", "sqs")
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +39,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 IN_MEMORY = {
     "pubsub": "not applicable: Google's Pub/Sub emulator keeps everything in memory",
     "servicebus": "not applicable: the project's Service Bus test server keeps everything in memory",
+    "sqs": "not applicable: moto, the SQS/SNS fake (no SQS runs locally), keeps everything in memory",
 }
 
 #: Why a backend's server cannot be started in a network namespace here (none: all can).
@@ -251,6 +252,24 @@ def _redis_url(process: ProcessServer) -> str:
     )
 
 
+def _moto(port: int | None = None, host: str = "127.0.0.1") -> ProcessServer:
+    """moto's server, the SQS/SNS fake (not started; skips without moto)."""
+    from broker.backends.sqs.devserver import MotoServerNotFound, moto_dev_server
+
+    try:
+        return moto_dev_server(port, host=host)
+    except MotoServerNotFound as exc:
+        pytest.skip(str(exc))
+
+
+def _sqs(process: ProcessServer, storage: Path, network: Namespace | None = None) -> ControlledServer:
+    """The fake's URL with receives of one second and client timeouts shorter than the faults."""
+    url = f"{process.url}&wait_time=1&connect_timeout=2&publish_timeout=5&close_timeout=3"
+    return ControlledServer(
+        "sqs", url, process, storage, IN_MEMORY["sqs"], consumer_options={"ack_deadline": 2}, network=network
+    )
+
+
 def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Namespace) -> ControlledServer:
     port = free_port()  # any port is free in a new namespace; this one is also free here
     if backend == "jetstream":
@@ -357,6 +376,8 @@ def _start_isolated(backend: str, storage: Path, stack: ExitStack, network: Name
             ),
         }
         return ControlledServer(backend, settings, process, storage, IN_MEMORY[backend], network=network)
+    if backend == "sqs":
+        return _sqs(stack.enter_context(_inside(_moto(port, network.address), network)), storage, network)
     raise ValueError(f"{backend} cannot be isolated: {NOT_ISOLATED.get(backend, 'unknown backend')}")
 
 
@@ -443,4 +464,6 @@ def _start(backend: str, storage: Path, stack: ExitStack, persistent: bool) -> C
             ),
         }
         return ControlledServer(backend, settings, process, storage, IN_MEMORY[backend])
+    if backend == "sqs":
+        return _sqs(stack.enter_context(_moto()), storage)
     raise ValueError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
