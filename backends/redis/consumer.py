@@ -44,7 +44,14 @@ from redis.asyncio import Redis
 
 from broker import Message, OutboundMessage
 from broker.backends.redis.errors import translate
-from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message, to_messages
+from broker.backends.redis.mapping import (
+    ATTRIBUTE_PREFIX,
+    Entry,
+    RedisMessage,
+    read_messages,
+    to_fields,
+    to_message,
+)
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
@@ -174,11 +181,16 @@ class RedisAcker:
             self._sending = False
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
-        """Ack the pending messages of this consumer with one ``XACK``; return the others in order."""
+        """Ack the pending messages of this consumer with one ``XACK``; return the others in order.
+
+        The ids of messages ``XREADGROUP`` brought go as the server sent them (no id string is
+        made for the ack)."""
         claimed, others = claim_acks(messages, self)
         if claimed:
+            fresh = RedisMessage
             try:
-                await self._ack([m.id for m in claimed], f"acking {len(claimed)} entries")
+                ids = [m._entry_id if m.__class__ is fresh else m.id for m in claimed]
+                await self._ack(ids, f"acking {len(claimed)} entries")
             except BaseException:
                 for message in claimed:
                     release_claim(message)
@@ -188,7 +200,7 @@ class RedisAcker:
     def _where(self, doing: str) -> str:
         return f"{doing} in group {self.group!r} of stream {self.stream!r}"
 
-    async def _ack(self, ids: list[str], doing: str) -> None:
+    async def _ack(self, ids: Sequence[str | bytes], doing: str) -> None:
         try:
             await self._client.xack(self.stream, self.group, *ids)
         except Exception as exc:
@@ -300,6 +312,7 @@ class RedisMessages(PulledMessages):
         self.subscription = subscription
         self.options = options
         self.name = consumer_name()
+        self._topic_b, self._group_b, self._name_b = topic.encode(), subscription.encode(), self.name.encode()
         self.acker = RedisAcker(client, topic, subscription, self.name, options)
         self._buffer: deque[Message] = deque()
         self._read: asyncio.Task[list[Message]] | None = None
@@ -417,8 +430,12 @@ class RedisMessages(PulledMessages):
                 raise Timeout(f"no message on {self.topic!r} within {timeout}s")
 
     def _hand_out(self, limit: int) -> list[Message]:
-        count = min(limit, len(self._buffer))
-        return [self._buffer.popleft() for _ in range(count)]
+        buffer = self._buffer
+        if limit >= len(buffer):  # a batch takes the whole read (the usual case): no call per entry
+            out = list(buffer)
+            buffer.clear()
+            return out
+        return [buffer.popleft() for _ in range(limit)]
 
     async def _fetch(self, limit: int) -> list[Message]:
         """One read: expired pending entries first, else new ones (blocking ``poll_interval``)."""
@@ -431,12 +448,22 @@ class RedisMessages(PulledMessages):
                 self._next_claim = clock.monotonic() + self.options.poll_interval
         doing = f"reading group {self.subscription!r} of stream {self.topic!r}"
         try:
-            reply = await self._client.xreadgroup(
-                self.subscription,
-                self.name,
-                {self.topic: ">"},
-                count=limit,
-                block=_ms(self.options.poll_interval) or 1,
+            # The command name as bytes: redis-py then hands back the server's reply as it came
+            # (``[[stream, [[id, [name, value, ...]], ...]]]``, or None when nothing came in
+            # ``BLOCK``) instead of turning every entry into a tuple and a dict first;
+            # read_messages takes the entries from it directly.
+            reply = await self._client.execute_command(  # type: ignore[no-untyped-call]
+                b"XREADGROUP",
+                b"GROUP",
+                self._group_b,
+                self._name_b,
+                b"COUNT",
+                limit,
+                b"BLOCK",
+                _ms(self.options.poll_interval) or 1,
+                b"STREAMS",
+                self._topic_b,
+                b">",
             )
         except Exception as exc:
             if "NOGROUP" in str(exc):
@@ -446,10 +473,10 @@ class RedisMessages(PulledMessages):
         if not reply:
             return []
         now = clock.time()
-        messages = []
+        deadline = self.options.ack_deadline
+        messages: list[Message] = []
         for _, entries in reply:
-            messages.extend(to_messages(self.topic, entries, self.acker, now, 1))
-        start_ack_deadline(messages, self.options.ack_deadline, since=received)
+            messages += read_messages(self.topic, entries, self.acker, now, deadline, received + deadline)
         return messages
 
     async def _claim_expired(self, limit: int) -> list[Message]:
