@@ -123,7 +123,7 @@ class RedisAcker:
         self.max_attempts = options.max_attempts
         self.dead_letter_topic = options.dead_letter_topic
         self._holds: set[asyncio.Task[None]] = set()
-        self._acks: list[tuple[str, asyncio.Future[None]]] = []
+        self._acks: list[tuple[str | bytes, asyncio.Future[None]]] = []
         self._acking: asyncio.Task[None] | None = None
         self._sending = False
         #: Called when a nack made an entry claimable at once (the consumer then looks at once).
@@ -138,14 +138,15 @@ class RedisAcker:
         Each caller waits for the ``XACK`` that carries its entry and gets its own ``AckError``
         when that command fails.
         """
+        entry_id = _entry_id(message)
         if self._sending:  # an XACK is in flight: queue behind it
             done = asyncio.get_running_loop().create_future()
-            self._acks.append((message.id, done))
+            self._acks.append((entry_id, done))
             await done
             return
         self._sending = True  # nothing in flight: send this one at once, from here
         try:
-            await self._ack([message.id], "acking")
+            await self._ack([entry_id], "acking")
         finally:
             self._sending = False
             if self._acks:
@@ -153,7 +154,7 @@ class RedisAcker:
 
     async def _send_acks(self) -> None:
         """Send the queued acks, one ``XACK`` at a time, each carrying all that queued meanwhile."""
-        batch: list[tuple[str, asyncio.Future[None]]] = []
+        batch: list[tuple[str | bytes, asyncio.Future[None]]] = []
         self._sending = True
         try:
             while self._acks:
@@ -580,6 +581,12 @@ def _fields(message: Message) -> Mapping[bytes, bytes]:
     if isinstance(entry, Entry):
         return entry.fields
     return to_fields(OutboundMessage(message.data, key=message.key, attributes=message.attributes))
+
+
+def _entry_id(message: Message) -> str | bytes:
+    """The entry id to ack ``message`` by: as the server sent it for a message ``XREADGROUP``
+    brought (no id string made), else ``message.id``."""
+    return message._entry_id if message.__class__ is RedisMessage else message.id
 
 
 def _text(value: Any) -> str:
