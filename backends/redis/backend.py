@@ -102,9 +102,10 @@ class RedisConnection:
         return self._client
 
     def publishing_client(self) -> Redis:
-        """The publishers' client: a pool of its own without a socket timeout, because every
-        publish runs under ``publish_timeout`` (or its ``timeout=``) already, and redis-py would
-        otherwise start a timer for each reply of a pipeline."""
+        """The publishers' client, which the consumers' acks share: a pool of its own without a
+        socket timeout, because every publish runs under ``publish_timeout`` (or its
+        ``timeout=``) and every ack under ``command_timeout`` already, and redis-py would otherwise
+        start a timer for each reply of a pipeline and run each send as a task of its own."""
         if self._closed:
             raise ClosedError("the Redis connection is closed")
         if self._publishing is None:
@@ -242,10 +243,11 @@ class RedisBackend(BackendBase):
         check_name(topic, "topic (stream)")
         check_name(subscription, "subscription (consumer group)")
         client = self.connection.client()
+        acks = self.connection.publishing_client()  # no socket timeout: see RedisAcker
         if batching is None:
-            return RedisMessageIterator(client, self.settings, topic, subscription, options)
+            return RedisMessageIterator(client, self.settings, topic, subscription, options, acks)
         return RedisBatchedMessageIterator(
-            client, self.settings, topic, subscription, options, batching.size, batching.timeout
+            client, self.settings, topic, subscription, options, batching.size, batching.timeout, acks
         )
 
     def _record_options(self, options: dict[str, Any]) -> RecordOptions:

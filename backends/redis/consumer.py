@@ -114,8 +114,21 @@ class RedisAcker:
     ``Message.raw`` is the :class:`~broker.backends.redis.mapping.Entry`.
     """
 
-    def __init__(self, client: Redis, stream: str, group: str, name: str, options: ConsumerOptions) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        stream: str,
+        group: str,
+        name: str,
+        options: ConsumerOptions,
+        ack_client: Redis | None = None,
+        command_timeout: float = 10.0,
+    ) -> None:
         self._client = client
+        #: The client of ``XACK``: one without a socket timeout (redis-py would run each of its
+        #: sends as a task of its own and time each reply), bounded by ``command_timeout`` here.
+        self._ack_client = client if ack_client is None else ack_client
+        self._command_timeout = command_timeout
         self.stream = stream
         self.group = group
         self.name = name
@@ -203,7 +216,8 @@ class RedisAcker:
 
     async def _ack(self, ids: Sequence[str | bytes], doing: str) -> None:
         try:
-            await self._client.xack(self.stream, self.group, *ids)
+            async with asyncio.timeout(self._command_timeout):
+                await self._ack_client.xack(self.stream, self.group, *ids)
         except Exception as exc:
             raise translate(exc, self._where(doing), AckError) from exc
 
@@ -306,6 +320,7 @@ class RedisMessages(PulledMessages):
         topic: str,
         subscription: str,
         options: ConsumerOptions,
+        ack_client: Redis | None = None,
     ) -> None:
         self._client = client
         self._settings = settings
@@ -314,7 +329,9 @@ class RedisMessages(PulledMessages):
         self.options = options
         self.name = consumer_name()
         self._topic_b, self._group_b, self._name_b = topic.encode(), subscription.encode(), self.name.encode()
-        self.acker = RedisAcker(client, topic, subscription, self.name, options)
+        self.acker = RedisAcker(
+            client, topic, subscription, self.name, options, ack_client, settings.command_timeout
+        )
         self._buffer: deque[Message] = deque()
         self._read: asyncio.Task[list[Message]] | None = None
         self._closing: asyncio.Future[None] | None = None
@@ -614,8 +631,9 @@ class RedisBatchedMessageIterator(RedisMessages, PulledBatchedMessageIteration):
         options: ConsumerOptions,
         batch_size: int,
         batch_timeout: float,
+        ack_client: Redis | None = None,
     ) -> None:
-        super().__init__(client, settings, topic, subscription, options)
+        super().__init__(client, settings, topic, subscription, options, ack_client)
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
