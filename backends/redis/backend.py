@@ -54,7 +54,7 @@ from broker.backends.redis.consumer import (
     stream_resource,
 )
 from broker.backends.redis.errors import translate
-from broker.backends.redis.mapping import to_fields
+from broker.backends.redis.mapping import to_pairs
 from broker.backends.redis.records import RedisBatchedRecordIterator, RedisRecordIterator
 from broker.backends.redis.registration import RedisFactory
 from broker.backends.redis.settings import (
@@ -102,9 +102,10 @@ class RedisConnection:
         return self._client
 
     def publishing_client(self) -> Redis:
-        """The publishers' client: a pool of its own without a socket timeout, because every
-        publish runs under ``publish_timeout`` (or its ``timeout=``) already, and redis-py would
-        otherwise start a timer for each reply of a pipeline."""
+        """The publishers' client, which the consumers' acks share: a pool of its own without a
+        socket timeout, because every publish runs under ``publish_timeout`` (or its
+        ``timeout=``) and every ack under ``command_timeout`` already, and redis-py would otherwise
+        start a timer for each reply of a pipeline and run each send as a task of its own."""
         if self._closed:
             raise ClosedError("the Redis connection is closed")
         if self._publishing is None:
@@ -242,10 +243,11 @@ class RedisBackend(BackendBase):
         check_name(topic, "topic (stream)")
         check_name(subscription, "subscription (consumer group)")
         client = self.connection.client()
+        acks = self.connection.publishing_client()  # no socket timeout: see RedisAcker
         if batching is None:
-            return RedisMessageIterator(client, self.settings, topic, subscription, options)
+            return RedisMessageIterator(client, self.settings, topic, subscription, options, acks)
         return RedisBatchedMessageIterator(
-            client, self.settings, topic, subscription, options, batching.size, batching.timeout
+            client, self.settings, topic, subscription, options, batching.size, batching.timeout, acks
         )
 
     def _record_options(self, options: dict[str, Any]) -> RecordOptions:
@@ -335,18 +337,24 @@ class RedisPublishDriver:
         check_name(name, "topic (stream)")
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
-        """``XADD`` every message (one pipeline for a batch); return once the server added them all."""
+        """``XADD`` every message (one pipeline for a batch); return once the server added them all.
+
+        The commands go through redis-py's ``execute_command`` with every argument already bytes
+        (the fields of :func:`~broker.backends.redis.mapping.to_pairs`), which redis-py packs as
+        they are; its reply to ``XADD`` is the entry id (None: ``NOMKSTREAM`` found no stream).
+        """
         doing = f"publishing to {topic!r}"
         client = self._connection.publishing_client()
+        head = self._head(topic)
         try:
             async with asyncio.timeout(self._settings.publish_timeout if timeout is None else timeout):
-                trim = self._trim()
                 if len(messages) == 1:
-                    ids = [await client.xadd(topic, to_fields(messages[0]), nomkstream=self._nomk, **trim)]  # type: ignore[arg-type]
+                    ids = [await client.execute_command(*head, *to_pairs(messages[0]))]  # type: ignore[no-untyped-call]
                 else:
                     pipeline = client.pipeline(transaction=False)
+                    command = pipeline.execute_command
                     for message in messages:
-                        pipeline.xadd(topic, to_fields(message), nomkstream=self._nomk, **trim)  # type: ignore[arg-type]
+                        command(*head, *to_pairs(message))
                     ids = await pipeline.execute()
         except TimeoutError as exc:
             raise Timeout(f"{doing}: no answer from the server in time") from exc
@@ -357,14 +365,19 @@ class RedisPublishDriver:
                 raise ProvisioningError("redis", [stream_resource(topic)])
             raise UnknownTopic(f"{doing}: no stream {topic!r} (provision='none' creates none)")
 
-    def _trim(self) -> dict[str, Any]:
-        """The ``XADD`` trimming arguments of the opt-in retention settings (none by default)."""
+    def _head(self, topic: str) -> tuple[bytes, ...]:
+        """``XADD <topic> [NOMKSTREAM] [<trimming>] *``: what comes before the fields, as bytes."""
+        head = [b"XADD", topic.encode()]
+        if self._nomk:
+            head.append(b"NOMKSTREAM")
         s = self._settings
+        # the opt-in retention settings (nothing is trimmed by default)
         if s.max_length is not None:
-            return {"maxlen": s.max_length, "approximate": True}
-        if s.max_age is not None:
-            return {"minid": f"{max(0, int((clock.time() - s.max_age) * 1000))}-0", "approximate": True}
-        return {}
+            head += (b"MAXLEN", b"~", b"%d" % s.max_length)
+        elif s.max_age is not None:
+            head += (b"MINID", b"~", b"%d-0" % max(0, int((clock.time() - s.max_age) * 1000)))
+        head.append(b"*")
+        return tuple(head)
 
     async def close(self) -> None:
         """Nothing of its own to release: the client is the backend's."""

@@ -44,7 +44,14 @@ from redis.asyncio import Redis
 
 from broker import Message, OutboundMessage
 from broker.backends.redis.errors import translate
-from broker.backends.redis.mapping import ATTRIBUTE_PREFIX, Entry, to_fields, to_message, to_messages
+from broker.backends.redis.mapping import (
+    ATTRIBUTE_PREFIX,
+    Entry,
+    RedisMessage,
+    read_messages,
+    to_fields,
+    to_message,
+)
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
@@ -107,8 +114,21 @@ class RedisAcker:
     ``Message.raw`` is the :class:`~broker.backends.redis.mapping.Entry`.
     """
 
-    def __init__(self, client: Redis, stream: str, group: str, name: str, options: ConsumerOptions) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        stream: str,
+        group: str,
+        name: str,
+        options: ConsumerOptions,
+        ack_client: Redis | None = None,
+        command_timeout: float = 10.0,
+    ) -> None:
         self._client = client
+        #: The client of ``XACK``: one without a socket timeout (redis-py would run each of its
+        #: sends as a task of its own and time each reply), bounded by ``command_timeout`` here.
+        self._ack_client = client if ack_client is None else ack_client
+        self._command_timeout = command_timeout
         self.stream = stream
         self.group = group
         self.name = name
@@ -116,7 +136,7 @@ class RedisAcker:
         self.max_attempts = options.max_attempts
         self.dead_letter_topic = options.dead_letter_topic
         self._holds: set[asyncio.Task[None]] = set()
-        self._acks: list[tuple[str, asyncio.Future[None]]] = []
+        self._acks: list[tuple[str | bytes, asyncio.Future[None]]] = []
         self._acking: asyncio.Task[None] | None = None
         self._sending = False
         #: Called when a nack made an entry claimable at once (the consumer then looks at once).
@@ -131,14 +151,15 @@ class RedisAcker:
         Each caller waits for the ``XACK`` that carries its entry and gets its own ``AckError``
         when that command fails.
         """
+        entry_id = _entry_id(message)
         if self._sending:  # an XACK is in flight: queue behind it
             done = asyncio.get_running_loop().create_future()
-            self._acks.append((message.id, done))
+            self._acks.append((entry_id, done))
             await done
             return
         self._sending = True  # nothing in flight: send this one at once, from here
         try:
-            await self._ack([message.id], "acking")
+            await self._ack([entry_id], "acking")
         finally:
             self._sending = False
             if self._acks:
@@ -146,7 +167,7 @@ class RedisAcker:
 
     async def _send_acks(self) -> None:
         """Send the queued acks, one ``XACK`` at a time, each carrying all that queued meanwhile."""
-        batch: list[tuple[str, asyncio.Future[None]]] = []
+        batch: list[tuple[str | bytes, asyncio.Future[None]]] = []
         self._sending = True
         try:
             while self._acks:
@@ -174,11 +195,16 @@ class RedisAcker:
             self._sending = False
 
     async def ack_many(self, messages: Sequence[Message]) -> list[Message]:
-        """Ack the pending messages of this consumer with one ``XACK``; return the others in order."""
+        """Ack the pending messages of this consumer with one ``XACK``; return the others in order.
+
+        The ids of messages ``XREADGROUP`` brought go as the server sent them (no id string is
+        made for the ack)."""
         claimed, others = claim_acks(messages, self)
         if claimed:
+            fresh = RedisMessage
             try:
-                await self._ack([m.id for m in claimed], f"acking {len(claimed)} entries")
+                ids = [m._entry_id if m.__class__ is fresh else m.id for m in claimed]
+                await self._ack(ids, f"acking {len(claimed)} entries")
             except BaseException:
                 for message in claimed:
                     release_claim(message)
@@ -188,9 +214,10 @@ class RedisAcker:
     def _where(self, doing: str) -> str:
         return f"{doing} in group {self.group!r} of stream {self.stream!r}"
 
-    async def _ack(self, ids: list[str], doing: str) -> None:
+    async def _ack(self, ids: Sequence[str | bytes], doing: str) -> None:
         try:
-            await self._client.xack(self.stream, self.group, *ids)
+            async with asyncio.timeout(self._command_timeout):
+                await self._ack_client.xack(self.stream, self.group, *ids)
         except Exception as exc:
             raise translate(exc, self._where(doing), AckError) from exc
 
@@ -293,6 +320,7 @@ class RedisMessages(PulledMessages):
         topic: str,
         subscription: str,
         options: ConsumerOptions,
+        ack_client: Redis | None = None,
     ) -> None:
         self._client = client
         self._settings = settings
@@ -300,7 +328,10 @@ class RedisMessages(PulledMessages):
         self.subscription = subscription
         self.options = options
         self.name = consumer_name()
-        self.acker = RedisAcker(client, topic, subscription, self.name, options)
+        self._topic_b, self._group_b, self._name_b = topic.encode(), subscription.encode(), self.name.encode()
+        self.acker = RedisAcker(
+            client, topic, subscription, self.name, options, ack_client, settings.command_timeout
+        )
         self._buffer: deque[Message] = deque()
         self._read: asyncio.Task[list[Message]] | None = None
         self._closing: asyncio.Future[None] | None = None
@@ -417,8 +448,12 @@ class RedisMessages(PulledMessages):
                 raise Timeout(f"no message on {self.topic!r} within {timeout}s")
 
     def _hand_out(self, limit: int) -> list[Message]:
-        count = min(limit, len(self._buffer))
-        return [self._buffer.popleft() for _ in range(count)]
+        buffer = self._buffer
+        if limit >= len(buffer):  # a batch takes the whole read (the usual case): no call per entry
+            out = list(buffer)
+            buffer.clear()
+            return out
+        return [buffer.popleft() for _ in range(limit)]
 
     async def _fetch(self, limit: int) -> list[Message]:
         """One read: expired pending entries first, else new ones (blocking ``poll_interval``)."""
@@ -431,12 +466,22 @@ class RedisMessages(PulledMessages):
                 self._next_claim = clock.monotonic() + self.options.poll_interval
         doing = f"reading group {self.subscription!r} of stream {self.topic!r}"
         try:
-            reply = await self._client.xreadgroup(
-                self.subscription,
-                self.name,
-                {self.topic: ">"},
-                count=limit,
-                block=_ms(self.options.poll_interval) or 1,
+            # The command name as bytes: redis-py then hands back the server's reply as it came
+            # (``[[stream, [[id, [name, value, ...]], ...]]]``, or None when nothing came in
+            # ``BLOCK``) instead of turning every entry into a tuple and a dict first;
+            # read_messages takes the entries from it directly.
+            reply = await self._client.execute_command(  # type: ignore[no-untyped-call]
+                b"XREADGROUP",
+                b"GROUP",
+                self._group_b,
+                self._name_b,
+                b"COUNT",
+                limit,
+                b"BLOCK",
+                _ms(self.options.poll_interval) or 1,
+                b"STREAMS",
+                self._topic_b,
+                b">",
             )
         except Exception as exc:
             if "NOGROUP" in str(exc):
@@ -446,10 +491,10 @@ class RedisMessages(PulledMessages):
         if not reply:
             return []
         now = clock.time()
-        messages = []
+        deadline = self.options.ack_deadline
+        messages: list[Message] = []
         for _, entries in reply:
-            messages.extend(to_messages(self.topic, entries, self.acker, now, 1))
-        start_ack_deadline(messages, self.options.ack_deadline, since=received)
+            messages += read_messages(self.topic, entries, self.acker, now, deadline, received + deadline)
         return messages
 
     async def _claim_expired(self, limit: int) -> list[Message]:
@@ -555,6 +600,12 @@ def _fields(message: Message) -> Mapping[bytes, bytes]:
     return to_fields(OutboundMessage(message.data, key=message.key, attributes=message.attributes))
 
 
+def _entry_id(message: Message) -> str | bytes:
+    """The entry id to ack ``message`` by: as the server sent it for a message ``XREADGROUP``
+    brought (no id string made), else ``message.id``."""
+    return message._entry_id if message.__class__ is RedisMessage else message.id
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -580,8 +631,9 @@ class RedisBatchedMessageIterator(RedisMessages, PulledBatchedMessageIteration):
         options: ConsumerOptions,
         batch_size: int,
         batch_timeout: float,
+        ack_client: Redis | None = None,
     ) -> None:
-        super().__init__(client, settings, topic, subscription, options)
+        super().__init__(client, settings, topic, subscription, options, ack_client)
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
