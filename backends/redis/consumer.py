@@ -31,12 +31,10 @@ than the delay, never lost).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -55,14 +53,13 @@ from broker.backends.redis.mapping import (
 from broker.backends.redis.settings import ConsumerOptions, RedisSettings
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
-from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration, PulledMessages
+from broker.driver.pulled import BufferedPull, PulledBatchedMessageIteration, PulledMessageIteration
 from broker.errors import (
     AckError,
     ClosedError,
     ConfigError,
     ProvisioningError,
     ReceiveError,
-    Timeout,
     UnknownTopic,
 )
 from broker.retry import ATTR_ATTEMPTS, ATTR_MESSAGE_ID, ATTR_REASON, ATTR_SUBSCRIPTION, ATTR_TOPIC
@@ -310,7 +307,7 @@ class RedisAcker:
         await asyncio.gather(*holds, return_exceptions=True)
 
 
-class RedisMessages(PulledMessages):
+class RedisMessages(BufferedPull):
     """The pull driver shared by both iterators: one background read at a time, a buffer."""
 
     def __init__(
@@ -332,25 +329,17 @@ class RedisMessages(PulledMessages):
         self.acker = RedisAcker(
             client, topic, subscription, self.name, options, ack_client, settings.command_timeout
         )
-        self._buffer: deque[Message] = deque()
-        self._read: asyncio.Task[list[Message]] | None = None
-        self._closing: asyncio.Future[None] | None = None
+        self._init_pull()
         self._grouped = False
         self._group_lock = asyncio.Lock()
         self._cursor = "0-0"
         self._next_claim = 0.0
         self.acker.released = self._claim_soon
-        self._closed = False
         #: Pending entries this consumer found deleted from the stream before they were acked.
         self.lost = 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.topic!r} group={self.subscription!r} consumer={self.name!r}>"
-
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return self._closed
 
     async def __aenter__(self) -> Any:
         await self._ensure_group()
@@ -422,38 +411,8 @@ class RedisMessages(PulledMessages):
     def _claim_soon(self) -> None:
         self._next_claim = 0.0
 
-    async def _take(self, limit: int, timeout: float | None) -> list[Message]:
-        if self._closed:
-            raise ClosedError(f"{self!r} is closed")
-        if self._buffer:
-            return self._hand_out(limit)
-        if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_future()
-        due = None if timeout is None else clock.monotonic() + timeout
-        while True:
-            if self._read is None:
-                self._read = asyncio.ensure_future(self._fetch(max(limit, self.options.prefetch)))
-            read = self._read
-            left = None if due is None else max(0.0, due - clock.monotonic())
-            await asyncio.wait((read, self._closing), timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            if self._closed:
-                raise ClosedError(f"{self!r} is closed")
-            if not read.done():
-                raise Timeout(f"no message on {self.topic!r} within {timeout}s")
-            self._read = None
-            self._buffer.extend(read.result())  # raises what the read raised
-            if self._buffer:
-                return self._hand_out(limit)
-            if due is not None and clock.monotonic() >= due:
-                raise Timeout(f"no message on {self.topic!r} within {timeout}s")
-
-    def _hand_out(self, limit: int) -> list[Message]:
-        buffer = self._buffer
-        if limit >= len(buffer):  # a batch takes the whole read (the usual case): no call per entry
-            out = list(buffer)
-            buffer.clear()
-            return out
-        return [buffer.popleft() for _ in range(limit)]
+    def _read_size(self, limit: int) -> int:
+        return max(limit, self.options.prefetch)
 
     async def _fetch(self, limit: int) -> list[Message]:
         """One read: expired pending entries first, else new ones (blocking ``poll_interval``)."""
@@ -561,21 +520,9 @@ class RedisMessages(PulledMessages):
         """Stop reading: wait for the read in flight, release what nobody took, leave the group."""
         if self._closed:
             return
-        self._closed = True
-        if self._closing is not None and not self._closing.done():
-            self._closing.set_result(None)
-        read, self._read = self._read, None
-        if read is not None:
-            try:
-                async with asyncio.timeout(self._settings.close_timeout):
-                    self._buffer.extend(await asyncio.shield(read))
-            except (Exception, asyncio.CancelledError):
-                read.cancel()  # pending entries it read come back after the ack deadline
-                with contextlib.suppress(BaseException):
-                    await read
+        # (a read cut off by the bound: the pending entries it read come back after the deadline)
+        left = [m.id for m in await self._stop_reading(self._settings.close_timeout)]
         await self.acker.close()
-        left = [m.id for m in self._buffer]
-        self._buffer.clear()
         if not self._grouped:
             return
         try:

@@ -22,9 +22,7 @@ each time), is published to ``dead_letter_topic`` (with the ``x-dead-letter-*`` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +36,8 @@ from broker.backends.sqs.settings import (
 )
 from broker.driver.acking import claim_acks, release_claim, start_ack_deadline
 from broker.driver.clock import clock
-from broker.driver.pulled import PulledBatchedMessageIteration, PulledMessageIteration, PulledMessages
-from broker.errors import AckError, ClosedError, ConfigError, ReceiveError, Timeout
+from broker.driver.pulled import BufferedPull, PulledBatchedMessageIteration, PulledMessageIteration
+from broker.errors import AckError, ClosedError, ConfigError, ReceiveError
 from broker.retry import ATTR_ATTEMPTS, ATTR_MESSAGE_ID, ATTR_REASON, ATTR_SUBSCRIPTION, ATTR_TOPIC
 
 if TYPE_CHECKING:
@@ -184,7 +182,7 @@ class SqsAcker:
         await self.ack(message)
 
 
-class SqsMessages(PulledMessages):
+class SqsMessages(BufferedPull):
     """The pull driver shared by both iterators: one background receive at a time, a buffer."""
 
     def __init__(
@@ -201,19 +199,11 @@ class SqsMessages(PulledMessages):
         self.options = options
         self.acker = SqsAcker(connection, publisher, topic, subscription, options)
         self._wait = whole_seconds(options.wait_time, 20, "wait_time")
-        self._buffer: deque[Message] = deque()
-        self._read: asyncio.Task[list[Message]] | None = None
-        self._closing: asyncio.Future[None] | None = None
         self._queue_url: str | None = None
-        self._closed = False
+        self._init_pull()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.topic!r} subscription={self.subscription!r}>"
-
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return self._closed
 
     async def __aenter__(self) -> Any:
         await self._ensure_queue()
@@ -240,35 +230,6 @@ class SqsMessages(PulledMessages):
                     raise translate(exc, doing, ReceiveError) from exc
             self._queue_url = self.acker.queue_url = url
         return self._queue_url
-
-    async def _take(self, limit: int, timeout: float | None) -> list[Message]:
-        if self._closed:
-            raise ClosedError(f"{self!r} is closed")
-        if self._buffer:
-            return self._hand_out(limit)
-        if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_future()
-        due = None if timeout is None else clock.monotonic() + timeout
-        while True:
-            if self._read is None:
-                self._read = asyncio.ensure_future(self._fetch(limit))
-            read = self._read
-            left = None if due is None else max(0.0, due - clock.monotonic())
-            await asyncio.wait((read, self._closing), timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            if self._closed:
-                raise ClosedError(f"{self!r} is closed")
-            if not read.done():
-                raise Timeout(f"no message on {self.topic!r} within {timeout}s")
-            self._read = None
-            self._buffer.extend(read.result())  # raises what the receive raised
-            if self._buffer:
-                return self._hand_out(limit)
-            if due is not None and clock.monotonic() >= due:
-                raise Timeout(f"no message on {self.topic!r} within {timeout}s")
-
-    def _hand_out(self, limit: int) -> list[Message]:
-        count = min(limit, len(self._buffer))
-        return [self._buffer.popleft() for _ in range(count)]
 
     async def _fetch(self, limit: int) -> list[Message]:
         """One ``ReceiveMessage`` (long polling); messages received too often are dead-lettered."""
@@ -309,24 +270,9 @@ class SqsMessages(PulledMessages):
         """Stop receiving: wait for the receive in flight, make what nobody took visible again."""
         if self._closed:
             return
-        self._closed = True
-        if self._closing is not None and not self._closing.done():
-            self._closing.set_result(None)
-        read, self._read = self._read, None
         timeout = self._connection.settings.close_timeout
-        if read is not None:
-            # A long poll in flight is waited for, not cancelled: cancelling only drops the client's
-            # side, and SQS would still hand what arrives meanwhile to the abandoned call, hidden
-            # for a whole ack deadline. What it brings is released below with the rest.
-            await asyncio.wait((read,), timeout=timeout)
-            if read.done() and not read.cancelled() and read.exception() is None:
-                self._buffer.extend(read.result())
-            else:
-                read.cancel()
-                with contextlib.suppress(BaseException):
-                    await read
-        left = list(self._buffer)
-        self._buffer.clear()
+        # The long poll in flight is waited for (what it brings is released with the rest).
+        left = await self._stop_reading(timeout)
         if left and self._queue_url is not None:
             try:
                 async with asyncio.timeout(timeout):
