@@ -166,8 +166,9 @@ class SyncBackend(Closing):
         handed out when the consumer closes are nacked. With ``type`` the messages decode as in
         :func:`broker.typed.messages` (``message.decoded()``).
         """
-        if self._async_backend().name in BATCHED_MESSAGES:
+        if self._async_backend().name in BATCHED_MESSAGES and not _BATCH_OPTIONS & options.keys():
             # Read through the backend's batched pulls: one await and one hand-over per batch.
+            # (Batch options given here go to messages() as before, which says what it makes of them.)
             size = min(options.get("prefetch") or MESSAGE_BATCH, max(1, (read_ahead + 1) // 2))
             return self._consumer(
                 SyncMessages,
@@ -250,6 +251,8 @@ class SyncBackend(Closing):
 #: Backends whose batched message consumer hands out a batch as soon as any message came (one pull
 #: request each): a blocking ``messages()`` consumer reads through it, a batch per await.
 BATCHED_MESSAGES = frozenset({"nats"})  # NATS JetStream
+
+_BATCH_OPTIONS = frozenset({"batch_size", "batch_timeout"})
 
 #: The most messages such a consumer pulls at once (at most half its ``read_ahead``, so a whole
 #: batch fits once the caller has drained the read-ahead to half).

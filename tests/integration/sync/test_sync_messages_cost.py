@@ -71,3 +71,16 @@ def test_a_messages_loop_pulls_jetstream_a_batch_at_a_time(nats_server: ProcessS
 
 async def _profile_loop_thread(hook: Any) -> None:
     sys.setprofile(hook)  # runs on the loop thread: profiles that thread only
+
+
+def test_batch_options_given_to_messages_are_not_a_type_error(nats_server: ProcessServer) -> None:
+    """``batch_size`` given to a blocking ``messages()`` is checked as ``messages()`` checks it
+    (the batched read underneath must not pass it twice: a ``TypeError``)."""
+    from broker.errors import BrokerError
+
+    with broker.sync.connect(nats_server.url) as backend:
+        try:
+            consumer = backend.messages("cost-opts", "s", batch_size=5)
+        except BrokerError:
+            return  # refused with a typed error: fine
+        consumer.close()
