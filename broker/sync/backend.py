@@ -166,6 +166,16 @@ class SyncBackend(Closing):
         handed out when the consumer closes are nacked. With ``type`` the messages decode as in
         :func:`broker.typed.messages` (``message.decoded()``).
         """
+        if self._async_backend().name in BATCHED_MESSAGES and not _BATCH_OPTIONS & options.keys():
+            # Read through the backend's batched pulls: one await and one hand-over per batch.
+            # (Batch options given here go to messages() as before, which says what it makes of them.)
+            size = min(options.get("prefetch") or MESSAGE_BATCH, max(1, (read_ahead + 1) // 2))
+            return self._consumer(
+                SyncMessages,
+                lambda backend: backend.batched_messages(topic, subscription, batch_size=size, **options),
+                type,
+                read_ahead,
+            )
         return self._consumer(
             SyncMessages, lambda backend: backend.messages(topic, subscription, **options), type, read_ahead
         )
@@ -201,6 +211,8 @@ class SyncBackend(Closing):
             from broker import typed
 
             if kind is SyncMessages:
+                if hasattr(source, "next_batch"):
+                    return typed.batched_messages(source, type)
                 return typed.messages(source, type)
             return typed.records(source, type)
 
@@ -235,6 +247,16 @@ class SyncBackend(Closing):
         if errors:
             raise errors[0]
 
+
+#: Backends whose batched message consumer hands out a batch as soon as any message came (one pull
+#: request each): a blocking ``messages()`` consumer reads through it, a batch per await.
+BATCHED_MESSAGES = frozenset({"nats"})  # NATS JetStream
+
+_BATCH_OPTIONS = frozenset({"batch_size", "batch_timeout"})
+
+#: The most messages such a consumer pulls at once (at most half its ``read_ahead``, so a whole
+#: batch fits once the caller has drained the read-ahead to half).
+MESSAGE_BATCH = 100
 
 #: Backends whose SDK is gRPC: it cannot run in a forked child of a process that used it unless
 #: its fork support is on (``GRPC_ENABLE_FORK_SUPPORT=1`` in the environment before it is imported).

@@ -51,8 +51,10 @@ class _Consumer(Closing, Generic[W]):
     """The shared machinery of :class:`SyncMessages` and :class:`SyncRecords`."""
 
     _what = "consumer"
-    #: Whether the source is read with its ``next_batch`` where it has one (record iterators).
+    #: Whether the source is read with its ``next_batch`` where it has one.
     _pulls_batches = False
+    #: The source's method that pulls one item (a batched source lacks it).
+    _pull_name = "next_message"
 
     def __init__(
         self,
@@ -124,15 +126,23 @@ class _Consumer(Closing, Generic[W]):
         # A source that pulls in batches (a record iterator's ``next_batch``, up to its
         # ``batch_size``) is read a batch at a time whenever a whole batch fits: one await and one
         # hand-over per batch instead of per item, and the read-ahead bound still holds.
-        pull_batch = getattr(self._source, "next_batch", None) if self._pulls_batches else None
-        batch_size = getattr(self._source, "batch_size", None)
-        if type(batch_size) is not int or batch_size < 2 or batch_size > read_ahead:
-            pull_batch = None
+        # A source that only pulls batches (a blocking messages() consumer over the backend's
+        # batched consumer) waits until a whole batch fits.
+        source = self._source
+        pull_batch = getattr(source, "next_batch", None) if self._pulls_batches else None
+        batch_size = getattr(source, "batch_size", None)
+        batches_only = pull_batch is not None and not hasattr(source, self._pull_name)
+        if batches_only:
+            need = batch_size if type(batch_size) is int and 1 <= batch_size <= read_ahead else read_ahead
+        elif type(batch_size) is not int or batch_size < 2 or batch_size > read_ahead:
+            pull_batch, need = None, 1
+        else:
+            need = 1
         try:
             while True:
                 with cond:
                     room = read_ahead - len(buffer)
-                    if room <= 0:
+                    if room < need:
                         self._paused = True
                         self._room.clear()
                         wait = True
@@ -142,7 +152,7 @@ class _Consumer(Closing, Generic[W]):
                     await self._room.wait()
                     continue
                 try:
-                    if pull_batch is not None and room >= batch_size:  # type: ignore[operator]
+                    if pull_batch is not None and (batches_only or room >= batch_size):  # type: ignore[operator]
                         items = await pull_batch()
                         if not items:
                             continue
@@ -507,6 +517,7 @@ class SyncMessages(_Consumer[SyncMessage]):
     """A blocking per-message consumer: iterate with ``for``, or call :meth:`next_message`."""
 
     _what = "messages() consumer"
+    _pulls_batches = True
 
     async def _pull(self) -> Any:
         return await self._source.next_message()
@@ -527,6 +538,7 @@ class SyncRecords(_Consumer[SyncRecord]):
 
     _what = "records() consumer"
     _pulls_batches = True
+    _pull_name = "next_record"
 
     async def _pull(self) -> Any:
         return await self._source.next_record()
