@@ -169,6 +169,8 @@ class SqsConnection:
                         "endpoint_url": s.endpoint_url,
                         "config": config,
                     }
+                    if s.tls_ca_file:
+                        common["verify"] = s.tls_ca_file
                     if s.access_key_id:
                         common.update(
                             aws_access_key_id=s.access_key_id,

@@ -40,6 +40,7 @@ BACKENDS = {
     "pulsar": "Pulsar",
     "pubsub": "Google Pub/Sub",
     "servicebus": "Azure Service Bus",
+    "sqs": "Amazon SQS/SNS",
 }
 
 #: The features (rows per backend), in table order, with what "tested" means for each.
