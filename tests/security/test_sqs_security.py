@@ -98,7 +98,9 @@ async def test_wrong_keys_are_refused_and_never_shown(
     key_id = sqs_tls.admin[0] if which == "wrong_secret" else "AKIAUNKNOWN0000000000"
     settings = _settings(sqs_tls.endpoint, (key_id, secret), pki, session_token=token)
     with caplog.at_level(logging.DEBUG):
-        error = await expect_refusal(settings, AuthenticationFailed, "refused the credentials", topic=unique("q"))
+        error = await expect_refusal(
+            settings, AuthenticationFailed, "refused the credentials", topic=unique("q")
+        )
         backend = broker.connect(settings)
         shown = repr(backend) + repr(backend.settings)  # type: ignore[attr-defined]
     assert_no_leak(error, caplog.text + shown, secret, token)
@@ -120,3 +122,36 @@ async def test_an_iam_denial_is_permission_denied(sqs_tls: SqsTlsServer, pki: Pk
     async with broker.connect(_settings(sqs_tls.endpoint, sqs_tls.admin, pki)) as admin:
         assert await admin.backlog(topic, "s") == 0  # nothing was sent by the denied user
         await admin.publisher().topic(topic).publish(OutboundMessage(b"allowed"))
+
+
+@covers(
+    B,
+    "defaults",
+    "aiobotocore's TLS context of the SQS and SNS clients, with tls_ca_file and without (botocore's "
+    "bundle): CERT_REQUIRED with check_hostname; no setting turns verification off",
+    status="configuration",
+)
+async def test_defaults_verify_chain_and_host_name(pki: Pki) -> None:
+    import ssl
+
+    from broker.backends.sqs.backend import SqsConnection
+    from broker.backends.sqs.settings import SqsSettings
+
+    for ca in (str(pki.ca), None):
+        connection = SqsConnection(
+            SqsSettings(
+                access_key_id="k", secret_access_key="s", endpoint_url="https://127.0.0.1:1", tls_ca_file=ca
+            )
+        )
+        try:
+            for client in await connection.clients():
+                session = client._endpoint.http_session  # type: ignore[attr-defined]
+                if ca:
+                    assert session._verify == ca
+                else:  # botocore's bundle (or AWS_CA_BUNDLE): verification stays on
+                    assert session._verify not in (False, None)
+                context = session._build_verify_context()
+                assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+        finally:
+            await connection.close()
+    assert not [f for f in SqsSettings.__dataclass_fields__ if "insecure" in f or "verify" in f]
