@@ -42,11 +42,14 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from botocore.exceptions import SSLError
 
 from broker import Capabilities, OutboundMessage
 from broker.backends.sqs.consumer import SqsBatchedMessageIterator, SqsMessageIterator
@@ -96,6 +99,31 @@ CAPABILITIES = Capabilities.claiming(SqsFactory.mechanisms, max_message_bytes=MA
 
 #: Messages one ``PublishBatch`` / ``SendMessageBatch`` / ``DeleteMessageBatch`` takes.
 BATCH = 10
+
+#: A session token in botocore's DEBUG lines of a request (a header, a canonical header, a query).
+_SECURITY_TOKEN = re.compile(r"(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)[^'\"&\s,}]+", re.IGNORECASE)
+
+
+class _RedactSecurityToken(logging.Filter):
+    """Replaces the session token in botocore's DEBUG lines of each request (``botocore.endpoint``
+    logs its headers, ``botocore.auth`` its canonical request, ``X-Amz-Security-Token`` included):
+    a session token is a credential."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "security-token" in message.lower():
+            record.msg, record.args = _SECURITY_TOKEN.sub(r"\1***", message), None
+        return True
+
+
+_REDACT_SECURITY_TOKEN = _RedactSecurityToken()
+
+
+def _no_retry_on_a_refused_certificate(caught_exception: BaseException | None = None, **_: Any) -> None:
+    """Ends a call at once when the server's certificate failed verification: botocore's retries
+    (three attempts with backoff, about 5 s) would only meet the same certificate again."""
+    if isinstance(caught_exception, SSLError) and "certificate verify failed" in str(caught_exception):
+        raise caught_exception
 
 
 class BatchPublishError(PublishError):
@@ -169,16 +197,22 @@ class SqsConnection:
                         "endpoint_url": s.endpoint_url,
                         "config": config,
                     }
+                    if s.tls_ca_file:
+                        common["verify"] = s.tls_ca_file
                     if s.access_key_id:
                         common.update(
                             aws_access_key_id=s.access_key_id,
                             aws_secret_access_key=s.secret_access_key,
                             aws_session_token=s.session_token,
                         )
+                    for logger in ("botocore.endpoint", "botocore.auth"):
+                        logging.getLogger(logger).addFilter(_REDACT_SECURITY_TOKEN)
                     session = get_session()
                     stack = contextlib.AsyncExitStack()
                     sns = await stack.enter_async_context(session.create_client("sns", **common))
                     sqs = await stack.enter_async_context(session.create_client("sqs", **common))
+                    for client in (sns, sqs):
+                        client.meta.events.register_first("needs-retry", _no_retry_on_a_refused_certificate)
                     self._stack, self._clients = stack, (sns, sqs)
         assert self._clients is not None
         return self._clients

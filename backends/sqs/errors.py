@@ -49,6 +49,13 @@ def _refused_credentials(exc: BaseException) -> bool:
     return code in _AUTH_CODES or (code == "403" and any(c in str(exc) for c in _AUTH_CODES))
 
 
+def _denied(exc: BaseException) -> bool:
+    """An AWS error code that denies the action to the credentials, also where botocore could not
+    parse the answer's body (an XML ``AccessDenied`` body to a JSON-protocol SQS call: code 403)."""
+    denials = ("AccessDenied", "AccessDeniedException", "AuthorizationError")
+    return _code(*denials)(exc) or (error_code(exc) == "403" and any(c in str(exc) for c in denials))
+
+
 _ERRORS = ErrorTable(
     ErrorRule(
         sdk.ClientError,
@@ -59,7 +66,7 @@ _ERRORS = ErrorTable(
     ErrorRule((sdk.NoCredentialsError, sdk.PartialCredentialsError), errors.AuthenticationFailed,
               "no AWS credentials were found (the standard chain, or access_key_id/secret_access_key)"),
     ErrorRule(sdk.ClientError, errors.PermissionDenied, "the credentials may not do this ({detail})",
-              when=_code("AccessDenied", "AccessDeniedException", "AuthorizationError")),
+              when=_denied),
     ErrorRule(sdk.ClientError, errors.UnknownTopic,
               when=_code("NonExistentQueue", "QueueDoesNotExist", "NotFound", "NotFoundException")),
     ErrorRule(sdk.ClientError, errors.Throttled, "AWS throttled the request ({detail})",

@@ -122,6 +122,10 @@ class SqsSettings(ConsumerOptions):
     fifo: bool = False
     #: An endpoint other than AWS's (a local fake, a VPC endpoint), for both services.
     endpoint_url: str | None = None
+    #: A PEM file of the CA certificates an ``https://`` endpoint's chain is verified against (None:
+    #: botocore's bundle, or ``AWS_CA_BUNDLE``); the host name is checked either way. For a VPC
+    #: endpoint or a proxy with a private CA; no setting turns verification off.
+    tls_ca_file: str | None = None
     #: The access key id (None: the standard AWS credential chain).
     access_key_id: str | None = None
     secret_access_key: str | None = secret()

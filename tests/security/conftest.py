@@ -8,6 +8,7 @@ certificate; where a server is expensive to start (RabbitMQ), the same node offe
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -536,3 +537,102 @@ def redis_servers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     finally:
         for server in started:
             server.stop()
+
+
+# -- SQS/SNS (moto's server, a fake of AWS, serving TLS, its IAM checks on) -------------------
+
+#: The IAM policy of the SQS user that may do everything but send to and receive from SQS queues.
+SQS_DENY_POLICY = (
+    '{"Version": "2012-10-17", "Statement": ['
+    '{"Effect": "Allow", "Action": "*", "Resource": "*"},'
+    '{"Effect": "Deny", "Action": ["sqs:SendMessage", "sqs:ReceiveMessage"], "Resource": "*"}]}'
+)
+
+
+@dataclass
+class SqsTlsServer:
+    """moto's server (the fake) with TLS (the trusted server certificate) and IAM checks on."""
+
+    #: ``https://127.0.0.1:PORT``.
+    endpoint: str
+    #: Keys of an IAM user allowed everything (access key id, secret key).
+    admin: tuple[str, str]
+    #: Keys of an IAM user denied ``sqs:SendMessage`` and ``sqs:ReceiveMessage``.
+    limited: tuple[str, str]
+
+
+@pytest.fixture(scope="session")
+def sqs_tls(pki: Pki) -> Iterator[SqsTlsServer]:
+    """One moto server on 127.0.0.1 serving HTTPS with the trusted certificate; its first three
+    requests (unauthenticated, as moto allows) make the two IAM users, every later one is checked."""
+    pytest.importorskip("aiobotocore", reason="the sqs extra is not installed")
+    import asyncio
+    import ssl
+    import sys
+    import urllib.request
+
+    from aiobotocore.session import get_session
+
+    if importlib.util.find_spec("moto") is None:
+        pytest.skip("moto's server (moto[server]) is not installed")
+    port = free_port()
+    endpoint = f"https://127.0.0.1:{port}"
+    context = ssl.create_default_context(cafile=str(pki.ca))
+
+    def ready() -> None:
+        urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2, context=context).close()
+
+    server = ProcessServer(
+        [sys.executable, "-m", "broker.backends.sqs.motofake", "-H", "127.0.0.1", "-p", str(port),
+         "-c", str(pki.server.cert), "-k", str(pki.server.key)],
+        url=endpoint,
+        host="127.0.0.1",
+        port=port,
+        env={"MOTO_PORT": str(port), "AWS_DEFAULT_REGION": "us-east-1", "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+        ready=ready,
+    )  # fmt: skip
+
+    async def users() -> tuple[tuple[str, str], tuple[str, str]]:
+        async with get_session().create_client(
+            "iam",
+            region_name="us-east-1",
+            endpoint_url=endpoint,
+            verify=str(pki.ca),
+            aws_access_key_id="bootstrap",
+            aws_secret_access_key="bootstrap",
+        ) as iam:
+            await iam.create_user(UserName="limited")  # 1: unauthenticated
+            key = (await iam.create_access_key(UserName="limited"))["AccessKey"]  # 2
+            await iam.put_user_policy(  # 3: from here on every request is checked
+                UserName="limited", PolicyName="no-send-receive", PolicyDocument=SQS_DENY_POLICY
+            )
+            limited = (key["AccessKeyId"], key["SecretAccessKey"])
+            admin_iam_key = await _sqs_admin(endpoint, pki, limited)
+        return admin_iam_key, limited
+
+    with server:
+        admin, limited = asyncio.run(users())
+        yield SqsTlsServer(endpoint=endpoint, admin=admin, limited=limited)
+
+
+async def _sqs_admin(endpoint: str, pki: Pki, creator: tuple[str, str]) -> tuple[str, str]:
+    """An IAM user with no policy restrictions beyond allowing everything, made by ``creator``."""
+    from aiobotocore.session import get_session
+
+    async with get_session().create_client(
+        "iam",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        verify=str(pki.ca),
+        aws_access_key_id=creator[0],
+        aws_secret_access_key=creator[1],
+    ) as iam:
+        await iam.create_user(UserName="admin")
+        key = (await iam.create_access_key(UserName="admin"))["AccessKey"]
+        await iam.put_user_policy(
+            UserName="admin",
+            PolicyName="everything",
+            PolicyDocument='{"Version": "2012-10-17", "Statement": '
+            '[{"Effect": "Allow", "Action": "*", "Resource": "*"}]}',
+        )
+    return key["AccessKeyId"], key["SecretAccessKey"]

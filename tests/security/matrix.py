@@ -40,6 +40,7 @@ BACKENDS = {
     "pulsar": "Pulsar",
     "pubsub": "Google Pub/Sub",
     "servicebus": "Azure Service Bus",
+    "sqs": "Amazon SQS/SNS",
 }
 
 #: The features (rows per backend), in table order, with what "tested" means for each.
@@ -305,6 +306,34 @@ NOT_TESTED: tuple[Cell, ...] = (
         "a missing Send/Listen/Manage right (the SDK's ServiceBusAuthorizationError) becomes "
         "PermissionDenied; our test server grants everything",
     ),
+    # -- SQS/SNS (moto's server: a fake of AWS) ---------------------------------------------------
+    _n(
+        "sqs",
+        "mutual_tls",
+        "unsupported",
+        "AWS's SQS and SNS endpoints ask for no client certificate; no setting passes one to botocore",
+    ),
+    _n(
+        "sqs",
+        "token",
+        "untestable",
+        "a session token (session_token, or from the AWS chain) signs with temporary keys; the fake "
+        "refuses a wrong one (see password) but issues none through STS here",
+    ),
+    _n("sqs", "nkey", "unsupported", "not an AWS concept"),
+    _n("sqs", "scram", "unsupported", "not an AWS concept"),
+    _n("sqs", "plain", "unsupported", "not an AWS concept"),
+    _n("sqs", "oauthbearer", "unsupported", "not an AWS concept (web identity: see credential_provider)"),
+    _n("sqs", "external", "unsupported", "not an AWS concept"),
+    _n("sqs", "sas", "unsupported", "not an AWS concept"),
+    _n("sqs", "service_account", "unsupported", "see credential_provider (instance and task roles)"),
+    _n(
+        "sqs",
+        "credential_provider",
+        "untestable",
+        "without access_key_id the standard AWS chain is used and botocore refreshes role, SSO and "
+        "web-identity credentials before they expire; no instance metadata or STS here to rotate them",
+    ),
 )
 
 
@@ -346,12 +375,11 @@ def render(cells: list[Cell] | None = None) -> str:
     lines = [
         "Legend: ✅ tested here against a running server (the backend's test server; for TLS "
         "refusals and mutual TLS where it has no TLS, a TLS listener in the test; for Service Bus, "
-        "our test server) "
+        "our test server; for SQS/SNS, moto's server, a fake of AWS) "
         "· ⚙️ tested at the SDK configuration level · ⏸ supported, not testable here (the reason is "
         "below) · — not supported",
         "",
-        "<!-- backends: all but inmem, sqs (inmem: no network; SQS: tests/security has no SQS cells, "
-        "its test server is a fake) -->",
+        "<!-- backends: all but inmem (inmem: no network) -->",
         "",
         "| feature | " + " | ".join(BACKENDS.values()) + " |",
         "|---|" + "---|" * len(BACKENDS),
