@@ -122,7 +122,7 @@ async def test_a_consumer_close_cut_short_by_its_caller_still_closes_the_sdk_con
     from broker.backends.kafka.sdk_consumer import GroupCore
 
     core = GroupCore(
-        {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "enable.auto.commit": False},
+        {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "enable.auto.commit": False, "log_level": 0},
         ["t"],
         name="cut-short",
         prefetch=10,
