@@ -150,12 +150,6 @@ class _CoreBase(abc.ABC):
         #: True once the broker refused this client (its login or its certificate): there is no
         #: group session to leave, so close() gives the SDK a short bound instead of close_timeout.
         self._refused = False
-        #: True from the moment the SDK consumer's close is submitted. librdkafka runs the revoke
-        #: callback inside that close, and a commit made there (the listener's flush, or a commit
-        #: round served by SdkThread.serve_until) aborted the process (SIGABRT in a full run: the
-        #: worker thread in ``_commit_sync`` under ``_on_revoke`` under the close). The last commits
-        #: go out before the close (``_before_close``); later ones are dropped: at-least-once.
-        self._sdk_closing = False
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
@@ -422,7 +416,6 @@ class _CoreBase(abc.ABC):
 
     def _close_quietly(self) -> None:
         """The SDK consumer's close, on its thread after a stuck call returned (already closed: no-op)."""
-        self._sdk_closing = True
         try:
             self.consumer.close()
         except RuntimeError:  # closed by the stuck call itself
@@ -463,7 +456,6 @@ class _CoreBase(abc.ABC):
                         self._inflight = None
                     await self._before_close()
                     # never inside a rebalance callback still running (see SdkThread.serve_until)
-                    self._sdk_closing = True
                     await self.thread.submit(self.consumer.close, outside_callbacks=True)
                 stuck = False
             except TimeoutError:
@@ -628,7 +620,7 @@ class GroupCore(_CoreBase):
             await self.listener.on_revoked(sorted(TopicPartition(*tp) for tp in tps))
         if lost:
             await self._drain_commits()
-        elif not self._sdk_closing:  # (closing: flushed before the SDK's close, see _sdk_closing)
+        else:
             await self._flush_quietly()  # the acks of this member go in while it still owns them
         self._retire(gone)
         log.debug("%s: %s %s", self.name, "lost" if lost else "revoked", tps)
@@ -715,8 +707,6 @@ class GroupCore(_CoreBase):
             log.warning("%s: the last commits failed: %r", self.name, exc)
 
     def _commit_async(self, offsets: dict[TP, int]) -> None:
-        if self._sdk_closing:
-            raise ClosedError(f"the Kafka consumer {self.name} is closing: commit dropped")
         self.consumer.commit(
             offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=True
         )
@@ -755,8 +745,6 @@ class GroupCore(_CoreBase):
             )
 
     def _commit_sync(self, offsets: dict[TP, int]) -> list[Any]:
-        if self._sdk_closing:  # inside the SDK's close (its revoke callback): see _sdk_closing
-            raise ClosedError(f"the Kafka consumer {self.name} is closing: commit dropped")
         result: list[Any] = self.consumer.commit(
             offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=False
         )
