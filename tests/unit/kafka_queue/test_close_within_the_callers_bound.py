@@ -10,34 +10,13 @@ for its 3-minute watchdog that way).
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
-import broker
-from broker.backends.inmem import InmemBackend, InmemLog
-from broker.backends.kafka.queue import QueueSettings, RedeliveryTracker
+from broker.backends.inmem import InmemLog
+from broker.backends.kafka.queue import RedeliveryTracker
 from broker.driver.resources import stop_task
-
-
-@pytest.fixture
-async def log() -> AsyncIterator[InmemLog]:
-    backend = broker.connect(f"inmem://bound-{uuid.uuid4().hex}?partitions=2")
-    assert isinstance(backend, InmemBackend)
-    async with backend:
-        yield backend.log()
-
-
-def _settings() -> QueueSettings:
-    return QueueSettings(
-        message_topic="q",
-        marker_topic="q-markers",
-        redelivery_timeout=0.3,
-        next_message_timeout=0.05,
-        use_now_if_no_marker_seen=0.05,
-        tracker_poll_interval=0.02,
-    )
+from tests.unit.kafka_queue.test_tracker_supervision import config as _settings
 
 
 async def test_a_tracker_close_cut_short_by_its_caller_raises_the_callers_timeout(

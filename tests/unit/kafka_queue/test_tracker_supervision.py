@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-import broker
-from broker.backends.inmem import InmemBackend, InmemLog
+from broker.backends.inmem import InmemLog
 from broker.backends.kafka.queue import QueueSettings, RedeliveryTracker, open_messages
 from broker.backends.kafka.queue.reader import QueueTopicReader
 from broker.errors import (
@@ -22,14 +19,6 @@ from broker.errors import (
     UnknownTopic,
 )
 from broker.testing import wait_until
-
-
-@pytest.fixture
-async def log() -> AsyncIterator[InmemLog]:
-    backend = broker.connect(f"inmem://tracker-{uuid.uuid4().hex}?partitions=2")
-    assert isinstance(backend, InmemBackend)
-    async with backend:
-        yield backend.log()
 
 
 def config() -> QueueSettings:
