@@ -372,6 +372,16 @@ class QueueConsumer(AsyncResource):
         """
         if not self._marking:
             return True
+        return self._adapt_lead(now) > self._window
+
+    def _adapt_lead(self, now: float) -> float:
+        """Sample the application's pace and set the lead from it; returns the lead it needs.
+
+        Called for each batch before its START, and whenever receiving had to wait for a mark: a
+        batch's lead is first chosen before anything is known of the reader's pace, and a reader
+        waiting for every mark would otherwise take ``_MIN_LEAD`` messages per marker round trip
+        until the next batch.
+        """
         elapsed = now - self._sampled_at
         if elapsed >= 0.01:
             busy = max(elapsed - (self._mark_wait - self._sampled_wait), 0.001)
@@ -380,7 +390,7 @@ class QueueConsumer(AsyncResource):
             self._sampled_at, self._sampled_taken, self._sampled_wait = now, self._taken, self._mark_wait
         need = 4 * self._rate * self._rtt
         self._lead = min(self._window, max(_MIN_LEAD, int(need) + 1))
-        return need > self._window
+        return need
 
     def _marked_ready(self, limit: int) -> int:
         """How many of the first ``limit`` buffered messages have their hand-out mark written."""
@@ -553,6 +563,7 @@ class QueueConsumer(AsyncResource):
                         began = time.monotonic()
                         await asyncio.wait([pending])  # never cancels the shared write
                         self._mark_wait += time.monotonic() - began
+                        self._adapt_lead(asyncio.get_running_loop().time())
             except TimeoutError:
                 if self._closed:
                     raise ClosedError("the queue consumer is closed") from None

@@ -112,6 +112,40 @@ async def test_acks_of_one_pass_share_one_end_marker(log: InmemLog) -> None:
     assert service.metrics.counts["acked"] == 100
 
 
+async def test_hand_out_marks_keep_ahead_of_a_fast_reader_within_the_first_batch(log: InmemLog) -> None:
+    """Marks written 20 ms apart while the reader takes a 1,000-message batch at once: the lead grows.
+
+    A batch's lead is first chosen before anything is known of the reader's pace (16 messages); a
+    reader waiting for every mark of such a batch would take 16 messages per marker round trip
+    (about 1,200 a second on a broker whose marker write takes 13 ms) until the next batch.
+    """
+    service = await service_with(log, 1000, max_messages_per_poll=1000)
+    send = log.send
+    marks_written = 0
+
+    def slow_marker_send(topic: str, value: bytes | None, **kw: Any) -> Awaitable[tuple[TopicPartition, int]]:
+        nonlocal marks_written
+        if topic != "q-markers":
+            return send(topic, value, **kw)
+        marker = decode(value or b"")
+        if isinstance(marker, BatchMarker) and marker.handout is Handout.HANDED:
+            marks_written += 1
+
+        async def later() -> tuple[TopicPartition, int]:
+            await asyncio.sleep(0.02)
+            return await send(topic, value, **kw)
+
+        return asyncio.ensure_future(later())
+
+    log.send = slow_marker_send  # type: ignore[method-assign]
+    async with service.consumer("jobs") as consumer:
+        got = [await consumer.receive(timeout=5) for _ in range(1000)]
+        await broker.ack_all(got)
+        await consumer.flush()
+    assert sorted(int(m.data) for m in got) == list(range(1000))
+    assert marks_written <= 12, f"{marks_written} hand-out marks for one batch of 1,000 messages"
+
+
 async def test_messages_gone_from_the_log_are_ended_not_retried_forever(log: InmemLog) -> None:
     service = await service_with(log, 10)
     async with service.tracker() as tracker, service.consumer("jobs") as consumer:
