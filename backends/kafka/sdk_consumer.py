@@ -150,6 +150,9 @@ class _CoreBase(abc.ABC):
         #: True once the broker refused this client (its login or its certificate): there is no
         #: group session to leave, so close() gives the SDK a short bound instead of close_timeout.
         self._refused = False
+        #: True once the SDK consumer's close has begun (set on the worker thread): callbacks it
+        #: serves then run while librdkafka's group is terminating (see ``GroupCore._sdk_owned``).
+        self._sdk_closing = False
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
@@ -414,10 +417,15 @@ class _CoreBase(abc.ABC):
     def _after_close(self) -> None:
         """Hook: forget the assignment."""
 
+    def _close_sdk(self) -> None:
+        """The SDK consumer's close (on the worker thread), marking the rebalance callbacks it serves."""
+        self._sdk_closing = True
+        self.consumer.close()
+
     def _close_quietly(self) -> None:
         """The SDK consumer's close, on its thread after a stuck call returned (already closed: no-op)."""
         try:
-            self.consumer.close()
+            self._close_sdk()
         except RuntimeError:  # closed by the stuck call itself
             pass
 
@@ -456,7 +464,7 @@ class _CoreBase(abc.ABC):
                         self._inflight = None
                     await self._before_close()
                     # never inside a rebalance callback still running (see SdkThread.serve_until)
-                    await self.thread.submit(self.consumer.close, outside_callbacks=True)
+                    await self.thread.submit(self._close_sdk, outside_callbacks=True)
                 stuck = False
             except TimeoutError:
                 log.warning("%s: the SDK consumer did not close within %ss", self.name, bound)
@@ -505,6 +513,8 @@ class GroupCore(_CoreBase):
         self._pending_commits: dict[TP, int] = {}
         self._commit_waiters: list[tuple[asyncio.Future[None], tuple[TP, ...]]] = []
         self._commit_task: asyncio.Task[None] | None = None
+        #: Inside a callback served by the SDK's close: the partitions it may commit (_sdk_owned).
+        self._close_owned: set[TP] | None = None
         #: When the last commit that nobody waits for went out (loop time); while the commit task
         #: waits out COMMIT_INTERVAL before the next, ``_pace`` is the future that wakes it.
         self._last_quiet_commit = -COMMIT_INTERVAL
@@ -564,6 +574,8 @@ class GroupCore(_CoreBase):
         if loop is None or loop.is_closed() or not loop.is_running():
             coro.close()
             return
+        if self._sdk_closing:  # first, before the listener: which commits are safe (_sdk_owned)
+            self._close_owned = self._close_owned_now()
         done = asyncio.run_coroutine_threadsafe(coro, loop)
         self.thread.serve_until(done)
         try:
@@ -706,10 +718,50 @@ class GroupCore(_CoreBase):
         except Exception as exc:  # the next owner reads those records again (at-least-once)
             log.warning("%s: the last commits failed: %r", self.name, exc)
 
+    def _sdk_owned(self, offsets: dict[TP, int]) -> tuple[dict[TP, int], list[TP]]:
+        """Split ``offsets`` (worker thread) into those safe to send and the partitions refused.
+
+        Outside the SDK consumer's close every commit is safe. Inside it, commits come from a
+        rebalance callback that ``Consumer.close()`` serves, and only those of partitions the
+        SDK still had assigned when the callback began (:meth:`_close_owned_now`) are sent: the
+        others are refused unsent, and their records are read again by the next owner (an
+        allowed duplicate, never a loss).
+        """
+        if not self._sdk_closing:
+            return offsets, []
+        owned = self._close_owned if self._close_owned is not None else self._close_owned_now()
+        safe = {tp: offset for tp, offset in offsets.items() if tp in owned}
+        return safe, sorted(tp for tp in offsets if tp not in owned)
+
+    def _close_owned_now(self) -> set[TP]:
+        """The partitions the SDK has assigned, asked (worker thread) as a callback served by close begins.
+
+        librdkafka's close does not wait for a rebalance callback queued before the close began
+        (an eager revoke the member had not polled yet): it unassigns everything and terminates
+        the group meanwhile. A commit reaching the group once it decided to terminate aborts the
+        process (``rd_kafka_cgrp_terminated`` asserts ``wait_commit_cnt == 0``) or is never
+        answered (a synchronous commit then hangs the close). The assignment, asked through the
+        group's own queue, is answered after the close's terminate request (the queue is served
+        in order): a partition still in it keeps the group from terminating until this callback
+        has returned, so committing it is safe; a partition no longer in it was let go. The
+        answer holds for the whole callback: once terminating, only the application's own
+        assign calls (made after the callback) change the assignment. Asked again for every
+        commit, a question sent just as the group terminates would go unanswered.
+        """
+        try:
+            return {(p.topic, p.partition) for p in self.consumer.assignment()}
+        except Exception as exc:  # the group is gone already: nothing is safe to send
+            log.debug("%s: the assignment is unknown during close: %r", self.name, exc)
+            return set()
+
     def _commit_async(self, offsets: dict[TP, int]) -> None:
-        self.consumer.commit(
-            offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=True
-        )
+        safe, refused = self._sdk_owned(offsets)
+        if refused:  # flush() sends them again, and reports the refusal
+            log.warning("%s: commit of %s refused: the group is terminating", self.name, refused)
+        if safe:
+            self.consumer.commit(
+                offsets=[self._sdk_tp(tp, offset) for tp, offset in safe.items()], asynchronous=True
+            )
 
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
         """The SDK's commit report (worker thread, inside ``consume``): confirmed offsets go to the loop."""
@@ -744,11 +796,15 @@ class GroupCore(_CoreBase):
                 "%s: commit of %s failed: %s", self.name, sorted(tp for tp, _ in failed), failed[0][1]
             )
 
-    def _commit_sync(self, offsets: dict[TP, int]) -> list[Any]:
+    def _commit_sync(self, offsets: dict[TP, int]) -> tuple[list[Any], list[TP]]:
+        """Commit and wait: the SDK's per-partition results, and the partitions refused unsent."""
+        safe, refused = self._sdk_owned(offsets)
+        if not safe:
+            return [], refused
         result: list[Any] = self.consumer.commit(
-            offsets=[self._sdk_tp(tp, offset) for tp, offset in offsets.items()], asynchronous=False
+            offsets=[self._sdk_tp(tp, offset) for tp, offset in safe.items()], asynchronous=False
         )
-        return result
+        return result, refused
 
     async def _commit_rounds(self) -> None:
         loop = asyncio.get_running_loop()
@@ -785,7 +841,14 @@ class GroupCore(_CoreBase):
                     try:
                         job = self.thread.submit(self._commit_sync, live)
                         self._send_read_ahead()  # queued behind the commit, never before it
-                        for result in await job:
+                        results, refused = await job
+                        for tp in refused:
+                            failed[tp] = AckError(
+                                f"commit of {TopicPartition(*tp)} refused: the consumer is leaving "
+                                "and the group has already taken the partition back; its records "
+                                "are read again by the next owner"
+                            )
+                        for result in results:
                             if result.error is not None:
                                 failed[(result.topic, result.partition)] = translate(
                                     result.error, "commit failed", AckError
