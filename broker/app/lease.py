@@ -49,11 +49,14 @@ class LeaseKeeper:
     the handler running, less one period (it ends at most one period early).
     """
 
-    __slots__ = ("_handle", "_loop", "_maximum", "_period", "_tasks", "armed_for", "held", "seen")
+    __slots__ = ("_handle", "_loop", "_maximum", "_period", "_tasks", "armed_for", "current", "held", "seen")
 
     def __init__(self, maximum: float) -> None:
         self._maximum = maximum
-        #: id(message) -> message, while its handler runs.
+        #: One message whose handler runs, held without a dictionary entry (a subscriber handling
+        #: one message at a time holds each message here), or None.
+        self.current: Message | None = None
+        #: id(message) -> message, while its handler runs (the messages beyond ``current``).
         self.held: dict[int, Message] = {}
         #: id(message) -> [first check that saw it, last renewal] (loop times).
         self.seen: dict[int, list[float]] = {}
@@ -68,8 +71,9 @@ class LeaseKeeper:
     def hold(self, message: Message) -> None:
         """Keep ``message``'s deadline from now until :meth:`release`.
 
-        The per-message path of a subscriber does the same inline (one entry in :attr:`held`, and
-        :meth:`arm` when ``message._ack_deadline < armed_for``), saving the method calls.
+        The per-message path of a subscriber does the same inline, saving the method calls: the
+        message in :attr:`current` when that is free, else an entry in :attr:`held`; then
+        :meth:`arm` when ``message._ack_deadline < armed_for``.
         """
         self.held[id(message)] = message
         if message._ack_deadline < self.armed_for:
@@ -104,13 +108,17 @@ class LeaseKeeper:
         self._handle = None
         loop = self._loop
         seen = self.seen
-        if loop is None or not self.held:
+        current = self.current
+        if loop is None or (current is None and not self.held):
             seen.clear()
             self.armed_for = math.inf
             return
         now = loop.time()
         period = self._period
-        for key, message in list(self.held.items()):
+        running = list(self.held.items())
+        if current is not None:
+            running.append((id(current), current))
+        for key, message in running:
             entry = seen.get(key)
             if entry is None:  # running for up to one period: renewed at the next check
                 seen[key] = [now, now]

@@ -444,17 +444,25 @@ class Subscriber:
             if keeper is None:
                 result = await (direct(value) if direct is not None else call_handler(value, message))
             else:
-                # keeper.hold(message) and keeper.release(message), inline: no timer per message
-                key = id(message)
-                held[key] = message
+                # keeper.hold(message) and keeper.release(message), inline: no timer per message,
+                # and while no other handler of this subscriber runs, no dictionary entry either
+                key = 0
+                if keeper.current is None:
+                    keeper.current = message
+                else:
+                    key = id(message)
+                    held[key] = message
                 if message._ack_deadline < keeper.armed_for:
                     keeper.arm(message)
                 try:
                     result = await (direct(value) if direct is not None else call_handler(value, message))
                 finally:
-                    del held[key]  # this call's own entry
+                    if key:
+                        del held[key]  # this call's own entry
+                    else:
+                        keeper.current = None
                     if seen:
-                        seen.pop(key, None)
+                        seen.pop(id(message), None)
             if not finish:
                 return result
             if output is not None and result is not None:

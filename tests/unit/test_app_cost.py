@@ -32,9 +32,9 @@ BINDING = typed.binding(Order)
 TOTAL = 1_200
 START, STOP = 100, 1_100  # the messages between which calls are counted
 #: Function calls a message may cost the App beyond the hand loop: the pipeline's one coroutine
-#: (decoding, the handler call and the lease keeper's hold and release are inline in it) and the
-#: ``id()`` that keys the message while the lease keeper holds it.
-ALLOWANCE = 2
+#: (decoding, the handler call and the lease keeper's hold and release are inline in it; one
+#: handler at a time, the keeper holds the message without a dictionary entry).
+ALLOWANCE = 1
 
 
 class Counter:
