@@ -8,9 +8,9 @@ does not say what it is), and again each quarter deadline after that, as Pub/Sub
 Bus's own clients do, for at most about ``max_lease`` seconds of handling: a handler stuck longer
 than that lets the broker redeliver its message.
 
-One :class:`LeaseKeeper` serves a subscriber: holding a message costs a dictionary entry, and one
-shared timer, running only while messages are held, checks them every quarter deadline; no timer is
-armed or cancelled per message.
+One :class:`LeaseKeeper` serves a subscriber: holding a message costs a slot (a dictionary entry
+for each further handler running at once), and one shared timer, running only while messages are
+held, checks them every quarter deadline; no timer is armed or cancelled per message.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _period(message: Message) -> float:
 class LeaseKeeper:
     """Renews the deadlines of the messages it holds, until each is released or ``maximum`` passed.
 
-    Holding and releasing are a dictionary entry each (a handler that returns before the next check
+    Holding and releasing are a slot or a dictionary entry each (a handler that returns before the next check
     costs nothing more); the check notes the messages it sees for the first time and renews those
     it saw at the check before, so a renewal comes between one and two check periods (a quarter
     and a half of the deadline) into the handler. ``maximum`` counts from the first check that saw
