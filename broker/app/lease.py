@@ -8,14 +8,16 @@ does not say what it is), and again each quarter deadline after that, as Pub/Sub
 Bus's own clients do, for at most about ``max_lease`` seconds of handling: a handler stuck longer
 than that lets the broker redeliver its message.
 
-One :class:`LeaseKeeper` serves a subscriber: holding a message costs a dictionary entry, and one
-timer, running only while messages are held, checks them every quarter deadline.
+One :class:`LeaseKeeper` serves a subscriber: holding a message costs a slot (a dictionary entry
+for each further handler running at once), and one shared timer, running only while messages are
+held, checks them every quarter deadline; no timer is armed or cancelled per message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Final
 
 from broker.message import Message
@@ -40,40 +42,53 @@ def _period(message: Message) -> float:
 class LeaseKeeper:
     """Renews the deadlines of the messages it holds, until each is released or ``maximum`` passed.
 
-    Holding and releasing are a dictionary entry each (a handler that returns before the next check
+    Holding and releasing are a slot or a dictionary entry each (a handler that returns before the next check
     costs nothing more); the check notes the messages it sees for the first time and renews those
     it saw at the check before, so a renewal comes between one and two check periods (a quarter
     and a half of the deadline) into the handler. ``maximum`` counts from the first check that saw
     the handler running, less one period (it ends at most one period early).
     """
 
-    __slots__ = ("_deadline", "_handle", "_held", "_loop", "_maximum", "_period", "_seen", "_tasks")
+    __slots__ = ("_handle", "_loop", "_maximum", "_period", "_tasks", "armed_for", "current", "held", "seen")
 
     def __init__(self, maximum: float) -> None:
         self._maximum = maximum
-        #: id(message) -> message, while its handler runs.
-        self._held: dict[int, Message] = {}
+        #: One message whose handler runs, held without a dictionary entry (a subscriber handling
+        #: one message at a time holds each message here), or None.
+        self.current: Message | None = None
+        #: id(message) -> message, while its handler runs (the messages beyond ``current``).
+        self.held: dict[int, Message] = {}
         #: id(message) -> [first check that saw it, last renewal] (loop times).
-        self._seen: dict[int, list[float]] = {}
+        self.seen: dict[int, list[float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._period = 0.0
-        #: The ack deadline ``_period`` was computed from (a shorter one reschedules the check).
-        self._deadline = 0.0
+        #: The ack deadline the running check serves (infinite while none runs): a message with a
+        #: shorter one must be :meth:`arm`\ ed for, any other needs nothing more than its entry.
+        self.armed_for = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
 
     def hold(self, message: Message) -> None:
-        """Keep ``message``'s deadline from now until :meth:`release`."""
-        self._held[id(message)] = message
-        if self._handle is None or message._ack_deadline < self._deadline:
-            self._schedule(message)
+        """Keep ``message``'s deadline from now until :meth:`release`.
+
+        The per-message path of a subscriber does the same inline, saving the method calls: the
+        message in :attr:`current` when that is free, else an entry in :attr:`held`; then
+        :meth:`arm` when ``message._ack_deadline < armed_for``.
+        """
+        self.held[id(message)] = message
+        if message._ack_deadline < self.armed_for:
+            self.arm(message)
 
     def release(self, message: Message) -> None:
         """Stop keeping ``message`` (its handler returned or raised)."""
         key = id(message)
-        self._held.pop(key, None)
-        if self._seen:
-            self._seen.pop(key, None)
+        self.held.pop(key, None)
+        if self.seen:
+            self.seen.pop(key, None)
+
+    def arm(self, message: Message) -> None:
+        """Make the check run, often enough for ``message``'s deadline (it is held or about to be)."""
+        self._schedule(message)
 
     def _schedule(self, message: Message) -> None:
         period = _period(message)
@@ -86,19 +101,24 @@ class LeaseKeeper:
         if handle is not None:
             handle.cancel()
         self._period = period
-        self._deadline = message._ack_deadline
+        self.armed_for = message._ack_deadline
         self._handle = loop.call_at(loop.time() + period, self._tick)
 
     def _tick(self) -> None:
         self._handle = None
         loop = self._loop
-        seen = self._seen
-        if loop is None or not self._held:
+        seen = self.seen
+        current = self.current
+        if loop is None or (current is None and not self.held):
             seen.clear()
+            self.armed_for = math.inf
             return
         now = loop.time()
         period = self._period
-        for key, message in list(self._held.items()):
+        running = list(self.held.items())
+        if current is not None:
+            running.append((id(current), current))
+        for key, message in running:
             entry = seen.get(key)
             if entry is None:  # running for up to one period: renewed at the next check
                 seen[key] = [now, now]

@@ -98,6 +98,18 @@ class Payload:
 
         return decode
 
+    def plain_decoder(self, backend: Any) -> tuple[Callable[[bytes], Any], str, Binding[Any]] | None:
+        """``(decoder, content_type, binding)`` when this payload decodes on ``backend`` through a
+        plain :class:`~broker.typed.Binding` (no schema, no CloudEvent): a message whose
+        ``content-type`` attribute is missing or ``content_type`` decodes as ``decoder(data)``, so a
+        pipeline can decode inline; None for any other payload (use :meth:`for_backend`)."""
+        if self.form != "binding" or self.prepare is not None:
+            return None
+        chosen = self._binding_on(backend)
+        if type(chosen).decode_received is not Binding.decode_received:
+            return None
+        return chosen.decoder, chosen.content_type, chosen
+
     def for_records(self, backend: Any) -> Callable[[Record], Any]:
         """The decoding function of this payload for records (a tombstone's value is None)."""
         if self.form == "bytes":

@@ -30,12 +30,13 @@ from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
 from broker.backoff import DEFAULT_BACKOFF
 from broker.errors import ConfigError, DecodeError
 from broker.interfaces import Publisher
-from broker.message import Message, OutboundMessage, Record
+from broker.message import _PENDING, Message, OutboundMessage, Record
 from broker.retry import DeadLetterTopic, Retrier, RetryPolicy
 from broker.settle import ack_all, handler_name
 from broker.typed import Binding, TypedTopic
 from broker.typed import topic as typed_topic
 from broker.typed.binding import ensure_binding
+from broker.typed.formats import CONTENT_TYPE as _CONTENT_TYPE
 
 __all__ = ["AckPolicy", "Middleware", "Output", "Subscriber", "Undecodable"]
 
@@ -351,6 +352,12 @@ class Subscriber:
 
         return assemble
 
+    def _takes_only_payload(self) -> bool:
+        """True for an ``async def`` (without ``Depends()``) whose one parameter is the payload,
+        by position."""
+        shape = tuple((p.kind, p.keyword) for p in self.signature.parameters)
+        return self.signature.is_async and not self.signature.depends and shape == (("payload", False),)
+
     def _caller(self, publisher: Publisher, provider: Any) -> Callable[[Any, Any], Awaitable[Any]]:
         """``call(value, delivery)``: the handler called with its arguments for a delivery.
 
@@ -387,40 +394,80 @@ class Subscriber:
     ) -> Callable[[Message], Awaitable[None]]:
         payload = self.signature.payload
         decode = payload.for_backend(backend) if payload is not None else None
+        # A plain binding decodes inline (the content type checked as Binding.decode_received does).
+        plain = payload.plain_decoder(backend) if payload is not None else None
+        plain_decode, plain_type, plain_binding = plain if plain is not None else (None, "", None)
         call_handler = self._caller(publisher, provider)
+        # An async handler taking only the payload, by position, is awaited directly.
+        direct = self.handler if self._takes_only_payload() else None
         auto = self.ack == "auto"
         max_lease = self._max_lease(backend)
         keeper = LeaseKeeper(max_lease) if max_lease is not None else None
+        held = keeper.held if keeper is not None else {}
+        seen = keeper.seen if keeper is not None else {}
 
         prepare = payload.prepare if payload is not None else None
 
         async def call(message: Message, finish: bool = True) -> Any:
             """Decode, run the handler (its lease kept), then with ``finish`` publish its result and
-            ack; without, return the result (inside middleware, which must see it first)."""
+            ack; without, return the result (inside middleware, which must see it first).
+
+            This runs once per message with no other Python call of its own: the decoding, the
+            handler call and the lease keeper's hold and release are inline."""
             value = None
             if decode is not None:
                 if prepare is not None:
                     await prepare([message])
                 try:
-                    value = decode(message)
+                    data = message.data
+                    attributes = message.attributes
+                    if (
+                        plain_decode is not None
+                        and data is not None
+                        and (_CONTENT_TYPE not in attributes or attributes[_CONTENT_TYPE] == plain_type)
+                    ):
+                        try:
+                            value = plain_decode(data)
+                        except Exception as exc:
+                            raise plain_binding.failure(  # type: ignore[union-attr]
+                                exc, message, attributes.get(_CONTENT_TYPE)
+                            ) from exc
+                        message._binding = plain_binding  # as tag_message does: message.decoded
+                        message._decoded = value
+                    else:
+                        value = decode(message)
                 except DecodeError as exc:
                     if exc.received is not message:
                         raise
                     await undecodable.settle(message, exc)
                     return None
             if keeper is None:
-                result = await call_handler(value, message)
+                result = await (direct(value) if direct is not None else call_handler(value, message))
             else:
-                keeper.hold(message)
+                # keeper.hold(message) and keeper.release(message), inline: no timer per message,
+                # and while no other handler of this subscriber runs, no dictionary entry either
+                key = 0
+                if keeper.current is None:
+                    keeper.current = message
+                else:
+                    key = id(message)
+                    held[key] = message
+                if message._ack_deadline < keeper.armed_for:
+                    keeper.arm(message)
                 try:
-                    result = await call_handler(value, message)
+                    result = await (direct(value) if direct is not None else call_handler(value, message))
                 finally:
-                    keeper.release(message)
+                    if key:
+                        del held[key]  # this call's own entry
+                    else:
+                        keeper.current = None
+                    if seen:
+                        seen.pop(id(message), None)
             if not finish:
                 return result
             if output is not None and result is not None:
                 await output.publish(result, message.key)  # before the ack: at-least-once
-            if auto and not message.settled:
+            if auto and message._state == _PENDING:  # not settled by the handler
                 await message.ack()
             return None
 

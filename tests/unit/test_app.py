@@ -414,6 +414,24 @@ async def test_the_lease_is_kept_while_a_slow_handler_runs_so_it_is_handled_once
     assert len(test.deliveries) == 1
 
 
+async def test_leases_of_concurrent_slow_handlers_are_all_kept_so_each_message_is_handled_once() -> None:
+    app = App("inmem://unused")
+    calls: list[int] = []
+
+    @app.subscriber("orders", "billing", concurrency=3)
+    async def slow(order: Order) -> None:
+        calls.append(order.id)
+        await asyncio.sleep(5)  # five ack deadlines, three handlers at once
+
+    async with app.testing(ack_deadline=1.0) as test:
+        for number in (1, 2, 3):
+            await test.publish("orders", order(number))
+        await test.until(lambda: test.settled() == ["acked"] * 3)
+        await asyncio.sleep(10)
+    assert sorted(calls) == [1, 2, 3]
+    assert len(test.deliveries) == 3
+
+
 async def test_lease_keeping_stops_at_its_maximum() -> None:
     app = App("inmem://unused")
     calls: list[int] = []
