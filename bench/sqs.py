@@ -18,8 +18,9 @@ Receive + delete: the same N messages, ten per receive, each batch deleted.
         (one ``DeleteMessageBatch``).
 
 The same work: both sides use one aiobotocore SQS client each, made before the clock starts, on a
-queue of their own (the same server, started through the backend's factory), after a warm-up of
-each side that is not counted. The raw client gets the retry configuration the backend's clients
+queue of their own made alike (the same server, started through the backend's factory; the 1 MiB
+``MaximumMessageSize`` the backend gives its queues), after a warm-up of each side that is not
+counted. The raw client gets the retry configuration the backend's clients
 have, botocore's ``standard`` mode with three attempts (AWS's recommended mode; botocore's default
 is ``legacy``): its per-request bookkeeping is the SDK's, not the backend's, and a raw user who
 configures retries pays it too. Over the fake's plain http the backend registers no handler of
@@ -62,6 +63,7 @@ from broker import OutboundMessage
 from broker.backends.sqs.backend import SqsBackend
 from broker.backends.sqs.devserver import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 from broker.backends.sqs.registration import factory
+from broker.backends.sqs.settings import MAX_SQS_BYTES
 from broker.connect import available_backends, register_backend
 
 PAYLOAD = b"x" * 100
@@ -120,7 +122,9 @@ async def raw_round(endpoint: str, count: int) -> tuple[Phase, Phase]:
         config=AioConfig(retries=RETRIES),
     ) as sqs:
         name = "raw-" + uuid.uuid4().hex[:8]
-        url = (await sqs.create_queue(QueueName=name))["QueueUrl"]
+        # made as the backend makes its queues (the largest message size SQS allows)
+        attributes: Any = {"MaximumMessageSize": str(MAX_SQS_BYTES)}
+        url = (await sqs.create_queue(QueueName=name, Attributes=attributes))["QueueUrl"]
         body = PAYLOAD.decode()
         publish, consume = Clock(), Clock()
         for size in cycles(count):
