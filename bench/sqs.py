@@ -31,9 +31,10 @@ phase of each side. Before each phase the garbage collector runs and freezes wha
 (``gc.collect()``, ``gc.freeze()``), outside the clock, so neither side pays for collecting
 what was made before its clock (its client, the other side's leftovers) and a full collection
 scans only the phase's own objects; collection stays on during the phase, so each side pays for
-its own garbage. The sides run in alternating order each round, and the CPU figure is the
-median over the rounds of the per-round ratio ours / raw (paired: both sides of a round meet the
-same load on the shared machine); each side's median CPU per message is printed beside it.
+its own garbage. A round opens both sides together and interleaves their cycles (which side goes
+first alternates from cycle to cycle), so the two sides of a round meet the same load on the
+shared machine; the CPU figure is the median over the rounds of the per-round ratio ours / raw
+(paired), and each side's median CPU per message is printed beside it.
 Rates: each side's best and median (the best round is the least disturbed one). Targets: ours /
 raw >= 0.95, best and median, for publish and for receive + delete; and our CPU time per message
 <= 1.05 x raw's (the median of the paired ratios).
@@ -111,81 +112,124 @@ def cycles(count: int) -> Iterator[int]:
         yield min(CYCLE, count - first)
 
 
-async def raw_round(endpoint: str, count: int) -> tuple[Phase, Phase]:
-    """Publish and receive + delete with a raw aiobotocore SQS client."""
-    async with get_session().create_client(
-        "sqs",
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id=FAKE_ACCESS_KEY_ID,
-        aws_secret_access_key=FAKE_SECRET_ACCESS_KEY,
-        config=AioConfig(retries=RETRIES),
-    ) as sqs:
+class RawSide:
+    """Raw aiobotocore: one SQS client and a queue of its own, made before any clock starts."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.stack = contextlib.AsyncExitStack()
+        self.sqs: Any = None
+        self.url = ""
+        self.body = PAYLOAD.decode()
+
+    async def __aenter__(self) -> RawSide:
+        self.sqs = await self.stack.enter_async_context(
+            get_session().create_client(
+                "sqs",
+                region_name="us-east-1",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=FAKE_ACCESS_KEY_ID,
+                aws_secret_access_key=FAKE_SECRET_ACCESS_KEY,
+                config=AioConfig(retries=RETRIES),
+            )
+        )
         name = "raw-" + uuid.uuid4().hex[:8]
         # made as the backend makes its queues (the largest message size SQS allows)
         attributes: Any = {"MaximumMessageSize": str(MAX_SQS_BYTES)}
-        url = (await sqs.create_queue(QueueName=name, Attributes=attributes))["QueueUrl"]
-        body = PAYLOAD.decode()
-        publish, consume = Clock(), Clock()
-        for size in cycles(count):
-            with publish.timing():
-                for first in range(0, size, BATCH):
-                    entries: Any = [
-                        {"Id": str(i), "MessageBody": body, "MessageAttributes": {}}
-                        for i in range(min(BATCH, size - first))
-                    ]
-                    answer = await sqs.send_message_batch(QueueUrl=url, Entries=entries)
-                    assert not answer.get("Failed")
-            received = 0
-            with consume.timing():
-                while received < size:
-                    got = await sqs.receive_message(
+        self.url = (await self.sqs.create_queue(QueueName=name, Attributes=attributes))["QueueUrl"]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.sqs.delete_queue(QueueUrl=self.url)
+        await self.stack.aclose()
+
+    async def cycle(self, size: int, publish: Clock, consume: Clock) -> None:
+        """Publish ``size`` messages in batches of ten, then receive and delete them."""
+        sqs, url = self.sqs, self.url
+        with publish.timing():
+            for first in range(0, size, BATCH):
+                entries: Any = [
+                    {"Id": str(i), "MessageBody": self.body, "MessageAttributes": {}}
+                    for i in range(min(BATCH, size - first))
+                ]
+                answer = await sqs.send_message_batch(QueueUrl=url, Entries=entries)
+                assert not answer.get("Failed")
+        received = 0
+        with consume.timing():
+            while received < size:
+                got = await sqs.receive_message(
+                    QueueUrl=url,
+                    MaxNumberOfMessages=BATCH,
+                    WaitTimeSeconds=1,
+                    VisibilityTimeout=30,
+                    MessageAttributeNames=["All"],
+                    MessageSystemAttributeNames=SYSTEM_ATTRIBUTES,
+                )
+                messages = got.get("Messages", [])
+                if messages:
+                    await sqs.delete_message_batch(
                         QueueUrl=url,
-                        MaxNumberOfMessages=BATCH,
-                        WaitTimeSeconds=1,
-                        VisibilityTimeout=30,
-                        MessageAttributeNames=["All"],
-                        MessageSystemAttributeNames=SYSTEM_ATTRIBUTES,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                            for i, m in enumerate(messages)
+                        ],
                     )
-                    messages = got.get("Messages", [])
-                    if messages:
-                        await sqs.delete_message_batch(
-                            QueueUrl=url,
-                            Entries=[
-                                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                                for i, m in enumerate(messages)
-                            ],
-                        )
-                    received += len(messages)
-        await sqs.delete_queue(QueueUrl=url)
-        return publish.phase(count), consume.phase(count)
+                received += len(messages)
 
 
-async def ours_round(url: str, count: int) -> tuple[Phase, Phase]:
-    """The same two phases through the backend (queue mode)."""
-    backend = broker.connect(f"{url}&mode=queue&wait_time=1")
-    assert isinstance(backend, SqsBackend)
-    async with backend:
-        name = "ours-" + uuid.uuid4().hex[:8]
-        topic = backend.publisher().topic(name)
-        await backend.connection.target(name)  # the queue made and its limit read before the clock
-        messages = [OutboundMessage(PAYLOAD) for _ in range(CYCLE)]
-        publish, consume = Clock(), Clock()
+class OurSide:
+    """The backend (queue mode): its clients, a topic and a batched consumer, made before any clock."""
+
+    def __init__(self, url: str) -> None:
+        backend = broker.connect(f"{url}&mode=queue&wait_time=1")
+        assert isinstance(backend, SqsBackend)
+        self.backend = backend
+        self.name = "ours-" + uuid.uuid4().hex[:8]
+        self.stack = contextlib.AsyncExitStack()
+        self.messages = [OutboundMessage(PAYLOAD) for _ in range(CYCLE)]
+        self.consumer: Any = None
+
+    async def __aenter__(self) -> OurSide:
+        await self.stack.enter_async_context(self.backend)
+        self.topic = self.backend.publisher().topic(self.name)
+        await self.backend.connection.target(self.name)  # the queue made and its limit read
         # a consumer receives only when asked: open across the cycles, it reads nothing early
-        async with backend.batched_messages(name, "s", batch_size=BATCH) as consumer:
-            for size in cycles(count):
-                with publish.timing():
-                    for first in range(0, size, BATCH):
-                        await topic.batch_publish(*messages[first : min(first + BATCH, size)])
-                received = 0
-                with consume.timing():
-                    while received < size:
-                        got = await consumer.next_batch(timeout=10)
-                        await broker.ack_all(got)
-                        received += len(got)
-        _, sqs = await backend.connection.clients()
-        await sqs.delete_queue(QueueUrl=backend.connection.queues[name])
-        return publish.phase(count), consume.phase(count)
+        consumer = self.backend.batched_messages(self.name, "s", batch_size=BATCH)
+        self.consumer = await self.stack.enter_async_context(consumer)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        _, sqs = await self.backend.connection.clients()
+        await sqs.delete_queue(QueueUrl=self.backend.connection.queues[self.name])
+        await self.stack.aclose()
+
+    async def cycle(self, size: int, publish: Clock, consume: Clock) -> None:
+        """Publish ``size`` messages in batches of ten, then receive and delete them."""
+        topic, consumer, messages = self.topic, self.consumer, self.messages
+        with publish.timing():
+            for first in range(0, size, BATCH):
+                await topic.batch_publish(*messages[first : min(first + BATCH, size)])
+        received = 0
+        with consume.timing():
+            while received < size:
+                got = await consumer.next_batch(timeout=10)
+                await broker.ack_all(got)
+                received += len(got)
+
+
+async def run_round(endpoint: str, url: str, count: int, round_: int) -> dict[str, tuple[Phase, Phase]]:
+    """One round: both sides open at once, their cycles interleaved (alternating which goes first),
+    so the two sides of a round meet the same load; each side's two phases over ``count`` messages."""
+    async with RawSide(endpoint) as raw, OurSide(url) as ours:
+        sides: dict[str, RawSide | OurSide] = {"raw": raw, "ours": ours}
+        clocks = {name: (Clock(), Clock()) for name in sides}
+        for number, size in enumerate(cycles(count)):
+            order = ("raw", "ours") if (round_ + number) % 2 else ("ours", "raw")  # no side always first
+            for name in order:
+                await sides[name].cycle(size, *clocks[name])
+        return {
+            name: (publish.phase(count), consume.phase(count)) for name, (publish, consume) in clocks.items()
+        }
 
 
 async def main() -> None:
@@ -207,16 +251,9 @@ async def main() -> None:
             f" a round, in cycles of at most {CYCLE}; CPU: process_time, garbage collected off the clock"
         )
         # a warm-up of each side, not counted: botocore loads its service models on the first client
-        await raw_round(endpoint, 2 * BATCH)
-        await ours_round(server.url, 2 * BATCH)
+        await run_round(endpoint, server.url, 2 * BATCH, 0)
         for round_ in range(1, args.rounds + 1):
-            order = ["raw", "ours"] if round_ % 2 else ["ours", "raw"]  # no side always goes first
-            results: dict[str, tuple[Phase, Phase]] = {}
-            for side in order:
-                if side == "raw":
-                    results[side] = await raw_round(endpoint, args.messages)
-                else:
-                    results[side] = await ours_round(server.url, args.messages)
+            results = await run_round(endpoint, server.url, args.messages, round_)
             for i in range(2):
                 raw[i].append(results["raw"][i])
                 ours[i].append(results["ours"][i])
