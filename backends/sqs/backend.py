@@ -211,7 +211,10 @@ class SqsConnection:
                     stack = contextlib.AsyncExitStack()
                     sns = await stack.enter_async_context(session.create_client("sns", **common))
                     sqs = await stack.enter_async_context(session.create_client("sqs", **common))
-                    for client in (sns, sqs):
+                    # only a TLS endpoint (AWS's included) has a certificate to refuse: over plain
+                    # http the handler would run on every request for nothing
+                    tls = s.endpoint_url is None or s.endpoint_url.startswith("https://")
+                    for client in (sns, sqs) if tls else ():
                         client.meta.events.register_first("needs-retry", _no_retry_on_a_refused_certificate)
                     self._stack, self._clients = stack, (sns, sqs)
         assert self._clients is not None
@@ -559,7 +562,7 @@ class SqsPublishDriver:
 
     def _chunks(self, built: Sequence[tuple[dict[str, Any], int]]) -> list[Any]:
         """Consecutive entries, at most ten and at most the aggregate limit a request each."""
-        if len(built) <= BATCH and sum(size for _, size in built) <= self._batch_bytes:
+        if len(built) <= BATCH and sum([size for _, size in built]) <= self._batch_bytes:
             return [[entry for entry, _ in built]]  # one request (a batch of ten or fewer)
         chunks: list[list[dict[str, Any]]] = []
         chunk: list[dict[str, Any]] = []

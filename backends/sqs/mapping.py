@@ -211,6 +211,6 @@ def to_message(
         publish_time=int(sent) / 1000.0 if sent else None,
         ingestion_time=received,
         delivery_attempt=int(count) if count else 1,
-        raw=dict(sqs_message),
+        raw=sqs_message if type(sqs_message) is dict else dict(sqs_message),  # no copy of a received one
         acker=acker,
     )
