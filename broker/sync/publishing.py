@@ -5,7 +5,10 @@ the topic handle to the publisher's queue of *tokens* (one per message: which to
 one) and, only when the drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The
 drainer takes up to ``max_batch`` tokens at a time, as many messages from each topic's queue, and
 sends each topic's share with the async topic's ``batch_publish``: a burst of publishes costs one
-loop round trip per batch, not per message.
+loop round trip per batch, not per message. Where the async driver counts its sends still handing
+messages to the client (:class:`~broker.driver.publishing.HandOver`), up to ``MAX_SENDS`` shares
+are in flight at once, each started once every earlier one holds all its messages in the client:
+order is kept and the confirmations' round trips overlap. Elsewhere one batch is sent at a time.
 
 The common call, ``publish_nowait`` of a well-formed message without ``on_delivery``, is a few
 type checks and two ``deque.append`` calls (each atomic under the GIL): no lock, no closure, no
