@@ -240,11 +240,17 @@ class SyncPublisher(Closing):
                     if sends:
                         await asyncio.wait(sends)
                         sends = set()
-                    for handle, items in batch:
-                        await self._send(handle.name, items, plain)
-                    with self._lock:
-                        self._in_flight -= size
-                        self._cond.notify_all()
+                    while batch:
+                        handle, items = batch[0]
+                        await self._send(handle.name, items, plain)  # a cancelled one fails its messages
+                        del batch[0]
+                        count = len(items) if plain else sum(_count(item) for item in items)
+                        with self._lock:
+                            self._in_flight -= count
+                            self._cond.notify_all()
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling():
+                            raise asyncio.CancelledError  # the loop is going away: fail the rest below
                 else:
                     while batch:
                         await hand_over.wait()  # every send started before holds all its messages
