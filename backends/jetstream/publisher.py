@@ -31,7 +31,7 @@ from broker.backends.jetstream.errors import translate
 from broker.backends.jetstream.mapping import encode_headers
 from broker.backends.jetstream.provisioning import Provisioner
 from broker.backends.jetstream.settings import JetStreamSettings, check_subject
-from broker.driver.publishing import ClosingDriver, DriverPublisher
+from broker.driver.publishing import ClosingDriver, DriverPublisher, HandOver
 
 __all__ = ["JetStreamPublishDriver", "JetStreamPublisher", "PubAckError"]
 
@@ -88,6 +88,8 @@ class JetStreamPublishDriver(ClosingDriver):
         self._client: Client | None = None
         self._counter = 0
         self._lock: asyncio.Lock | None = None
+        #: Sends still publishing their messages (see :class:`~broker.driver.publishing.HandOver`).
+        self.hand_over = HandOver()
 
     def __repr__(self) -> str:
         return f"<JetStreamPublishDriver subjects={len(self._ready)} in_flight={len(self._pending)}>"
@@ -100,7 +102,8 @@ class JetStreamPublishDriver(ClosingDriver):
         """One message: publish and wait for its PubAck (retried when it has a de-duplication id);
         more: pipelined within ``publish_window``."""
         if len(messages) == 1:
-            await self._publish_one(topic, messages[0], timeout)
+            with self.hand_over:  # a retry sends it again: nothing may overtake it until it is stored
+                await self._publish_one(topic, messages[0], timeout)
         else:
             await self._publish_many(topic, messages, timeout)
 
@@ -251,7 +254,13 @@ class JetStreamPublishDriver(ClosingDriver):
     async def _publish_many(
         self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None
     ) -> None:
-        client = await self._prepare(topic)
+        handing = self.hand_over
+        handing.__enter__()  # left once every message is published, in order (before the last PubAcks)
+        try:
+            client = await self._prepare(topic)
+        except BaseException:
+            handing.__exit__()
+            raise
         loop = asyncio.get_running_loop()
         window = self.settings.publish_window
         wait = self.settings.publish_timeout if timeout is None else timeout
@@ -260,10 +269,13 @@ class JetStreamPublishDriver(ClosingDriver):
         subject = topic
         try:
             async with asyncio.timeout(wait):
-                for message in messages:
-                    if len(in_flight) >= window:
-                        await in_flight.popleft()[1]
-                    in_flight.append(await send(client, subject, message, loop))
+                try:
+                    for message in messages:
+                        if len(in_flight) >= window:
+                            await in_flight.popleft()[1]
+                        in_flight.append(await send(client, subject, message, loop))
+                finally:
+                    handing.__exit__()
                 while in_flight:
                     await in_flight[0][1]
                     in_flight.popleft()

@@ -22,7 +22,7 @@ from broker.backends.kafka.mapping import produce_all
 from broker.backends.kafka.provision import TopicCheck
 from broker.backends.kafka.sdk_producer import AsyncProducer, DeliveryBatch
 from broker.driver.forwarding import Forwarded
-from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic
+from broker.driver.publishing import DEFAULT_CLOSE_TIMEOUT, DriverPublisher, DriverTopic, HandOver
 from broker.errors import ClosedError, PublishError, TransactionError
 from broker.log import TopicPartition
 
@@ -34,10 +34,12 @@ log = logging.getLogger("broker.backends.kafka")
 class KafkaPublishDriver:
     """Produces through one librdkafka producer shared by every topic handle."""
 
-    __slots__ = ("check", "producer", "transaction_open")
+    __slots__ = ("check", "hand_over", "producer", "transaction_open")
 
     def __init__(self, producer: AsyncProducer, check: TopicCheck | None = None) -> None:
         self.producer = producer
+        #: Sends still enqueueing their records (see :class:`~broker.driver.publishing.HandOver`).
+        self.hand_over = HandOver()
         #: None: not transactional; else whether a transaction is open (publishing needs one).
         self.transaction_open: bool | None = None
         #: Under ``provision="verify"``: the topic check before a topic's first send.
@@ -48,6 +50,12 @@ class KafkaPublishDriver:
 
     async def send(self, topic: str, messages: Sequence[OutboundMessage], timeout: float | None) -> None:
         """Enqueue every record, then wait once until the broker has all of them."""
+        with self.hand_over:  # every record enqueued, in order, before the wait for their reports
+            batch = await self._enqueue(topic, messages)
+        await self.producer.wait(batch, timeout, f"publishing to {topic!r}")
+
+    async def _enqueue(self, topic: str, messages: Sequence[OutboundMessage]) -> DeliveryBatch:
+        """Enqueue every record of a send (waiting for room in the SDK's queue when it is full)."""
         owner = self.producer
         if owner.closed:
             raise ClosedError(f"cannot publish to {topic!r}: the publisher is closed")
@@ -75,7 +83,7 @@ class KafkaPublishDriver:
         finally:
             if sent:
                 owner.kick()
-        await owner.wait(batch, timeout, f"publishing to {topic!r}")
+        return batch
 
     async def close(self) -> None:
         """Flush what is queued, then release the producer."""

@@ -45,6 +45,7 @@ __all__ = [
     "ClosingDriver",
     "DriverPublisher",
     "DriverTopic",
+    "HandOver",
     "ImmediatePublishDriver",
     "PublishDriver",
     "PublishInterceptor",
@@ -91,6 +92,47 @@ class ImmediatePublishDriver(Protocol):
     def send_now(self, topic: str, messages: Sequence[OutboundMessage]) -> None:
         """Send validated messages to ``topic`` at once."""
         ...
+
+
+class HandOver:
+    """Counts a driver's sends that have not yet handed every message to the client.
+
+    A driver that offers it (as its ``hand_over`` attribute) runs the part of ``send`` that hands
+    messages to its SDK or connection inside ``with self.hand_over:`` and waits for the broker's
+    confirmations after it. Once :meth:`wait` returns, every send started before holds all its
+    messages in the client, in order: a caller may start its next send without it overtaking an
+    earlier one (the blocking publisher keeps several batches in flight this way). Only the
+    loop thread uses it.
+    """
+
+    __slots__ = ("_count", "_waiters")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def __enter__(self) -> None:
+        self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._count -= 1
+        if not self._count and self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    @property
+    def handing(self) -> int:
+        """How many sends are still handing their messages over."""
+        return self._count
+
+    async def wait(self) -> None:
+        """Return once no send is handing messages over (at once when none is)."""
+        while self._count:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
 
 
 class ClosingDriver:

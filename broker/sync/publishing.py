@@ -5,7 +5,10 @@ the topic handle to the publisher's queue of *tokens* (one per message: which to
 one) and, only when the drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The
 drainer takes up to ``max_batch`` tokens at a time, as many messages from each topic's queue, and
 sends each topic's share with the async topic's ``batch_publish``: a burst of publishes costs one
-loop round trip per batch, not per message.
+loop round trip per batch, not per message. Where the async driver counts its sends still handing
+messages to the client (:class:`~broker.driver.publishing.HandOver`), up to ``MAX_SENDS`` shares
+are in flight at once, each started once every earlier one holds all its messages in the client:
+order is kept and the confirmations' round trips overlap. Elsewhere one batch is sent at a time.
 
 The common call, ``publish_nowait`` of a well-formed message without ``on_delivery``, is a few
 type checks and two ``deque.append`` calls (each atomic under the GIL): no lock, no closure, no
@@ -41,6 +44,7 @@ from broker.backend import Backend
 from broker.driver.clock import clock
 from broker.driver.forwarding import Forwarded
 from broker.driver.outbound import check_outbound, is_plain
+from broker.driver.publishing import DriverPublisher, HandOver
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
@@ -59,6 +63,10 @@ T = TypeVar("T")
 DeliveryCallback = Callable[[BaseException | None, OutboundMessage], object]
 
 log = logging.getLogger("broker.sync")
+
+#: Batch sends a publisher keeps in flight at once where the async driver lets a send start
+#: while earlier ones await their confirmations without overtaking them (see ``_hand_over``).
+MAX_SENDS = 4
 
 # One item of a topic's queue: a message (the common case), or (a message or a tuple of messages,
 # callback(error) or None) for a publish with a callback or a batch.
@@ -195,8 +203,12 @@ class SyncPublisher(Closing):
 
     async def _drain(self) -> None:
         batch: list[tuple[SyncTopic, list[_Item]]] = []
+        sends: set[asyncio.Task[None]] = set()  # shares sent alongside (see _hand_over)
         try:
             while True:
+                if sends and (len(sends) >= MAX_SENDS or not self._tokens):
+                    _, sends = await asyncio.wait(sends, return_when=asyncio.FIRST_COMPLETED)
+                    continue
                 with self._lock:
                     tokens = self._tokens
                     if not tokens:
@@ -223,15 +235,62 @@ class SyncPublisher(Closing):
                         size += extra
                         plain = not slow
                     self._in_flight += size
-                for handle, items in batch:
-                    await self._send(handle.name, items, plain)
-                with self._lock:
-                    self._in_flight -= size
-                    self._cond.notify_all()
+                hand_over = self._hand_over()
+                if hand_over is None:  # one batch at a time: a later send could overtake this one
+                    if sends:
+                        await asyncio.wait(sends)
+                        sends = set()
+                    while batch:
+                        handle, items = batch[0]
+                        await self._send(handle.name, items, plain)  # a cancelled one fails its messages
+                        del batch[0]
+                        count = len(items) if plain else sum(_count(item) for item in items)
+                        with self._lock:
+                            self._in_flight -= count
+                            self._cond.notify_all()
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling():
+                            raise asyncio.CancelledError  # the loop is going away: fail the rest below
+                else:
+                    while batch:
+                        await hand_over.wait()  # every send started before holds all its messages
+                        handle, items = batch[0]
+                        count = len(items) if plain else sum(_count(item) for item in items)
+                        share = self._share(handle.name, items, plain, count)
+                        sends.add(asyncio.get_running_loop().create_task(share))
+                        del batch[0]
+                        await asyncio.sleep(0)  # its first step: into the driver's hand-over
                 batch = []
         except BaseException as exc:  # the loop is going away: fail what is left, never hang a flush
+            for task in sends:
+                task.cancel()  # each fails its own messages (see _share)
             self._fail_all(batch, exc)
             raise
+
+    def _hand_over(self) -> HandOver | None:
+        """The async driver's hand-over count when batches may be in flight alongside, else None.
+
+        Only a driver that offers one (its sends hand every message to the client before waiting
+        for confirmations) under a publisher without send middleware (which may wait before the
+        send) lets a batch start while an earlier one awaits its confirmations: it starts once
+        every earlier send holds all its messages in the client, so messages keep their order.
+        """
+        publisher = self._async
+        if isinstance(publisher, DriverPublisher) and not publisher.middleware:
+            hand_over = getattr(publisher.driver, "hand_over", None)
+            if isinstance(hand_over, HandOver):
+                return hand_over
+        return None
+
+    async def _share(self, name: str, items: list[_Item], plain: bool, count: int) -> None:
+        """:meth:`_send` of one topic's share of a batch sent alongside others; then it is no
+        longer in flight (a cancelled send fails its messages in :meth:`_send`)."""
+        try:
+            await self._send(name, items, plain)
+        finally:
+            with self._lock:
+                self._in_flight -= count
+                self._cond.notify_all()
 
     def _fail_all(self, batch: list[tuple[SyncTopic, list[_Item]]], cause: BaseException) -> None:
         """Fail the batch in hand and everything queued: the drainer cannot send them any more."""

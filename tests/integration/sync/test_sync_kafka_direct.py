@@ -75,6 +75,33 @@ def test_threads_publish_straight_into_the_producer_and_lose_nothing(kafka_serve
     assert {k: v for k, v in per_key.items()} == {f"t{n}": list(range(EACH)) for n in range(THREADS)}
 
 
+def test_batches_in_flight_together_keep_each_threads_order(kafka_server: ProcessServer) -> None:  # noqa: F811
+    """Small batches from 4 threads, several in flight at once, through a producer queue that fills
+    up: each thread's messages (one key) reach the broker in the order it published them."""
+    url = f"{kafka_server.url}?{TEST_QUERY}&max_buffered_records=150"
+    topic = f"overlap-{uuid.uuid4().hex[:8]}"
+    with broker.sync.connect(url) as backend:
+        publisher = backend.publisher(max_batch=100)
+        handle = publisher.topic(topic)
+
+        def work(n: int) -> None:
+            for i in range(EACH):
+                handle.publish_nowait(OutboundMessage(b"%d:%d" % (n, i), key=f"t{n}"))
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+            assert not thread.is_alive(), "a publishing thread hung"
+        publisher.flush(timeout=30)
+        assert publisher.pending == 0
+    per_key: dict[str | None, list[int]] = defaultdict(list)
+    for key, value in consume(url, topic, THREADS * EACH):
+        per_key[key].append(int(value.split(b":")[1]))
+    assert {k: v for k, v in per_key.items()} == {f"t{n}": list(range(EACH)) for n in range(THREADS)}
+
+
 def test_a_full_producer_queue_is_waited_out(kafka_server: ProcessServer) -> None:  # noqa: F811
     url = f"{kafka_server.url}?{TEST_QUERY}&max_buffered_records=20"
     topic = f"room-{uuid.uuid4().hex[:8]}"
