@@ -11,6 +11,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,18 @@ def consume(url: str, topic: str, count: int) -> list[tuple[str | None, bytes]]:
     return out
 
 
+def publish_from_threads(work: Callable[[int], None], publisher: Any) -> None:
+    """``work(n)`` on THREADS threads at once, then every message confirmed (nothing left pending)."""
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive(), "a publishing thread hung"
+    publisher.flush(timeout=30)
+    assert publisher.pending == 0
+
+
 def test_threads_publish_straight_into_the_producer_and_lose_nothing(kafka_server: ProcessServer) -> None:  # noqa: F811
     url = f"{kafka_server.url}?{TEST_QUERY}"
     topic = f"direct-{uuid.uuid4().hex[:8]}"
@@ -55,14 +69,7 @@ def test_threads_publish_straight_into_the_producer_and_lose_nothing(kafka_serve
                 message = OutboundMessage(b"%d:%d" % (n, i), key=f"t{n}")
                 handle.publish_nowait(message, on_delivery=on_delivery)
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-            assert not thread.is_alive(), "a publishing thread hung"
-        publisher.flush(timeout=30)
-        assert publisher.pending == 0
+        publish_from_threads(work, publisher)
     assert len(delivered) == THREADS * EACH and not any(delivered)
 
     got = consume(url, topic, THREADS * EACH)
@@ -88,14 +95,7 @@ def test_batches_in_flight_together_keep_each_threads_order(kafka_server: Proces
             for i in range(EACH):
                 handle.publish_nowait(OutboundMessage(b"%d:%d" % (n, i), key=f"t{n}"))
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-            assert not thread.is_alive(), "a publishing thread hung"
-        publisher.flush(timeout=30)
-        assert publisher.pending == 0
+        publish_from_threads(work, publisher)
     per_key: dict[str | None, list[int]] = defaultdict(list)
     for key, value in consume(url, topic, THREADS * EACH):
         per_key[key].append(int(value.split(b":")[1]))
