@@ -105,14 +105,17 @@ class HandOver:
     loop thread uses it.
     """
 
-    __slots__ = ("_count", "_waiters")
+    __slots__ = ("_count", "_waiters", "last")
 
     def __init__(self) -> None:
         self._count = 0
+        #: The task that entered last (a caller can tell that the send it started is handing over).
+        self.last: asyncio.Task[Any] | None = None
         self._waiters: list[asyncio.Future[None]] = []
 
     def __enter__(self) -> None:
         self._count += 1
+        self.last = asyncio.current_task()
 
     def __exit__(self, *exc: object) -> None:
         self._count -= 1

@@ -68,6 +68,10 @@ log = logging.getLogger("broker.sync")
 #: while earlier ones await their confirmations without overtaking them (see ``_hand_over``).
 MAX_SENDS = 4
 
+#: Loop passes a share sent alongside is given to enter its driver's hand-over; one that has not
+#: by then (it awaits something first) is waited for before the next share starts.
+_HAND_OVER_STEPS = 3
+
 # One item of a topic's queue: a message (the common case), or (a message or a tuple of messages,
 # callback(error) or None) for a publish with a callback or a batch.
 _Item = Any
@@ -257,9 +261,15 @@ class SyncPublisher(Closing):
                         handle, items = batch[0]
                         count = len(items) if plain else sum(_count(item) for item in items)
                         share = self._share(handle.name, items, plain, count)
-                        sends.add(asyncio.get_running_loop().create_task(share))
+                        task = asyncio.get_running_loop().create_task(share)
+                        sends.add(task)
                         del batch[0]
-                        await asyncio.sleep(0)  # its first step: into the driver's hand-over
+                        for _ in range(_HAND_OVER_STEPS):  # its first steps: into the driver's hand-over
+                            await asyncio.sleep(0)
+                            if hand_over.last is task or task.done():
+                                break
+                        else:  # it waits for something before handing over: nothing may start before it
+                            await asyncio.wait({task})
                 batch = []
         except BaseException as exc:  # the loop is going away: fail what is left, never hang a flush
             for task in sends:
