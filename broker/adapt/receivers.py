@@ -107,7 +107,22 @@ def _caller(
     """``call(unit)``: the handler with the failure rules applied; never raises the handler's error.
 
     A handler that returns leaving a message unsettled is warned about (:class:`UnsettledWarnings`).
+
+    A handler that settles every message it is given before returning (an application's
+    auto-acking pipeline) may apply the failure rule itself, saving a coroutine a message: it
+    carries ``with_failure_rule(failed)``, returning the per-message call that awaits
+    ``failed(unit)`` inside its ``except Exception`` (``failed`` logs the error and nacks by
+    ``nack_delay``, as this caller does). Without a retry policy only: a policy's rules stay here.
     """
+    own_rule = getattr(handler, "with_failure_rule", None) if retrier is None else None
+    if own_rule is not None:
+        failed_calls = FailureCounter()
+
+        async def failed(unit: Any) -> None:
+            log.exception("message handler failed; nacking its unsettled messages")
+            await _nack_failed(unit, nack_delay, failed_calls)
+
+        return own_rule(failed)  # type: ignore[no-any-return]
     unsettled = UnsettledWarnings(handler)
     if retrier is not None:
         bound = retrier
