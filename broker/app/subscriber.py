@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker import adapt
+from broker.adapt.receivers import register_failure_rule
 from broker.app.lease import DEFAULT_MAX_LEASE, LeaseKeeper
 from broker.app.parameters import Signature
 from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
@@ -572,9 +573,10 @@ def _payload_only_call(
     It does what the general call does for such a subscriber, with what cannot happen left out: the
     handler never sees its message, so the message is not tagged with its value unless ``observe``
     (the app's test kit) sees it too, and the only branches left are the content type, a decode
-    failure, the lease keeper's slot and the output. It settles every message before returning, so it carries
-    ``with_failure_rule`` (see :func:`broker.adapt.receivers._caller`): a receiver without a retry
-    policy has it apply the nack-on-failure rule itself, one coroutine a message instead of two.
+    failure, the lease keeper's slot and the output. It settles every message before returning, so it is
+    registered to apply a receiver's failure rule itself
+    (:func:`broker.adapt.receivers.register_failure_rule`): a receiver without a retry policy runs
+    one coroutine a message instead of two.
     """
     plain_decode, plain_type, binding = plain
     held = keeper.held if keeper is not None else {}
@@ -640,9 +642,9 @@ def _payload_only_call(
 
         return functools.update_wrapper(call, user_handler)  # logs name the user's handler
 
-    plain_call: Any = build(None)
-    plain_call.with_failure_rule = build
-    return plain_call  # type: ignore[no-any-return]
+    plain_call = build(None)
+    register_failure_rule(plain_call, build)
+    return plain_call
 
 
 class _CommittedInOrder:

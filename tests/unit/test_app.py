@@ -163,7 +163,7 @@ async def test_a_failed_handler_without_a_policy_is_nacked_with_the_default_back
     assert len(failed) == 2 and all(r.exc_info and "gateway down" in str(r.exc_info[1]) for r in failed)
 
 
-async def test_outside_the_test_kit_a_payload_handler_is_retried_decodes_other_formats_and_keeps_leases() -> None:
+async def test_outside_the_test_kit_a_payload_handler_is_retried_decodes_msgpack_and_keeps_leases() -> None:
     """``app.lifespan()`` with no test kit watching: the same outcomes as under ``app.testing()``
     (a failure nacked with the default backoff and handled again, a msgpack payload decoded by its
     content type, a handler slower than the ack deadline handled once), counted, in virtual time."""
