@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
@@ -67,6 +68,7 @@ __all__ = [
     "fan_in",
     "receiver",
     "receiver_from_batches",
+    "register_failure_rule",
 ]
 
 _STOP = object()
@@ -101,13 +103,49 @@ async def _nack_failed(unit: Any, nack_delay: NackDelay, failures: FailureCounte
             await nack_leftovers([message], nack_delay.delay(failures.attempt(message)), bounded=False)
 
 
+#: handler -> its ``with_failure_rule`` (see :func:`register_failure_rule`); weak: a handler dropped
+#: by its app leaves no entry. Keyed by the handler itself, so a wrapper around it (a telemetry
+#: stage, a middleware) is not mistaken for it and keeps the receiver's own rule.
+_OWN_FAILURE_RULES: weakref.WeakKeyDictionary[Any, Callable[[Any], Callable[[Any], Awaitable[None]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_failure_rule(
+    handler: Callable[[Any], Awaitable[None]],
+    with_failure_rule: Callable[[Callable[[Any], Awaitable[None]]], Callable[[Any], Awaitable[None]]],
+) -> None:
+    """Let ``handler`` apply a receiver's failure rule itself, saving a coroutine a message.
+
+    For a handler that settles every message it is given before returning (an application's
+    auto-acking pipeline). A receiver without a retry policy then calls
+    ``with_failure_rule(failed)`` once and runs what it returns instead of ``handler``: the same
+    per-message call, awaiting ``failed(message)`` inside its ``except Exception`` (``failed`` logs
+    the error and nacks the unsettled message by the receiver's ``nack_delay``, as the receiver
+    does around any other handler). Only ``handler`` itself is recognised, never a wrapper of it.
+    """
+    _OWN_FAILURE_RULES[handler] = with_failure_rule
+
+
 def _caller(
     handler: Callable[[Any], Awaitable[None]], nack_delay: NackDelay, retrier: Retrier | None
 ) -> Callable[[Any], Awaitable[None]]:
     """``call(unit)``: the handler with the failure rules applied; never raises the handler's error.
 
     A handler that returns leaving a message unsettled is warned about (:class:`UnsettledWarnings`).
+
+    A handler registered with :func:`register_failure_rule` applies the failure rule itself
+    (without a retry policy only: a policy's rules stay here).
     """
+    own_rule = _OWN_FAILURE_RULES.get(handler) if retrier is None else None
+    if own_rule is not None:
+        failed_calls = FailureCounter()
+
+        async def failed(unit: Any) -> None:
+            log.exception("message handler failed; nacking its unsettled messages")
+            await _nack_failed(unit, nack_delay, failed_calls)
+
+        return own_rule(failed)
     unsettled = UnsettledWarnings(handler)
     if retrier is not None:
         bound = retrier

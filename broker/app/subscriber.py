@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker import adapt
+from broker.adapt.receivers import register_failure_rule
 from broker.app.lease import DEFAULT_MAX_LEASE, LeaseKeeper
 from broker.app.parameters import Signature
 from broker.app.partitioned import DEFAULT_MAX_IN_FLIGHT, PartitionedReceiver
@@ -424,7 +425,7 @@ class Subscriber:
                     if (
                         plain_decode is not None
                         and data is not None
-                        and (_CONTENT_TYPE not in attributes or attributes[_CONTENT_TYPE] == plain_type)
+                        and attributes.get(_CONTENT_TYPE, plain_type) == plain_type
                     ):
                         try:
                             value = plain_decode(data)
@@ -471,8 +472,12 @@ class Subscriber:
                 await message.ack()
             return None
 
+        if not middleware and direct is not None and plain is not None and prepare is None and auto:
+            assert decode is not None
+            seer = functools.partial(observe, self) if observe is not None else None
+            return _payload_only_call(direct, plain, decode, undecodable, output, keeper, self.handler, seer)
         if not middleware and observe is None:
-            return call  # one coroutine a message: the common case
+            return call  # one coroutine a message
 
         run = _wrapped(lambda message: call(message, False), middleware)
 
@@ -550,6 +555,96 @@ class Subscriber:
                 await ack_all([m for m in messages if not m.settled])
 
         return handle_batch
+
+
+def _payload_only_call(
+    handler: Callable[[Any], Awaitable[Any]],
+    plain: tuple[Callable[[bytes], Any], str, Binding[Any]],
+    decode: Callable[[Message], Any],
+    undecodable: Undecodable,
+    output: Output | None,
+    keeper: LeaseKeeper | None,
+    user_handler: Callable[..., Any],
+    observe: Callable[[Message], None] | None,
+) -> Callable[[Message], Awaitable[None]]:
+    """The per-message call of the commonest subscriber: an ``async def`` taking only its payload
+    (a plain binding's), acked on return, with no middleware and no observer.
+
+    It does what the general call does for such a subscriber, with what cannot happen left out: the
+    handler never sees its message, so the message is not tagged with its value unless ``observe``
+    (the app's test kit) sees it too, and the only branches left are the content type, a decode
+    failure, the lease keeper's slot and the output. It settles every message before returning, so it is
+    registered to apply a receiver's failure rule itself
+    (:func:`broker.adapt.receivers.register_failure_rule`): a receiver without a retry policy runs
+    one coroutine a message instead of two.
+    """
+    plain_decode, plain_type, binding = plain
+    held = keeper.held if keeper is not None else {}
+    seen = keeper.seen if keeper is not None else {}
+
+    def build(failed: Callable[[Message], Awaitable[None]] | None) -> Callable[[Message], Awaitable[None]]:
+        async def call(message: Message) -> None:
+            try:
+                if observe is not None:
+                    observe(message)
+                data = message.data
+                attributes = message.attributes
+                try:
+                    # a missing content type is the binding's own (one dictionary call: the cheapest test)
+                    if data is not None and attributes.get(_CONTENT_TYPE, plain_type) == plain_type:
+                        try:
+                            value = plain_decode(data)
+                        except Exception as exc:
+                            raise binding.failure(exc, message, attributes.get(_CONTENT_TYPE)) from exc
+                        if observe is not None:  # as tag_message does: message.decoded is this value
+                            message._binding = binding
+                            message._decoded = value
+                    else:
+                        value = decode(message)  # another content type: its own decoder
+                except DecodeError as exc:
+                    if exc.received is not message:
+                        raise
+                    await undecodable.settle(message, exc)
+                    return
+                if keeper is None:
+                    result = await handler(value)
+                elif keeper.current is None:
+                    # keeper.hold(message) and keeper.release(message), inline: the common case is
+                    # one handler at a time, held in the keeper's slot, with no timer per message
+                    keeper.current = message
+                    if message._ack_deadline < keeper.armed_for:
+                        keeper.arm(message)
+                    try:
+                        result = await handler(value)
+                    finally:
+                        keeper.current = None
+                        if seen:
+                            seen.pop(id(message), None)
+                else:
+                    key = id(message)
+                    held[key] = message
+                    if message._ack_deadline < keeper.armed_for:
+                        keeper.arm(message)
+                    try:
+                        result = await handler(value)
+                    finally:
+                        del held[key]
+                        if seen:
+                            seen.pop(key, None)
+                if output is not None and result is not None:
+                    await output.publish(result, message.key)  # before the ack: at-least-once
+                if message._state == _PENDING:  # a drain that gave up on it may have settled it
+                    await message.ack()
+            except Exception:
+                if failed is None:
+                    raise
+                await failed(message)
+
+        return functools.update_wrapper(call, user_handler)  # logs name the user's handler
+
+    plain_call = build(None)
+    register_failure_rule(plain_call, build)
+    return plain_call
 
 
 class _CommittedInOrder:

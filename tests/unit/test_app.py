@@ -141,6 +141,66 @@ async def test_a_failure_then_success_is_acked_on_the_retry() -> None:
     assert test.settled() == ["nacked", "nacked", "acked"]
 
 
+async def test_a_failed_handler_without_a_policy_is_nacked_with_the_default_backoff_and_handled_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = App("inmem://unused")
+    calls: list[float] = []
+
+    @app.subscriber("orders", "billing")
+    async def flaky(order: Order) -> None:
+        calls.append(asyncio.get_running_loop().time())
+        if len(calls) < 3:
+            raise RuntimeError("gateway down")
+
+    with caplog.at_level(logging.ERROR, logger="broker.adapt"):
+        async with app.testing() as test:
+            await test.publish("orders", order(1))
+            await test.until(lambda: test.settled()[-1:] == ["acked"])
+    assert [round(b - a, 3) for a, b in itertools.pairwise(calls)] == [0.1, 0.2]  # the default backoff
+    assert test.settled() == ["nacked", "nacked", "acked"]
+    failed = [r for r in caplog.records if "message handler failed" in r.getMessage()]
+    assert len(failed) == 2 and all(r.exc_info and "gateway down" in str(r.exc_info[1]) for r in failed)
+
+
+async def test_outside_the_test_kit_a_payload_handler_is_retried_decodes_msgpack_and_keeps_leases() -> None:
+    """``app.lifespan()`` with no test kit watching: the same outcomes as under ``app.testing()``
+    (a failure nacked with the default backoff and handled again, a msgpack payload decoded by its
+    content type, a handler slower than the ack deadline handled once), counted, in virtual time."""
+    url = f"inmem://payload-{uuid.uuid4().hex[:8]}"
+    app = App(url)
+    calls: list[tuple[int, float]] = []
+    done: list[int] = []
+
+    @app.subscriber("orders", "billing", concurrency=2, ack_deadline=1)
+    async def handle(order: Order) -> None:
+        calls.append((order.id, asyncio.get_running_loop().time()))
+        if order.id == 1 and len([c for c in calls if c[0] == 1]) < 3:
+            raise RuntimeError("gateway down")
+        if order.id == 3:
+            await asyncio.sleep(5)  # five ack deadlines
+        done.append(order.id)
+
+    with virtual_time():
+        async with broker.connect(url) as backend:
+            async with backend.messages("orders", "billing", ack_deadline=1):
+                pass
+            async with app.lifespan(ping_timeout=None):
+                topic = backend.publisher().topic("orders")
+                await broker.typed.topic(backend.publisher(), "orders", Order).publish(order(1))
+                packed = broker.typed.binding(Order, format="msgpack")
+                await broker.typed.topic(backend.publisher(), "orders", packed).publish(order(2))
+                await broker.typed.topic(backend.publisher(), "orders", Order).publish(order(3))
+                await topic.publish(OutboundMessage(b"not json"))
+                await wait_until(lambda: sorted(done) == [1, 2, 3], timeout=60)
+                await asyncio.sleep(20)  # a redelivery of anything acked would come by now
+        broker.connect(url).forget()  # type: ignore[attr-defined]
+    times = [t for number, t in calls if number == 1]
+    assert [round(b - a, 3) for a, b in itertools.pairwise(times)] == [0.1, 0.2]
+    assert sorted(number for number, _ in calls) == [1, 1, 1, 2, 3]  # 3 was handled once
+    assert sorted(done) == [1, 2, 3]
+
+
 async def test_an_undecodable_payload_is_dead_lettered_and_never_given_to_the_handler() -> None:
     app = App("inmem://unused")
     handled: list[Order] = []
