@@ -11,7 +11,10 @@ faststream:  FastStream's subscriber with the same model and ``AckPolicy.ACK`` (
              JetStream), run by the peers' Python (``bench/peers.py``, ``bench/peer_app.py``).
 
 Each side's topic is filled before its clock starts; the clock runs from the first message handed
-to the handler to the last, so a consumer group's join is not timed. One handler at a time on every
+to the handler to the last, so a consumer group's join is not timed. Beside the wall-clock rates,
+each round's rates by this process's CPU time over the same window are printed (every thread of
+the client; the servers run in processes of their own): on a shared machine a round's wall time
+also holds whatever else ran, its CPU time only the side's own work. One handler at a time on every
 side. Sides alternate (the order rotates each round); ``--rounds`` rounds (default 5). Targets: app /
 hand >= 0.95 best and median (in memory and Kafka); app / FastStream >= 3 (Kafka and NATS). Kafka runs
 on a local Tansu and NATS on a local nats-server, started for the run.
@@ -78,21 +81,27 @@ class Clock:
         self.seen = 0
         self.first = 0.0
         self.last = 0.0
+        self.first_cpu = 0.0
+        self.last_cpu = 0.0
         self.done = asyncio.Event()
 
     def tick(self) -> None:
         if not self.seen:
             self.first = time.perf_counter()
+            self.first_cpu = time.process_time()
         self.seen += 1
         if self.seen >= self.count:
             self.last = time.perf_counter()
+            self.last_cpu = time.process_time()
             self.done.set()
 
-    def rate(self) -> float:
-        return (self.count - 1) / (self.last - self.first)
+    def rate(self) -> tuple[float, float]:
+        """Messages a second by the wall clock, and by this process's CPU time."""
+        handled = self.count - 1
+        return handled / (self.last - self.first), handled / max(self.last_cpu - self.first_cpu, 1e-9)
 
 
-async def app_side(url: str, count: int) -> float:
+async def app_side(url: str, count: int) -> tuple[float, float]:
     topic, sub = await fill(url, count)
     app = App(url)
     clock = Clock(count)
@@ -106,7 +115,7 @@ async def app_side(url: str, count: int) -> float:
     return clock.rate()
 
 
-async def hand_side(url: str, count: int) -> float:
+async def hand_side(url: str, count: int) -> tuple[float, float]:
     topic, sub = await fill(url, count)
     clock = Clock(count)
     decode = BINDING.decoder
@@ -127,29 +136,47 @@ async def hand_side(url: str, count: int) -> float:
 
 def compare(label: str, url: str, count: int, rounds: int, peer: Callable[[], float] | None) -> None:
     rates: dict[str, list[float]] = {"app": [], "hand": [], "faststream": []}
+    cpu_rates: dict[str, list[float]] = {"app": [], "hand": []}
     ratios: list[float] = []
+    cpu_ratios: list[float] = []
     peer_ratios: list[float] = []
     sides = ["app", "hand"] + (["faststream"] if peer is not None else [])
     for round_ in range(rounds):
         shift = round_ % len(sides)
         got: dict[str, float] = {}
+        got_cpu: dict[str, float] = {}
         for side in sides[shift:] + sides[:shift]:
             if side == "app":
-                got[side] = asyncio.run(app_side(url, count))
+                got[side], got_cpu[side] = asyncio.run(app_side(url, count))
             elif side == "hand":
-                got[side] = asyncio.run(hand_side(url, count))
+                got[side], got_cpu[side] = asyncio.run(hand_side(url, count))
             else:
                 assert peer is not None
                 got[side] = peer()
             rates[side].append(got[side])
+        for side, cpu_rate in got_cpu.items():
+            cpu_rates[side].append(cpu_rate)
         ratios.append(got["app"] / got["hand"])
+        cpu_ratios.append(got_cpu["app"] / got_cpu["hand"])
         if peer is not None:
             peer_ratios.append(got["app"] / got["faststream"])
-        print(f"  round {round_ + 1}: " + "  ".join(f"{k} {v:,.0f}/s" for k, v in got.items()), flush=True)
+        print(
+            f"  round {round_ + 1}: "
+            + "  ".join(f"{k} {v:,.0f}/s" for k, v in got.items())
+            + "  (cpu: "
+            + "  ".join(f"{k} {v:,.0f}/s" for k, v in got_cpu.items())
+            + ")",
+            flush=True,
+        )
     best = max(rates["app"]) / max(rates["hand"])
     print(
         f"{label:<8} app best {max(rates['app']):>9,.0f}/s  hand best {max(rates['hand']):>9,.0f}/s  "
         f"app/hand best {best:.3f} median {statistics.median(ratios):.3f} (target >= 0.95)"
+    )
+    cpu_best = max(cpu_rates["app"]) / max(cpu_rates["hand"])
+    print(
+        f"{label:<8} by CPU time: app/hand best {cpu_best:.3f} median {statistics.median(cpu_ratios):.3f} "
+        "(messages a CPU-second of this process: a disturbed round's wall time has other work in it)"
     )
     if peer is not None:
         best_peer = max(rates["app"]) / max(rates["faststream"])
