@@ -127,6 +127,17 @@ def register_failure_rule(
     _OWN_FAILURE_RULES[handler] = with_failure_rule
 
 
+def _own_failure_rule(
+    handler: Callable[[Any], Awaitable[None]],
+) -> Callable[[Callable[[Any], Awaitable[None]]], Callable[[Any], Awaitable[None]]] | None:
+    """The rule :func:`register_failure_rule` registered for ``handler``; None for any other
+    handler, an unhashable or not weakly referable one (a callable object with ``__slots__``) too."""
+    try:
+        return _OWN_FAILURE_RULES.get(handler)
+    except TypeError:
+        return None
+
+
 def _caller(
     handler: Callable[[Any], Awaitable[None]], nack_delay: NackDelay, retrier: Retrier | None
 ) -> Callable[[Any], Awaitable[None]]:
@@ -137,7 +148,7 @@ def _caller(
     A handler registered with :func:`register_failure_rule` applies the failure rule itself
     (without a retry policy only: a policy's rules stay here).
     """
-    own_rule = _OWN_FAILURE_RULES.get(handler) if retrier is None else None
+    own_rule = _own_failure_rule(handler) if retrier is None else None
     if own_rule is not None:
         failed_calls = FailureCounter()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -107,6 +109,72 @@ async def test_a_failing_handler_nacks_and_the_receiver_keeps_going() -> None:
     await adapt.receiver(source, nack_delay=5.0).receive(handler)  # returns when the source closes
     assert source.acker.acked == ["1", "3"]
     assert source.acker.nacked == [("2", 5.0)]
+
+
+class _SlottedHandler:
+    """A callable object no weak reference can be made to, and that cannot be hashed."""
+
+    __slots__ = ("handled",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        self.handled: list[str] = []
+
+    async def __call__(self, message: Message) -> None:
+        if message.id == "2":
+            raise ValueError("bad payload")
+        self.handled.append(message.id)
+        await message.ack()
+
+
+async def test_a_callable_object_without_weak_references_or_hash_is_a_handler_like_any_other() -> None:
+    source = ScriptedIterator()
+    source.feed(1, 2, 3, None)
+    handler = _SlottedHandler()
+    await adapt.receiver(source, nack_delay=5.0).receive(handler)
+    assert handler.handled == ["1", "3"]
+    assert source.acker.nacked == [("2", 5.0)]
+
+
+async def test_a_handler_registered_to_apply_the_failure_rule_runs_in_place_of_the_receivers_own() -> None:
+    """A registered handler is replaced by what its ``with_failure_rule(failed)`` returns; ``failed``
+    nacks by the receiver's ``nack_delay``; a wrapper of the handler is not mistaken for it."""
+    from broker.adapt.receivers import register_failure_rule
+
+    built: list[str] = []
+
+    async def settles(message: Message) -> None:
+        raise AssertionError("the registered handler itself is not called")
+
+    def with_failure_rule(failed: Callable[[Message], Awaitable[None]]) -> Callable[[Message], Awaitable[None]]:
+        built.append("built")
+
+        async def call(message: Message) -> None:
+            try:
+                if message.id == "2":
+                    raise ValueError("bad payload")
+                await message.ack()
+            except Exception:
+                await failed(message)
+
+        return call
+
+    register_failure_rule(settles, with_failure_rule)
+    source = ScriptedIterator()
+    source.feed(1, 2, 3, None)
+    await adapt.receiver(source, nack_delay=5.0).receive(settles)
+    assert built == ["built"]
+    assert source.acker.acked == ["1", "3"]
+    assert source.acker.nacked == [("2", 5.0)]
+
+    async def wrapper(message: Message) -> None:  # carries the registered handler's __dict__
+        await message.ack()
+
+    functools.update_wrapper(wrapper, settles)
+    source = ScriptedIterator()
+    source.feed(4, None)
+    await adapt.receiver(source).receive(wrapper)
+    assert built == ["built"] and source.acker.acked == ["4"]
 
 
 async def test_cancel_nacks_in_flight_and_queued_messages() -> None:
