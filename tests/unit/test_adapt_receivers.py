@@ -146,7 +146,9 @@ async def test_a_handler_registered_to_apply_the_failure_rule_runs_in_place_of_t
     async def settles(message: Message) -> None:
         raise AssertionError("the registered handler itself is not called")
 
-    def with_failure_rule(failed: Callable[[Message], Awaitable[None]]) -> Callable[[Message], Awaitable[None]]:
+    Call = Callable[[Message], Awaitable[None]]
+
+    def with_failure_rule(failed: Call) -> Call:
         built.append("built")
 
         async def call(message: Message) -> None:
