@@ -472,8 +472,7 @@ class Subscriber:
                 await message.ack()
             return None
 
-        if not middleware and direct is not None and plain is not None and prepare is None and auto:
-            assert decode is not None
+        if not middleware and direct is not None and plain is not None and decode is not None and auto:
             seer = functools.partial(observe, self) if observe is not None else None
             return _payload_only_call(direct, plain, decode, undecodable, output, keeper, self.handler, seer)
         if not middleware and observe is None:
@@ -568,13 +567,13 @@ def _payload_only_call(
     observe: Callable[[Message], None] | None,
 ) -> Callable[[Message], Awaitable[None]]:
     """The per-message call of the commonest subscriber: an ``async def`` taking only its payload
-    (a plain binding's), acked on return, with no middleware and no observer.
+    (a plain binding's, so no prepare step), acked on return, with no middleware.
 
     It does what the general call does for such a subscriber, with what cannot happen left out: the
     handler never sees its message, so the message is not tagged with its value unless ``observe``
     (the app's test kit) sees it too, and the only branches left are the content type, a decode
-    failure, the lease keeper's slot and the output. It settles every message before returning, so it is
-    registered to apply a receiver's failure rule itself
+    failure, the lease keeper's slot and the output. It settles every message before returning, so
+    it is registered to apply a receiver's failure rule itself
     (:func:`broker.adapt.receivers.register_failure_rule`): a receiver without a retry policy runs
     one coroutine a message instead of two.
     """
