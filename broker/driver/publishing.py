@@ -207,6 +207,17 @@ class DriverTopic:
         if messages:
             await self._publisher._send(self.name, messages, timeout)
 
+    async def send_checked(self, messages: Sequence[OutboundMessage], timeout: float | None = None) -> None:
+        """:meth:`batch_publish` of messages the caller has checked already, each one as
+        :func:`~broker.driver.outbound.check_outbound` does (``timeout``: seconds >= 0, or None).
+
+        For a hand-over that validates every message where it takes it in, such as the blocking
+        publisher's (:mod:`broker.sync`): its loop-side batches are not walked a second time.
+        Interceptors and send middleware run as for any publish.
+        """
+        if messages:
+            await self._publisher._send(self.name, messages, timeout)
+
 
 class DriverPublisher(AsyncResource):
     """A ``broker.Publisher`` over a :class:`PublishDriver`: topic handles, closed state, interceptors

@@ -340,6 +340,9 @@ class _Consumer(Closing, Generic[W]):
             self._cond.wait_for(lambda: not self._settling, limit)
             return self._unsettled
 
+    def _forked(self) -> None:
+        """In a forked child: nothing to do here (every call compares generations and re-opens)."""
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every ack, nack and commit queued so far is done (``timeout`` seconds at most).
 

@@ -80,6 +80,8 @@ class _Flushable(Protocol):
 
     def _flush_at_exit(self, deadline: float) -> int: ...
 
+    def _forked(self) -> None: ...
+
 
 def check_not_in_loop(what: str = "a blocking call") -> None:
     """Raise :class:`~broker.errors.BlockingInEventLoop` when this thread runs an event loop."""
@@ -216,6 +218,8 @@ def _after_fork_in_child() -> None:
     # Everything inherited is moved out of reach of the cyclic garbage collector: a collection in
     # the child would otherwise free the parent's SDK objects (see abandon()).
     gc.freeze()
+    for resource in list(_at_exit):
+        resource._forked()  # e.g. a publisher shuts its lock-free path: its next call re-opens
     abandon(_portal)
     _portal = None  # its thread did not survive the fork; its loop and SDK clients are abandoned
     _generation += 1

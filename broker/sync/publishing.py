@@ -4,16 +4,21 @@ Each topic handle has a queue; a publish from any thread appends its message the
 the topic handle to the publisher's queue of *tokens* (one per message: which topic has the next
 one) and, only when the drainer is idle, wakes the loop with one ``call_soon_threadsafe``. The
 drainer takes up to ``max_batch`` tokens at a time, as many messages from each topic's queue, and
-sends each topic's share with the async topic's ``batch_publish``: a burst of publishes costs one
-loop round trip per batch, not per message. Where the async driver counts its sends still handing
-messages to the client (:class:`~broker.driver.publishing.HandOver`), up to ``MAX_SENDS`` shares
-are in flight at once, each started once every earlier one holds all its messages in the client:
-order is kept and the confirmations' round trips overlap. Elsewhere one batch is sent at a time.
+sends each topic's share with the async topic's ``batch_publish`` (``send_checked``): a burst of
+publishes costs one loop round trip per batch, not per message. Where the async driver counts its
+sends still handing messages to the client (:class:`~broker.driver.publishing.HandOver`), up to
+``MAX_SENDS`` shares are in flight at once, each started once every earlier one holds all its
+messages in the client: order is kept and the confirmations' round trips overlap. Elsewhere one
+batch is sent at a time.
 
 The common call, ``publish_nowait`` of a well-formed message without ``on_delivery``, is a few
 type checks and two ``deque.append`` calls (each atomic under the GIL): no lock, no closure, no
 counter written by the caller and no object made per message (a tuple per queued message would
-make the cyclic garbage collector walk the queue again and again). The message goes in before its
+make the cyclic garbage collector walk the queue again and again); its room check is one
+comparison with ``_room`` (``max_pending`` less what the drainer holds and the batches' extra
+messages; 0 once closed, or in a forked child), which the other side keeps under the lock. Every
+message is checked where it is handed over, so the drainer sends through the async topic's
+``send_checked`` and does not walk its batches again. The message goes in before its
 token, so the drainer never takes a token whose message is missing. What is pending is the number
 of tokens plus what the drainer holds (``_in_flight``, written by the loop thread under the lock),
 so a flush or a close waits for exactly what was handed over before it. Every other publish (a
@@ -38,13 +43,14 @@ import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat, starmap
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.backend import Backend
 from broker.driver.clock import clock
 from broker.driver.forwarding import Forwarded
 from broker.driver.outbound import check_outbound, is_plain
-from broker.driver.publishing import DriverPublisher, HandOver
+from broker.driver.publishing import DriverPublisher, DriverTopic, HandOver
 from broker.errors import ClosedError, PublishError, Timeout
 from broker.interfaces import Publisher, Topic
 from broker.message import OutboundMessage
@@ -115,6 +121,8 @@ class SyncPublisher(Closing):
         self._extra = 0  # queued messages beyond one per item (batches), under the lock
         self._slow = 0  # queued items with a callback or a batch, under the lock
         self._in_flight = 0  # messages the drainer took and has not finished; loop thread, under the lock
+        self._room = 0  # tokens the lock-free publish may still queue (see _recount), under the lock
+        self._recount()
         self._idle = True  # no drainer running or scheduled (see the module's docstring)
         self._draining = False  # a drainer task runs; the loop thread's own
         self._failed = 0  # messages without a callback whose publish failed since the last flush
@@ -153,6 +161,18 @@ class SyncPublisher(Closing):
 
         return SyncTypedTopic(self.topic(name), ensure_binding(type))
 
+    def _recount(self) -> None:
+        # Under the lock, after a change of _extra, _in_flight or _closed: the lock-free publish
+        # queues a message while len(_tokens) < _room, i.e. while fewer than max_pending are pending
+        # (one comparison on the caller's hot path instead of three reads and two sums).
+        self._room = 0 if self._closed else self._max_pending - self._extra - self._in_flight
+
+    def _forked(self) -> None:
+        # In a forked child (from the portal's fork handler, the child's only thread): the
+        # lock-free publish stops passing, so the next publish takes the slow path, which re-opens
+        # the publisher for the child (its generation differs) before it queues anything.
+        self._room = 0
+
     def _check_open(self) -> None:
         if self._closed or self._backend.closed:
             raise ClosedError("the blocking publisher is closed")
@@ -190,6 +210,7 @@ class SyncPublisher(Closing):
                 handle._queue.append((item, callback))
                 self._slow += 1
                 self._extra += count - 1
+                self._recount()
             self._tokens.append(handle)
         self._wake()
 
@@ -223,13 +244,15 @@ class SyncPublisher(Closing):
                             return
                         self._idle = False
                     size = take = min(len(tokens), self._max_batch)
-                    popleft = tokens.popleft
-                    owners = [popleft() for _ in range(take)]
-                    counts = Counter(owners)  # first-seen order; each topic's messages keep theirs
-                    batch = []
-                    for handle, count in counts.items():
-                        pop = handle._queue.popleft
-                        batch.append((handle, [pop() for _ in range(count)]))
+                    owners = _pop_left(tokens, take)
+                    first = owners[0]
+                    if owners.count(first) == take:  # one topic (the common case): no Counter
+                        batch = [(first, _pop_left(first._queue, take))]
+                    else:  # first-seen order; each topic's messages keep theirs
+                        batch = [
+                            (handle, _pop_left(handle._queue, count))
+                            for handle, count in Counter(owners).items()
+                        ]
                     plain = not self._slow
                     if not plain:
                         slow = [item for _, items in batch for item in items if type(item) is tuple]
@@ -239,6 +262,7 @@ class SyncPublisher(Closing):
                         size += extra
                         plain = not slow
                     self._in_flight += size
+                    self._recount()
                 hand_over = self._hand_over()
                 if hand_over is None:  # one batch at a time: a later send could overtake this one
                     if sends:
@@ -251,6 +275,7 @@ class SyncPublisher(Closing):
                         count = len(items) if plain else sum(_count(item) for item in items)
                         with self._lock:
                             self._in_flight -= count
+                            self._recount()
                             self._cond.notify_all()
                         task = asyncio.current_task()
                         if task is not None and task.cancelling():
@@ -300,6 +325,7 @@ class SyncPublisher(Closing):
         finally:
             with self._lock:
                 self._in_flight -= count
+                self._recount()
                 self._cond.notify_all()
 
     def _fail_all(self, batch: list[tuple[SyncTopic, list[_Item]]], cause: BaseException) -> None:
@@ -316,6 +342,7 @@ class SyncPublisher(Closing):
                 pop = handle._queue.popleft
                 queued.extend(pop() for _ in range(count))
             self._extra = self._slow = 0
+            self._recount()
             self._idle = True
             self._draining = False
             lost = [*taken, *queued]
@@ -350,7 +377,10 @@ class SyncPublisher(Closing):
             topic = self._async_topics.get(name)
             if topic is None:
                 topic = self._async_topics[name] = self._async.topic(name)
-            await topic.batch_publish(*messages, timeout=self.timeout)
+            if type(topic) is DriverTopic:  # every message was checked where it was handed over
+                await topic.send_checked(tuple(messages), timeout=self.timeout)
+            else:
+                await topic.batch_publish(*messages, timeout=self.timeout)
         except asyncio.CancelledError:
             error = ClosedError("the blocking publisher's loop stopped before the broker had the message")
         except Exception as exc:
@@ -419,8 +449,10 @@ class SyncPublisher(Closing):
                 self._cond.wait_for(lambda: self._pending == 0, limit)
                 left = self._pending
                 self._closed = True
+                self._recount()
                 self._cond.notify_all()
         self._closed = True
+        self._room = 0
         _portal.forget_at_exit(self)
         if left:
             log.error("%d published messages were still pending when the publisher closed", left)
@@ -468,7 +500,9 @@ class SyncTopic:
         :class:`~broker.errors.InvalidMessage` here. Returning at once needs room: when
         ``max_pending`` messages are pending (or the SDK's own queue is full), it waits for room up
         to ``timeout`` seconds (the publisher's default when None), then raises
-        :class:`~broker.errors.Timeout` with the message not handed over.
+        :class:`~broker.errors.Timeout` with the message not handed over. A message handed over
+        is the publisher's until the broker has it: change neither it nor its attributes mapping
+        meanwhile (it was checked as it was handed over).
         """
         # The common call (no callback, a well-formed message, room, this process's loop) is
         # checked inline and appended without a lock: it runs once per message.
@@ -476,15 +510,12 @@ class SyncTopic:
         if (
             on_delivery is None
             and type(message) is OutboundMessage
-            and type(message.data) is bytes
-            and publisher._gen == _portal._generation
-            and not publisher._closed
-            and len(publisher._tokens) + publisher._extra + publisher._in_flight < publisher._max_pending
+            and len(publisher._tokens) < publisher._room  # 0 when closed, or forked (see _forked)
             and _get_running_loop() is None
         ):
             key = message.key
             attributes = message.attributes
-            if key is None or type(key) is str:
+            if type(message.data) is bytes and (key is None or type(key) is str):
                 if attributes:
                     valid = self._valid
                     if attributes is not valid[0] or attributes != valid[1]:
@@ -533,6 +564,12 @@ class SyncTopic:
             future.result(limit)
         except concurrent.futures.TimeoutError:
             raise Timeout(f"publishing to {self.name!r} did not finish within {limit} s") from None
+
+
+def _pop_left(queue: deque[Any], count: int) -> list[Any]:
+    """The first ``count`` items of ``queue``, taken out: one C-level loop (``starmap`` calls
+    ``popleft`` without a Python frame a call). Only the drainer pops, so they are there."""
+    return list(starmap(queue.popleft, repeat((), count)))
 
 
 def _count(item: _Item) -> int:
