@@ -15,14 +15,22 @@ to the handler to the last, so a consumer group's join is not timed. Beside the 
 each round's rates by this process's CPU time over the same window are printed (every thread of
 the client; the servers run in processes of their own): on a shared machine a round's wall time
 also holds whatever else ran, its CPU time only the side's own work. One handler at a time on every
-side. Sides alternate (the order rotates each round); ``--rounds`` rounds (default 7: this machine's
-CPU speed drifts by up to 1.5x from one second to the next, and more rounds let each side meet its
-quiet periods more than once). Targets: app / hand >= 0.95 best and median (in memory and Kafka);
-app / FastStream >= 3 (Kafka and NATS). Kafka runs on a local Tansu and NATS on a local
-nats-server, started for the run.
+side. Sides alternate (the order rotates each round).
 
-Usage: python bench/app.py [--messages N] [--server-messages N] [--rounds N] [--no-kafka] [--no-nats]
-       [--no-peers]
+Each round of the app and hand sides runs in a Python process of its own, started for it (as
+pyperf runs its worker processes; the start-up and imports are outside the clock): the same code
+runs at about 65k or at about 100k messages a second here depending on the process (its memory
+layout and hash seed), and a layout that suits one side's code need not suit the other's: in one
+shared process for a whole run, that luck favoured one side throughout (medians of one run from
+0.89 to 1.20 for the same code). With a process a round, it is drawn again each round for each
+side. ``--rounds`` in-memory rounds (default 12) and
+``--server-rounds`` Kafka and NATS rounds (default 7; a group join each).
+
+Targets: app / hand >= 0.95 best and median (in memory and Kafka); app / FastStream >= 3 (Kafka
+and NATS). Kafka runs on a local Tansu and NATS on a local nats-server, started for the run.
+
+Usage: python bench/app.py [--messages N] [--server-messages N] [--rounds N] [--server-rounds N]
+       [--no-kafka] [--no-nats] [--no-peers]
 """
 
 from __future__ import annotations
@@ -31,7 +39,10 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -148,10 +159,8 @@ def compare(label: str, url: str, count: int, rounds: int, peer: Callable[[], fl
         got: dict[str, float] = {}
         got_cpu: dict[str, float] = {}
         for side in sides[shift:] + sides[:shift]:
-            if side == "app":
-                got[side], got_cpu[side] = asyncio.run(app_side(url, count))
-            elif side == "hand":
-                got[side], got_cpu[side] = asyncio.run(hand_side(url, count))
+            if side in ("app", "hand"):
+                got[side], got_cpu[side] = in_own_process(side, url, count)
             else:
                 assert peer is not None
                 got[side] = peer()
@@ -188,6 +197,32 @@ def compare(label: str, url: str, count: int, rounds: int, peer: Callable[[], fl
         )
 
 
+def in_own_process(side: str, url: str, count: int) -> tuple[float, float]:
+    """One round of ``side`` (``app`` or ``hand``) in a new Python process: its rates (wall, CPU).
+
+    The child fills its topic (an in-memory broker lives in the child) and runs the side; its
+    start-up and imports are outside the clock.
+    """
+    done = subprocess.run(
+        [sys.executable, __file__, "--side", side, "--url", url, "--count", str(count)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the {side} side failed (exit {done.returncode}):\n{done.stderr}")
+    rates = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(rates["wall"]), float(rates["cpu"])
+
+
+def run_side(side: str, url: str, count: int) -> None:
+    """The child's part of :func:`in_own_process`: run one round and print its rates as JSON."""
+    run = app_side if side == "app" else hand_side
+    wall, cpu = asyncio.run(run(url, count))
+    print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
+
+
 def faststream_side(python: Any, side: str, url: str, count: int) -> float:
     from peers import run_peer
 
@@ -211,13 +246,20 @@ def server(name: str) -> Iterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50_000, help="messages per in-memory round")
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per in-memory round")
     parser.add_argument("--server-messages", type=int, default=10_000, help="messages per Kafka/NATS round")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=12, help="in-memory rounds")
+    parser.add_argument("--server-rounds", type=int, default=7, help="Kafka and NATS rounds")
     parser.add_argument("--no-kafka", action="store_true")
     parser.add_argument("--no-nats", action="store_true")
     parser.add_argument("--no-peers", action="store_true", help="skip the FastStream sides")
+    parser.add_argument("--side", choices=["app", "hand"], help=argparse.SUPPRESS)  # a round's child
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        run_side(args.side, args.url, args.count)
+        return
     python: Any = None
     if not args.no_peers:
         from peers import peer_python
@@ -231,7 +273,7 @@ def main() -> None:
             peer = None
             if python is not None:
                 peer = functools.partial(faststream_side, python, name, url, args.server_messages)
-            compare(name, url, args.server_messages, args.rounds, peer)
+            compare(name, url, args.server_messages, args.server_rounds, peer)
 
 
 if __name__ == "__main__":
