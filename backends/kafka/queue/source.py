@@ -60,7 +60,7 @@ def _message_class(
         values = headers(raw)
         if not values or _HIDDEN.isdisjoint(values):
             return values
-        return {k: v for k, v in values.items() if k not in _HIDDEN}
+        return _visible(values)
 
     def attempt(raw: Any) -> int:
         return int(headers(raw).get(HEADER_ATTEMPT) or 1)
@@ -166,6 +166,18 @@ class RecordSource(QueueSource):
 _RAW_CLASSES: dict[tuple[RawFields, Mode], type[LazyMessage]] = {}
 
 
+class _Polled(list[Any]):
+    """The records one :meth:`RawSource.poll` kept, with ``attributes``: each record's attributes
+    as the poll decoded them (the hidden headers left out), or None where it did not."""
+
+    attributes: list[Mapping[str, str] | None] | None = None
+
+
+def _visible(values: Mapping[str, str]) -> Mapping[str, str]:
+    """``values`` without the queue's own headers."""
+    return {k: v for k, v in values.items() if k not in _HIDDEN}
+
+
 def _raw_class(fields: RawFields, mode: Mode) -> type[LazyMessage]:
     """The message class of ``fields``' records in ``mode`` (made once per fields and mode)."""
     made = _RAW_CLASSES.get((fields, mode))
@@ -215,12 +227,23 @@ class RawSource(QueueSource):
             return [r for r in raws if key_bytes(r) == key], positions
         has_attributes = f.has_attributes
         if any(has_attributes(r) for r in raws):
+            # Each record's headers are decoded here to find redeliveries meant for other queues;
+            # those of the records kept go to their messages (see messages()), not decoded again.
             qid, attributes = self.queue_id, f.attributes
-            return [
-                r
-                for r in raws
-                if not has_attributes(r) or attributes(r).get(HEADER_REDELIVERY_FOR, qid) == qid
-            ], positions
+            kept = _Polled()
+            decoded: list[Mapping[str, str] | None] = []
+            keep, note = kept.append, decoded.append
+            for r in raws:
+                if not has_attributes(r):
+                    keep(r)
+                    note(None)
+                    continue
+                values = attributes(r)  # a mapping of the record's own
+                if values.get(HEADER_REDELIVERY_FOR, qid) == qid:
+                    keep(r)
+                    note(values if _HIDDEN.isdisjoint(values) else _visible(values))
+            kept.attributes = decoded
+            return kept, positions
         return list(raws), positions
 
     def ident(self, item: Any) -> MessageId:
@@ -238,8 +261,15 @@ class RawSource(QueueSource):
         return self.ranges(items)
 
     def messages(self, items: Sequence[Any], acker: Acker, now: float) -> list[Message]:
-        """A lazily decoded Message per client record."""
-        return self._class.many(items, self._fields.value, acker, now)
+        """A lazily decoded Message per client record (with the attributes :meth:`poll` decoded
+        already, when ``items`` is the list it returned)."""
+        messages = self._class.many(items, self._fields.value, acker, now)
+        if type(items) is _Polled and items.attributes is not None:
+            decoded, items.attributes = items.attributes, None  # a record's mapping: one message's
+            for message, values in zip(messages, decoded, strict=True):
+                if values is not None:
+                    message.attributes = values
+        return messages
 
 
 def source_for(consumer: LogConsumer, queue_id: str, mode: Mode, *, raw: bool = True) -> QueueSource:

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -515,3 +515,51 @@ async def test_two_logical_queues_on_one_pair_of_topics_stay_isolated(log: Kafka
         with pytest.raises(Timeout):
             await b.receive(timeout=0.5)
     assert service.metrics.counts["redelivered"] == 2
+
+
+async def test_attributes_the_poll_decoded_reach_each_message_as_its_own(backend: KafkaBackend) -> None:
+    """The poll decodes the headers of every record of a batch with any (to skip redeliveries meant
+    for other queues); the messages get those attributes, as the lazy decoder would give them: the
+    queue's own headers left out, one mapping per message, another queue's redelivery not handed out."""
+    topic = unique("mq-attributes")
+    await backend.admin.create_topic(topic, 1)
+    log = backend.log()
+    sent: list[dict[str, str] | None] = [
+        {"content-type": "application/json", "trace": "t-1"},
+        None,
+        {"mq-redelivery-for": "another-queue", "x": "skipped"},
+        {"mq-delivery-attempt": "3", "x": "2"},
+        {"content-type": "application/json", "trace": "t-1"},  # the same headers again
+    ]
+    for i, attributes in enumerate(sent):
+        await log.produce(topic, b"%d" % i, key="k", attributes=attributes)
+    async with backend.messages(topic, "attributes-sub", next_message_timeout=0.2) as messages:
+        got = [await messages.next_message(timeout=20) for _ in range(4)]
+        stored = Message.__dict__["attributes"]  # the slot itself: reading it decodes nothing
+        assert [_has(stored, m) for m in got] == [True, False, True, True]  # came with the poll
+        with pytest.raises(Timeout):  # the redelivery meant for another queue is not handed out
+            await messages.next_message(timeout=1)
+        assert [m.data for m in got] == [b"0", b"1", b"3", b"4"]
+        assert [dict(m.attributes) for m in got] == [
+            {"content-type": "application/json", "trace": "t-1"},
+            {},
+            {"x": "2"},
+            {"content-type": "application/json", "trace": "t-1"},
+        ]
+        assert got[2].delivery_attempt == 3
+        for message in got:  # the same values as decoding the record now
+            decoder = cast(Any, type(message)).decoders["attributes"]
+            assert dict(message.attributes) == dict(decoder(message.raw))
+        assert got[0].attributes is not got[3].attributes
+        got[0].attributes["trace"] = "changed"  # type: ignore[index]
+        assert got[3].attributes["trace"] == "t-1"
+        for message in got:
+            await message.ack()
+
+
+def _has(slot: Any, message: Message) -> bool:
+    try:
+        slot.__get__(message)
+    except AttributeError:
+        return False
+    return True
